@@ -1,0 +1,111 @@
+"""Inter-group scheduler (DESIGN §5, the paper's Algorithm 1): cost-minimizing placement.
+
+For each arrival, every group that is neither saturated/full nor at the max
+size is tried with direct packing (Δ = 0), then rollout scaling (Δ = price of
+the added rollout nodes); isolated provisioning is the always-valid fallback.
+A candidate is valid when residency holds and, under the planning estimate
+(worst-case rollout by default), every member's co-execution iteration time
+stays within its SLO: planned period <= min_j slo_j * solo_iter_j.
+Candidates are tried in order of increasing Δ, so the first valid one is the
+cheapest and ties go to the first found.
+"""
+
+from __future__ import annotations
+
+from rollmux.group import Group, Member, isolated_group
+from rollmux.intra_group import IntraConfig, planning_times, plan_group, t_cycle, t_load
+from rollmux.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
+from rollmux.spec import ClusterSpec, JobSpec
+
+
+def rollout_node_loads(group: Group, quantile: float) -> list[float]:
+    """Planned rollout seconds per meta-iteration on each of the group's rollout nodes."""
+    loads = [0.0] * group.n_rollout
+    for m in group.members:
+        r = m.job.rollout_s.quantile(quantile)
+        for n in m.rollout_nodes:
+            loads[n] += r
+    return loads
+
+
+def pin_into(group: Group, job: JobSpec, cluster: ClusterSpec, new_nodes: int,
+             node_order: list[int]) -> Group | None:
+    """`group` with `job` appended, pinned to existing nodes taken in `node_order` plus
+    `new_nodes` fresh rollout nodes; None if residency or training nodes rule it out."""
+    k = cluster.pools.rollout.nodes_for(job.rollout_gpus)
+    kt = cluster.pools.train.nodes_for(job.train_gpus)
+    if new_nodes > k or kt > group.n_train:
+        return None
+    t_used = group.train_host_gb()
+    t_cap = cluster.pools.train.host_gb_per_node
+    if any(t_used[n] + job.host_gb.train > t_cap + 1e-9 for n in range(kt)):
+        return None
+    r_used = group.rollout_host_gb()
+    r_cap = cluster.pools.rollout.host_gb_per_node
+    fits = [n for n in node_order if r_used[n] + job.host_gb.rollout <= r_cap + 1e-9]
+    if len(fits) < k - new_nodes:
+        return None
+    pins = tuple(sorted(fits[:k - new_nodes])) + tuple(range(group.n_rollout, group.n_rollout + new_nodes))
+    member = Member(job, pins, tuple(range(kt)))
+    return Group(group.group_id, group.n_rollout + new_nodes, group.n_train, group.members + (member,))
+
+
+def isolated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig) -> PlacementPlan | None:
+    """A new group for the job alone, or None if the node caps forbid it."""
+    g = plan_group(isolated_group(view.next_group_id, job, view.cluster), cfg)
+    if ((view.free_rollout_nodes is not None and g.n_rollout > view.free_rollout_nodes)
+            or (view.free_train_nodes is not None and g.n_train > view.free_train_nodes)):
+        return None
+    return PlacementPlan(job.job_id, Case.ISOLATED, g, g.n_rollout, g.n_train, g.cost_per_hour(view.cluster))
+
+
+def joined_plan(group: Group, cand: Group, new_nodes: int, job: JobSpec,
+                view: ClusterView) -> PlacementPlan:
+    """The plan that turns `group` into `cand` (already planned)."""
+    case = Case.DIRECT if new_nodes == 0 else Case.SCALING
+    delta = new_nodes * view.cluster.pools.rollout.node_price_per_hour
+    return PlacementPlan(job.job_id, case, cand, new_nodes, 0, delta)
+
+
+class RollMuxPlacement(PlacementPolicy):
+    """Algorithm 1 with worst-case (or quantile) SLO admission."""
+
+    name = "rollmux"
+
+    def __init__(self, cfg: IntraConfig | None = None) -> None:
+        self.cfg = cfg or IntraConfig()
+
+    def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
+        """The cheapest valid placement for `job`; isolated if nothing else fits."""
+        q = self.cfg.plan_quantile
+        k = view.cluster.pools.rollout.nodes_for(job.rollout_gpus)
+        open_groups = [g for g in view.groups
+                       if g.size < view.max_group_size and g.shape is not None
+                       and g.shape.status == "unsaturated"]
+        slack_new = job.slo * job.solo_iter_s
+        for new_nodes in range(0, k + 1):
+            if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
+                break
+            for g in open_groups:
+                plan = self._try(g, job, new_nodes, min(g.shape.slack_s, slack_new), view, q)
+                if plan is not None:
+                    return plan
+        return isolated_plan(job, view, self.cfg)
+
+    def _try(self, g: Group, job: JobSpec, new_nodes: int, slack: float,
+             view: ClusterView, q: float) -> PlacementPlan | None:
+        loads = rollout_node_loads(g, q)
+        order = sorted(range(g.n_rollout), key=lambda n: (loads[n], n))
+        cand = pin_into(g, job, view.cluster, new_nodes, order)
+        if cand is None:
+            return None
+        times = [planning_times(m.job, q) for m in cand.members]
+        # Closed-form lower bound first: the exact schedule can only be slower.
+        bound = max(t_cycle(cand.members, times),
+                    t_load(cand.members, cand.n_rollout, cand.n_train, times, self.cfg.warm_switch_s))
+        if bound > slack * (1 + 1e-9):
+            return None
+        cand = plan_group(cand, self.cfg)
+        if cand.shape.period_s > slack * (1 + 1e-9):
+            return None
+        return joined_plan(g, cand, new_nodes, job, view)

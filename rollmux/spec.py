@@ -1,0 +1,174 @@
+"""Typed, validated inputs: job profiles (DESIGN §2) and the cluster description.
+
+Everything a scheduler decision depends on is derived here from the profile, so
+the simulator, the baselines and the live plane agree on one arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    # Unknown fields are kept in model_extra so loaders can warn about them.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class RolloutDist(_Strict):
+    """Per-iteration rollout time: lognormal(median, sigma) truncated at max."""
+
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0, le=3)
+    max: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _max_at_least_median(self) -> "RolloutDist":
+        if self.max < self.median:
+            raise ValueError(f"max ({self.max}) must be >= median ({self.median})")
+        return self
+
+    def mean(self) -> float:
+        """Expected rollout time: E[min(X, max)] for X ~ lognormal(ln median, sigma)."""
+        if self.sigma == 0:
+            return min(self.median, self.max)
+        mu, s, c = math.log(self.median), self.sigma, self.max
+        z = (math.log(c) - mu) / s
+        body = math.exp(mu + s * s / 2) * _phi(z - s)
+        return body + c * (1.0 - _phi(z))
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile of the truncated distribution (q in (0, 1])."""
+        if q >= 1.0 or self.sigma == 0:
+            return self.max if q >= 1.0 else min(self.median, self.max)
+        return min(self.max, self.median * math.exp(self.sigma * _phi_inv(q)))
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def _phi_inv(q: float) -> float:
+    # Bisection is plenty here: called once per job per planning mode.
+    lo, hi = -10.0, 10.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if _phi(mid) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+class HostGB(_Strict):
+    """Host DRAM (GB per node) a job's state needs on each node it is pinned to."""
+
+    rollout: float = Field(ge=0)
+    train: float = Field(ge=0)
+
+
+class JobSpec(_Strict):
+    """One RL post-training job's profile, as written in the trace (DESIGN §2)."""
+
+    job_id: str = Field(min_length=1)
+    arrival_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+    slo: float = Field(ge=1.0)
+    model: str | None = None
+    rollout_gpus: int = Field(ge=1)
+    train_gpus: int = Field(ge=1)
+    rollout_s: RolloutDist
+    tail_frac: float = Field(default=0.0, ge=0, lt=1)
+    train_s: float = Field(gt=0)
+    sync_s: float = Field(ge=0)
+    host_gb: HostGB
+
+    @cached_property
+    def mean_rollout_s(self) -> float:
+        """E[rollout] of one iteration."""
+        return self.rollout_s.mean()
+
+    @cached_property
+    def mean_train_s(self) -> float:
+        """E[train]: training scales with generated tokens, i.e. with rollout time."""
+        return self.train_time(self.mean_rollout_s)
+
+    def train_time(self, rollout: float) -> float:
+        """Training time of an iteration whose rollout took `rollout` seconds."""
+        return self.train_s * rollout / self.rollout_s.median
+
+    @cached_property
+    def solo_iter_s(self) -> float:
+        """Expected iteration time solo on dedicated disaggregated GPUs."""
+        return self.mean_rollout_s + self.mean_train_s + self.sync_s
+
+    @cached_property
+    def iterations(self) -> int:
+        """The job's work: round(duration_s / solo_iter_s), at least one."""
+        return max(1, round(self.duration_s / self.solo_iter_s))
+
+
+class PoolSpec(_Strict):
+    """One GPU pool: its hardware, price and optional node cap."""
+
+    gpu: str = Field(min_length=1)
+    gpus_per_node: int = Field(default=8, ge=1)
+    host_gb_per_node: float = Field(default=2048, gt=0)
+    price_per_gpu_hour: float = Field(ge=0)
+    max_nodes: int | None = Field(default=None, ge=1)
+    mem_bw_tbs: float | None = Field(default=None, gt=0)
+
+    def nodes_for(self, gpus: int) -> int:
+        """Whole nodes needed for `gpus` GPUs."""
+        return -(-gpus // self.gpus_per_node)
+
+    @property
+    def node_price_per_hour(self) -> float:
+        """Price of one node for one hour."""
+        return self.gpus_per_node * self.price_per_gpu_hour
+
+    def bandwidth_tbs(self) -> float:
+        """HBM bandwidth (TB/s): given, or known for H20/H800, else 1.0."""
+        return self.mem_bw_tbs or _KNOWN_BW.get(self.gpu.upper(), 1.0)
+
+
+_KNOWN_BW = {"H20": 4.0, "H800": 3.35, "H100": 3.35, "H200": 4.8, "A100": 2.0}
+
+
+class Pools(_Strict):
+    """The two pools of a disaggregated cluster."""
+
+    rollout: PoolSpec
+    train: PoolSpec
+
+
+class ClusterSpec(_Strict):
+    """The cluster file (DESIGN §2)."""
+
+    pools: Pools
+    warm_switch_s: float = Field(default=2.0, ge=0)
+    cold_switch_s: float = Field(default=135.0, ge=0)
+
+    def job_unplaceable_reason(self, job: JobSpec) -> str | None:
+        """Why `job` can never be placed on this cluster, or None if it can."""
+        for pool_name in ("rollout", "train"):
+            pool: PoolSpec = getattr(self.pools, pool_name)
+            need_gb = getattr(job.host_gb, pool_name)
+            if need_gb > pool.host_gb_per_node:
+                return (f"host_gb.{pool_name} {need_gb:g} GB exceeds the {pool_name} node's "
+                        f"host DRAM {pool.host_gb_per_node:g} GB")
+            nodes = pool.nodes_for(getattr(job, f"{pool_name}_gpus"))
+            if pool.max_nodes is not None and nodes > pool.max_nodes:
+                return (f"{pool_name}_gpus needs {nodes} nodes but the {pool_name} pool "
+                        f"is capped at {pool.max_nodes}")
+        return None
+
+
+def default_cluster() -> ClusterSpec:
+    """The paper's cluster: H20 rollout pool, H800 training pool (H800 = 2.85x H20)."""
+    return ClusterSpec(pools=Pools(
+        rollout=PoolSpec(gpu="H20", price_per_gpu_hour=1.0),
+        train=PoolSpec(gpu="H800", price_per_gpu_hour=2.85),
+    ))
