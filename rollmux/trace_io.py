@@ -79,11 +79,18 @@ def load_jobs(path: str | Path | None = None) -> Trace:
         text = resources.files("rollmux.data").joinpath(DEFAULT_TRACE).read_text()
         return parse_jobs(text.splitlines(), f"<embedded {DEFAULT_TRACE}>")
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InputError(str(p), f"cannot read the trace ({exc.strerror})") from None
+    text = _read_text(p, "trace")
     return parse_jobs(text.splitlines(), str(p))
+
+
+def _read_text(p: Path, what: str) -> str:
+    """The file's text, or an InputError saying why it cannot be read."""
+    try:
+        return p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(str(p), f"cannot read the {what} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(str(p), f"the {what} is not UTF-8 text (byte {exc.start})") from None
 
 
 def dump_jobs(jobs: list[JobSpec], path: str | Path) -> None:
@@ -135,8 +142,5 @@ def load_cluster(path: str | Path | None = None) -> tuple[ClusterSpec, list[str]
     if path is None:
         return default_cluster(), []
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InputError(str(p), f"cannot read the cluster file ({exc.strerror})") from None
+    text = _read_text(p, "cluster file")
     return parse_cluster(text, str(p))

@@ -1,0 +1,128 @@
+"""The `rollmux` command line (typer + rich).
+
+Bad input of any kind exits with status 2 and one line naming the place.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rollmux.errors import InputError
+from rollmux.intra_group import IntraConfig
+from rollmux.report import comparison_table
+from rollmux.runner import DEFAULT_POLICIES, compare
+from rollmux.simulator import SimConfig
+from rollmux.trace_io import dump_jobs, load_cluster, load_jobs
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="RollMux: multiplex RL post-training jobs across rollout and training pools.")
+workload_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Build job traces.")
+app.add_typer(workload_app, name="workload")
+# Piped output gets a fixed width wide enough for the comparison table.
+out = Console(width=None if sys.stdout.isatty() else 140)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    try:
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+    except OSError as exc:
+        raise InputError(str(path), f"cannot write ({exc.strerror})") from None
+
+
+def _drop_unplaceable(jobs, cluster, skip: bool):
+    kept = []
+    for job in jobs:
+        reason = cluster.job_unplaceable_reason(job)
+        if reason is None:
+            kept.append(job)
+        elif skip:
+            err.print(f"[yellow]warning:[/] job {job.job_id} rejected: {reason}", highlight=False)
+        else:
+            raise InputError(f"job {job.job_id}", f"can never be placed: {reason} "
+                                                  "(use --skip-unplaceable to run without it)")
+    if not kept:
+        raise InputError("--jobs", "no placeable job left")
+    return kept
+
+
+@app.command()
+def simulate(
+    jobs: Optional[Path] = typer.Option(None, "--jobs", help="Job trace (JSONL); default: the embedded 200-job Philly-driven trace."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML); default: the paper's H20/H800 cluster."),
+    policy: Optional[list[str]] = typer.Option(None, "--policy", help="rollmux, solo-d, verl, random, greedy (repeatable)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+    max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs per co-execution group."),
+    migration: bool = typer.Option(True, "--migration/--no-migration", help="Long-tail migration at run time."),
+    plan_quantile: float = typer.Option(1.0, "--plan-quantile", min=0.5, max=1.0,
+                                        help="Rollout quantile used for SLO admission; 1.0 = worst case."),
+    skip_unplaceable: bool = typer.Option(False, "--skip-unplaceable", help="Drop jobs no node can hold, with a warning."),
+) -> None:
+    """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
+    try:
+        trace = load_jobs(jobs)
+        spec, warnings = load_cluster(cluster)
+        for w in trace.warnings + warnings:
+            err.print(f"[yellow]warning:[/] {w}", highlight=False)
+        job_list = _drop_unplaceable(trace.jobs, spec, skip_unplaceable)
+        cfg = SimConfig(seed=seed, max_group_size=max_group_size,
+                        intra=IntraConfig(warm_switch_s=spec.warm_switch_s, migration=migration,
+                                          plan_quantile=plan_quantile))
+        names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
+        with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=False) as bar:
+            def progress_for(name: str):
+                task = bar.add_task(name, total=len(job_list))
+                return lambda done, total: bar.update(task, completed=done)
+            result = compare(job_list, spec, names, cfg, progress_for)
+        out.print(comparison_table(result, job_list, spec, trace.source))
+        if json_out is not None:
+            _write_json(json_out, result.to_json())
+    except InputError as exc:
+        _fail(exc)
+
+
+@workload_app.command("philly")
+def workload_philly(
+    vc: str = typer.Option("0e4a51", "--vc", help="Philly virtual cluster id (arrivals/<vc>.csv)."),
+    n_jobs: int = typer.Option(200, "--jobs", help="Number of jobs."),
+    days: float = typer.Option(14.0, "--days", help="Length of the arrival window in days."),
+    mode: str = typer.Option("catalog", "--mode", help="paper (Table-6 profile classes) or catalog (Qwen2.5 jobs)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the JSONL trace."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help="Trace folder (default: $ROLLMUX_TRACES or ../shared/traces)."),
+) -> None:
+    """Map real Philly arrivals and run times to RL post-training jobs."""
+    from rollmux.workload import find_traces_dir, synthesize_philly
+    try:
+        if mode not in ("paper", "catalog"):
+            raise InputError("--mode", f"unknown mode {mode!r}; choose paper or catalog")
+        job_list = synthesize_philly(find_traces_dir(traces), vc, n_jobs, days, mode, seed)
+        try:
+            dump_jobs(job_list, output)
+        except OSError as exc:
+            raise InputError(str(output), f"cannot write ({exc.strerror})") from None
+        out.print(f"wrote {len(job_list)} jobs to {output}")
+    except InputError as exc:
+        _fail(exc)
+
+
+def main() -> None:
+    """Entry point of the `rollmux` script."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

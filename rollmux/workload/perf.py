@@ -1,0 +1,200 @@
+"""Analytic performance model of one RL post-training iteration (docs/workload.md).
+
+Rollout is LLM decoding on H20s: memory-bandwidth bound, each decode step reads
+the weight shard plus the KV cache of every live response. Training on H800s is
+compute bound. Weight sync sends one bf16 model copy over the slow
+inter-cluster link (topology-aware sync, DESIGN §8). The constants below are
+calibrated once against the paper's six production profiles (PAPER_PROFILES);
+tests/test_workload_catalog.py keeps the model within 25% of each of them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# --- hardware (DESIGN §2) ---------------------------------------------------
+H20_HBM_BYTES = 96e9
+H20_BW = 4.0e12             # HBM bytes/s
+H800_FLOPS = 990e12         # dense bf16 FLOP/s
+LINK_BYTES_S = 20e9 / 8     # 20 Gb/s between the rollout and training clusters
+GPUS_PER_NODE = 8
+
+# --- calibrated efficiencies --------------------------------------------------
+BW_EFF = 0.7                # share of HBM bandwidth a decode step achieves
+KV_HBM_SHARE = 0.9          # share of HBM the engine may fill (weights + KV cache)
+TP_WEIGHT_SHARE = 0.4       # pick the smallest TP whose weight shard is <= 40% of HBM
+STEP_OVERHEAD_S = 0.005     # per decode step: kernel launches, sampling, batch scheduling
+ROLLOUT_FIXED_S = 40.0      # per iteration: prompt prefill, reward scoring, batch setup
+MFU_AT_7B = 0.25            # training MFU of a 7B model; larger GEMMs run more efficiently,
+MFU_SIZE_EXP = 0.35         # so MFU = MFU_AT_7B * (params / 7e9) ** MFU_SIZE_EXP
+TRAIN_FWD_PASSES = 6        # ref + old-logprob forwards, actor forward + recompute + 2x backward
+SYNC_FIXED_S = 5.0          # per sync: gather, handshake, engine reload from host cache
+PROMPT_TOKENS = 512
+
+# --- multi-turn (agentic) jobs -------------------------------------------------
+TURNS = 4
+ENV_LATENCY_S = 5.0         # per turn: tool / sandbox call on the critical path
+TOOL_TOKENS = 256           # per turn: tool output appended to the context (not generated)
+
+# --- host DRAM (DESIGN §1 C3) ---------------------------------------------------
+TRAIN_BYTES_PER_PARAM = 16  # bf16 weights + fp32 master + grads + Adam moments, offloaded
+TRAIN_MARGIN_GB = 32.0      # per node: pinned activation / checkpoint staging buffers
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Architecture numbers the model needs (from the models' config.json)."""
+
+    name: str
+    params: float
+    layers: int
+    kv_heads: int
+    head_dim: int
+    d_model: int
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """bf16 K and V of one token across all layers."""
+        return self.layers * self.kv_heads * self.head_dim * 2 * 2
+
+    @property
+    def weight_bytes(self) -> float:
+        """bf16 weights."""
+        return 2 * self.params
+
+
+ARCHS = {a.name: a for a in (
+    Arch("qwen2.5-3b", 3.09e9, 36, 2, 128, 2048),
+    Arch("qwen3-4b", 4.02e9, 36, 8, 128, 2560),
+    Arch("qwen2.5-7b", 7.62e9, 28, 4, 128, 3584),
+    Arch("qwen3-8b", 8.19e9, 36, 8, 128, 4096),
+    Arch("qwen2.5-14b", 14.7e9, 48, 8, 128, 5120),
+    Arch("qwen2.5-32b", 32.5e9, 64, 8, 128, 5120),
+)}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One RL job configuration: model, response cap, turns, GPUs and batch."""
+
+    model: str
+    cap: int                  # max response tokens
+    rollout_gpus: int         # H20
+    train_gpus: int           # H800
+    batch: int                # responses per iteration (prompts x samples per prompt)
+    length_scale: float       # response lengths ~ Exp(length_scale * cap), truncated at cap
+    multi_turn: bool = False
+
+    @property
+    def arch(self) -> Arch:
+        """The model's architecture."""
+        return ARCHS[self.model]
+
+    @property
+    def context_tokens(self) -> int:
+        """Non-generated tokens of one trajectory: prompt plus tool outputs."""
+        return PROMPT_TOKENS + (TURNS * TOOL_TOKENS if self.multi_turn else 0)
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Per-iteration phase times (s) and host DRAM (GB per node) of one recipe."""
+
+    rollout_median: float
+    rollout_max: float
+    train: float
+    sync: float
+    host_rollout_gb: float
+    host_train_gb: float
+
+
+def tensor_parallel(arch: Arch) -> int:
+    """TP degree of one rollout engine: smallest power of two that fits the weights."""
+    tp = 1
+    while arch.weight_bytes / tp > TP_WEIGHT_SHARE * H20_HBM_BYTES:
+        tp *= 2
+    return tp
+
+
+def length_moments(scale: float, cap: int) -> tuple[float, float]:
+    """E[L] and E[L^2] of response lengths L = min(Exp(scale), cap)."""
+    tail = math.exp(-cap / scale)
+    return scale * (1 - tail), 2 * scale * scale * (1 - tail * (1 + cap / scale))
+
+
+def decode_time(r: Recipe, mean_len: float, mean_sq_len: float, longest: float) -> float:
+    """Seconds to decode the batch on the rollout GPUs (memory-bandwidth bound)."""
+    a = r.arch
+    weights_per_gpu = a.weight_bytes / tensor_parallel(a)
+    per_gpu = r.batch / r.rollout_gpus          # responses per GPU (TP shards them evenly)
+    bw = H20_BW * BW_EFF
+    # Every step a response is live, its whole context's KV is read once.
+    kv_reads = per_gpu * a.kv_bytes_per_token * (r.context_tokens * mean_len + mean_sq_len / 2)
+    # KV capacity caps how many responses decode at once; past it steps serialise.
+    kv_capacity = KV_HBM_SHARE * H20_HBM_BYTES - weights_per_gpu
+    live_kv = (r.context_tokens + mean_sq_len / (2 * mean_len)) * a.kv_bytes_per_token
+    steps = max(longest, per_gpu * mean_len * live_kv / kv_capacity)
+    return steps * (STEP_OVERHEAD_S + weights_per_gpu / bw) + kv_reads / bw
+
+
+def rollout_times(r: Recipe) -> tuple[float, float]:
+    """(typical, worst-case) rollout seconds; worst case = every response hits the cap."""
+    fixed = ROLLOUT_FIXED_S + (TURNS * ENV_LATENCY_S if r.multi_turn else 0.0)
+    scale = r.length_scale * r.cap
+    mean_len, mean_sq = length_moments(scale, r.cap)
+    # The rollout lasts as long as its longest response: E[max of N] ~ scale * ln N.
+    longest = min(float(r.cap), scale * math.log(r.batch))
+    typical = fixed + decode_time(r, mean_len, mean_sq, longest)
+    worst = fixed + decode_time(r, r.cap, float(r.cap) ** 2, r.cap)
+    return typical, max(typical, worst)
+
+
+def mfu(arch: Arch) -> float:
+    """Training model-FLOPs utilisation on H800 (grows mildly with model size)."""
+    return min(0.5, MFU_AT_7B * (arch.params / 7e9) ** MFU_SIZE_EXP)
+
+
+def train_time(r: Recipe) -> float:
+    """Seconds of one training step on the typical rollout's tokens (compute bound)."""
+    a = r.arch
+    mean_len, _ = length_moments(r.length_scale * r.cap, r.cap)
+    seq = r.context_tokens + mean_len
+    # Forward FLOPs/token: 2*params for the GEMMs + 4*layers*d_model*ctx for attention.
+    fwd_per_token = 2 * a.params + 4 * a.layers * a.d_model * (seq / 2)
+    flops = TRAIN_FWD_PASSES * fwd_per_token * r.batch * seq
+    return flops / (r.train_gpus * H800_FLOPS * mfu(a))
+
+
+def sync_time(r: Recipe) -> float:
+    """Seconds to push one bf16 model copy across the inter-cluster link."""
+    return r.arch.weight_bytes / LINK_BYTES_S + SYNC_FIXED_S
+
+
+def host_gb(r: Recipe) -> tuple[float, float]:
+    """(rollout, train) host DRAM GB per node to keep the job resident."""
+    a = r.arch
+    # Rollout node: the synced bf16 copy the engines reload from, plus an equal
+    # staging buffer that receives the next sync while the current copy is in use.
+    rollout = 2 * a.weight_bytes / 1e9
+    train_nodes = -(-r.train_gpus // GPUS_PER_NODE)
+    train = TRAIN_BYTES_PER_PARAM * a.params / 1e9 / train_nodes + TRAIN_MARGIN_GB
+    return rollout, train
+
+
+def phases(r: Recipe) -> Phases:
+    """All modelled per-iteration numbers of a recipe."""
+    typical, worst = rollout_times(r)
+    h_roll, h_train = host_gb(r)
+    return Phases(typical, worst, train_time(r), sync_time(r), h_roll, h_train)
+
+
+# The paper's production profiles (DESIGN §7): (model, cap) -> (rollout s, train s).
+PAPER_PROFILES: dict[tuple[str, int], tuple[float, float]] = {
+    ("qwen2.5-3b", 4096): (79.0, 47.0),
+    ("qwen2.5-7b", 8192): (134.0, 113.0),
+    ("qwen2.5-14b", 8192): (239.0, 197.0),
+    ("qwen2.5-32b", 8192): (268.0, 362.0),
+    ("qwen3-4b", 32768): (734.0, 465.0),
+    ("qwen3-8b", 32768): (888.0, 560.0),
+}
