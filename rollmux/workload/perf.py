@@ -24,7 +24,7 @@ GPUS_PER_NODE = 8
 BW_EFF = 0.7                # share of HBM bandwidth a decode step achieves
 KV_HBM_SHARE = 0.9          # share of HBM the engine may fill (weights + KV cache)
 TP_WEIGHT_SHARE = 0.4       # pick the smallest TP whose weight shard is <= 40% of HBM
-STEP_OVERHEAD_S = 0.005     # per decode step: kernel launches, sampling, batch scheduling
+STEP_OVERHEAD_S = 0.004     # per decode step: kernel launches, sampling, batch scheduling
 ROLLOUT_FIXED_S = 40.0      # per iteration: prompt prefill, reward scoring, batch setup
 MFU_AT_7B = 0.25            # training MFU of a 7B model; larger GEMMs run more efficiently,
 MFU_SIZE_EXP = 0.35         # so MFU = MFU_AT_7B * (params / 7e9) ** MFU_SIZE_EXP
