@@ -63,7 +63,7 @@ def simulate_verl(jobs: list[JobSpec], cluster: ClusterSpec, seed: int = 0) -> P
         ledger.busy("train", j.train_gpus, j.train_time(total_r))
         ledger.busy("train", g, 2 * cluster.warm_switch_s * j.iterations)
         outcomes.append(JobOutcome(j.job_id, j.iterations, j.arrival_s, j.arrival_s + lifetime,
-                                   solo_seconds(j, rollouts), j.slo))
+                                   solo_seconds(j, rollouts), j.slo, j.solo_iter_s))
     for t, delta, _ in sorted(events, key=lambda e: (e[0], e[2])):
         if delta > 0:
             ledger.provision("train", delta, t)

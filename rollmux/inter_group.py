@@ -82,7 +82,9 @@ class RollMuxPlacement(PlacementPolicy):
         open_groups = [g for g in view.groups
                        if g.size < view.max_group_size and g.shape is not None
                        and g.shape.status == "unsaturated"]
-        slack_new = job.slo * job.solo_iter_s
+        # A newcomer's first iteration may wait up to one meta-iteration for its
+        # turn; admit it only if its mean stays within SLO with that wait included.
+        slack_new = job.slo * job.solo_iter_s * job.iterations / (job.iterations + 1)
         for new_nodes in range(0, k + 1):
             if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
                 break

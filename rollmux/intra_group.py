@@ -18,6 +18,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from rollmux.group import Group, GroupShape, Member
 from rollmux.spec import JobSpec
 
@@ -176,15 +178,67 @@ def t_load(members: Sequence[Member], n_rollout: int, n_train: int,
     return max(loads, default=0.0)
 
 
+def meta_matrix(members: Sequence[Member], n_rollout: int, n_train: int,
+                times: Sequence[PhaseTimes], warm_switch_s: float) -> np.ndarray:
+    """Max-plus matrix A of one steady-state meta-iteration without migration.
+
+    State x = (ready time of each member, free time of each rollout node, of each
+    training node); one meta-iteration maps x to A (x) x, with A[i, k] the longest
+    path from variable k to variable i (-inf: none). Mirrors `schedule`.
+    """
+    n = len(members)
+    d = n + n_rollout + n_train
+    forms = np.full((d, d), -np.inf)
+    np.fill_diagonal(forms, 0.0)
+    var = [forms[i].copy() for i in range(d)]
+    r0, t0 = n, n + n_rollout
+    r_count = np.bincount([i for m in members for i in m.rollout_nodes], minlength=n_rollout)
+    t_count = np.bincount([i for m in members for i in m.train_nodes], minlength=n_train)
+    for j, (mem, pt) in enumerate(zip(members, times)):
+        sw = warm_switch_s if any(r_count[i] > 1 for i in mem.rollout_nodes) else 0.0
+        start = var[j]
+        for i in mem.rollout_nodes:
+            start = np.maximum(start, var[r0 + i])
+        r_end = start + sw + pt.rollout
+        for i in mem.rollout_nodes:
+            var[r0 + i] = r_end
+        sw = warm_switch_s if any(t_count[i] > 1 for i in mem.train_nodes) else 0.0
+        start = r_end
+        for i in mem.train_nodes:
+            start = np.maximum(start, var[t0 + i])
+        t_end = start + sw + pt.train
+        for i in mem.train_nodes:
+            var[t0 + i] = t_end
+        var[j] = t_end + pt.sync
+    return np.array(var)
+
+
+def max_cycle_mean(a: np.ndarray) -> float:
+    """Karp's maximum cycle mean of a max-plus matrix: its asymptotic growth rate per step."""
+    d = a.shape[0]
+    walks = [np.zeros(d)]
+    for _ in range(d):
+        walks.append(np.max(a + walks[-1][None, :], axis=1))
+    last = walks[d]
+    best = -np.inf
+    for v in range(d):
+        if last[v] == -np.inf:
+            continue
+        means = [(last[v] - walks[k][v]) / (d - k) for k in range(d) if walks[k][v] > -np.inf]
+        best = max(best, min(means))
+    return float(best)
+
+
 def period(members: Sequence[Member], n_rollout: int, n_train: int,
            times: Sequence[PhaseTimes], cfg: IntraConfig) -> float:
-    """Steady-state meta-iteration time for fixed durations (every member's iteration time)."""
-    n = len(members)
-    if n == 0:
+    """Exact steady-state meta-iteration time for fixed durations (no migration).
+
+    Every member runs once per meta-iteration, so this is every member's
+    co-execution iteration time in the long run.
+    """
+    if not members:
         return 0.0
-    warm, window = n + 4, 4
-    ends, _ = schedule(members, n_rollout, n_train, [times] * (warm + window), cfg)
-    return max((ends[-1][j] - ends[warm - 1][j]) / window for j in range(n))
+    return max_cycle_mean(meta_matrix(members, n_rollout, n_train, times, cfg.warm_switch_s))
 
 
 def _lower_bound(members: Sequence[Member], n_rollout: int, n_train: int,

@@ -20,6 +20,7 @@ class JobOutcome:
     finish_s: float
     solo_s: float      # the same iterations run solo (same sampled rollouts)
     slo: float
+    solo_iter_s: float  # the profile's expected solo iteration time
 
     @property
     def slowdown(self) -> float:
@@ -27,9 +28,20 @@ class JobOutcome:
         return (self.finish_s - self.start_s) / self.solo_s
 
     @property
+    def mean_iter_s(self) -> float:
+        """Mean iteration time under the policy."""
+        return (self.finish_s - self.start_s) / self.iterations
+
+    @property
     def slo_met(self) -> bool:
-        """Whether the slowdown is within the job's SLO."""
-        return self.slowdown <= self.slo * (1 + 1e-9)
+        """Mean iteration time within slo x solo iteration time (DESIGN §7).
+
+        The solo iteration time is the profile's expectation (solo_iter_s) or,
+        when the job's own draws were slower, its realized solo mean: a job is
+        never charged for its own rollout lengths, only for sharing.
+        """
+        solo = max(self.solo_iter_s, self.solo_s / self.iterations)
+        return self.mean_iter_s <= self.slo * solo * (1 + 1e-9)
 
 
 @dataclass

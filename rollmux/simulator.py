@@ -173,7 +173,7 @@ class Simulation:
     def _depart(self, run: _JobRun) -> None:
         job, now = run.job, self.env.now()
         self.outcomes.append(JobOutcome(job.job_id, job.iterations, run.start_s, now,
-                                        solo_seconds(job, run.rollouts), job.slo))
+                                        solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s))
         del self.runs[job.job_id]
         self.tail_end.pop(job.job_id, None)
         old = self.groups[run.group_id]
