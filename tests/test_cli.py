@@ -1,0 +1,112 @@
+"""End-to-end tests of the `rollmux` CLI on small Philly-driven traces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from rollmux.baselines import solo_d_cost
+from rollmux.cli import app
+from rollmux.spec import default_cluster
+from rollmux.trace_io import load_jobs
+from rollmux.workload import find_traces_dir
+
+runner = CliRunner()
+POLICY_KEYS = {"cost_usd", "cost_per_hour", "slo_attainment", "jobs_finished", "mean_slowdown",
+               "max_slowdown", "idle_share", "peak_gpus"}
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    """A 30-job, 3-day paper-profile trace from real Philly arrivals."""
+    path = tmp_path_factory.mktemp("trace") / "small.jsonl"
+    res = runner.invoke(app, ["workload", "philly", "--vc", "b436b2", "--jobs", "30", "--days", "3",
+                              "--mode", "paper", "--seed", "3", "-o", str(path),
+                              "--traces", str(find_traces_dir())])
+    assert res.exit_code == 0, res.output
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_results(small_trace, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out") / "r.json"
+    res = runner.invoke(app, ["simulate", "--jobs", str(small_trace), "--policy", "rollmux",
+                              "--policy", "solo-d", "--policy", "verl", "--policy", "random",
+                              "--policy", "greedy", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    return json.loads(out.read_text())
+
+
+def test_workload_command_writes_valid_trace(small_trace):
+    assert len(load_jobs(small_trace).jobs) == 30
+
+
+def test_simulate_json_has_exactly_the_documented_keys(small_results):
+    assert set(small_results) == {"busy_time_bound_usd", "policies"}
+    assert set(small_results["policies"]) == {"rollmux", "solo-d", "verl", "random", "greedy"}
+    for name, doc in small_results["policies"].items():
+        expected = POLICY_KEYS | ({"placements"} if name != "verl" else set())
+        assert set(doc) == expected, name
+        assert set(doc["idle_share"]) == {"rollout", "train"}
+        if "placements" in doc:
+            assert set(doc["placements"]) == {"direct_packing", "rollout_scaling", "isolated"}
+            assert sum(doc["placements"].values()) == pytest.approx(1.0)
+
+
+def test_simulate_every_policy_finishes_every_job(small_results):
+    assert all(p["jobs_finished"] == 30 for p in small_results["policies"].values())
+
+
+def test_rollmux_meets_every_slo_end_to_end(small_results):
+    assert small_results["policies"]["rollmux"]["slo_attainment"] == 1.0
+
+
+def test_solo_d_matches_closed_form_end_to_end(small_trace, small_results):
+    closed = solo_d_cost(load_jobs(small_trace).jobs, default_cluster())
+    assert small_results["policies"]["solo-d"]["cost_usd"] == pytest.approx(closed, rel=0.005)
+
+
+def test_no_policy_beats_the_busy_time_bound(small_results):
+    bound = small_results["busy_time_bound_usd"]
+    assert all(p["cost_usd"] >= bound for p in small_results["policies"].values())
+
+
+def test_simulate_prints_the_comparison_table(small_trace):
+    res = runner.invoke(app, ["simulate", "--jobs", str(small_trace), "--policy", "rollmux"])
+    assert res.exit_code == 0
+    assert "rollmux" in res.output and "gain" in res.output
+
+
+@pytest.mark.parametrize("args, place", [
+    (["simulate", "--jobs", "/nonexistent.jsonl"], "/nonexistent.jsonl"),
+    (["simulate", "--policy", "fifo"], "--policy"),
+    (["workload", "philly", "--vc", "nope", "-o", "x.jsonl"], "nope"),
+    (["workload", "philly", "--mode", "weird", "-o", "x.jsonl"], "--mode"),
+])
+def test_bad_input_exits_2_with_one_line_naming_the_place(args, place):
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2
+    assert "Traceback" not in res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and place in lines[0], res.output
+
+
+def test_bad_trace_line_is_named(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"job_id": "a"}\n')
+    res = runner.invoke(app, ["simulate", "--jobs", str(bad)])
+    assert res.exit_code == 2
+    assert f"{bad}:1" in res.output and "field" in res.output
+
+
+def test_unplaceable_job_is_rejected_not_dropped(tmp_path, small_trace):
+    job = json.loads(small_trace.read_text().splitlines()[0])
+    job["host_gb"]["train"] = 5000
+    path = tmp_path / "big.jsonl"
+    path.write_text(json.dumps(job) + "\n" + "\n".join(small_trace.read_text().splitlines()[1:5]) + "\n")
+    res = runner.invoke(app, ["simulate", "--jobs", str(path), "--policy", "solo-d"])
+    assert res.exit_code == 2 and job["job_id"] in res.output and "host_gb.train" in res.output
+    res = runner.invoke(app, ["simulate", "--jobs", str(path), "--policy", "solo-d", "--skip-unplaceable"])
+    assert res.exit_code == 0 and "rejected" in res.output
