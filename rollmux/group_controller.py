@@ -71,7 +71,9 @@ class GroupController:
         for pool, count in ((ROLLOUT, group.n_rollout), (TRAIN, group.n_train)):
             while len(self.nodes[pool]) < count:
                 self.nodes[pool].append(_NodeState())
-        current = max(self._meta[ROLLOUT].values(), default=0)
+        # A newcomer joins the meta-iteration in progress (the earliest any member
+        # has not finished), at its position in the new order.
+        current = min(self._meta[TRAIN].values(), default=0)
         ids = [m.job_id for m in group.members]
         for pool in (ROLLOUT, TRAIN):
             self._meta[pool] = {j: self._meta[pool].get(j, current) for j in ids}

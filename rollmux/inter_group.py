@@ -12,8 +12,10 @@ cheapest and ties go to the first found.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from rollmux.group import Group, Member, isolated_group
-from rollmux.intra_group import IntraConfig, planning_times, plan_group, t_cycle, t_load
+from rollmux.intra_group import IntraConfig, group_planning_times, plan_group, t_cycle, t_load
 from rollmux.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.spec import ClusterSpec, JobSpec
 
@@ -50,6 +52,19 @@ def pin_into(group: Group, job: JobSpec, cluster: ClusterSpec, new_nodes: int,
     return Group(group.group_id, group.n_rollout + new_nodes, group.n_train, group.members + (member,))
 
 
+def period_budget(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> float:
+    """Longest meta-iteration a job can accept from now on and still meet its SLO.
+
+    Its mean iteration time must stay within slo * solo_iter_s over its whole
+    life: what it already spent counts, and a membership change may cost up to
+    one extra meta-iteration of transient, so the remaining iterations plus one
+    must fit in what is left of its time budget.
+    """
+    done, elapsed = progress.get(job.job_id, (0, 0.0))
+    budget = job.slo * job.solo_iter_s * job.iterations - elapsed
+    return budget / (job.iterations - done + 1)
+
+
 def isolated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig) -> PlacementPlan | None:
     """A new group for the job alone, or None if the node caps forbid it."""
     g = plan_group(isolated_group(view.next_group_id, job, view.cluster), cfg)
@@ -82,14 +97,14 @@ class RollMuxPlacement(PlacementPolicy):
         open_groups = [g for g in view.groups
                        if g.size < view.max_group_size and g.shape is not None
                        and g.shape.status == "unsaturated"]
-        # A newcomer's first iteration may wait up to one meta-iteration for its
-        # turn; admit it only if its mean stays within SLO with that wait included.
-        slack_new = job.slo * job.solo_iter_s * job.iterations / (job.iterations + 1)
+        slack = {g.group_id: min(period_budget(m.job, view.progress) for m in g.members)
+                 for g in open_groups}
+        slack_new = period_budget(job, {})
         for new_nodes in range(0, k + 1):
             if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
                 break
             for g in open_groups:
-                plan = self._try(g, job, new_nodes, min(g.shape.slack_s, slack_new), view, q)
+                plan = self._try(g, job, new_nodes, min(slack[g.group_id], slack_new), view, q)
                 if plan is not None:
                     return plan
         return isolated_plan(job, view, self.cfg)
@@ -101,7 +116,7 @@ class RollMuxPlacement(PlacementPolicy):
         cand = pin_into(g, job, view.cluster, new_nodes, order)
         if cand is None:
             return None
-        times = [planning_times(m.job, q) for m in cand.members]
+        times = group_planning_times(cand.members, self.cfg)
         # Closed-form lower bound first: the exact schedule can only be slower.
         bound = max(t_cycle(cand.members, times),
                     t_load(cand.members, cand.n_rollout, cand.n_train, times, self.cfg.warm_switch_s))

@@ -36,6 +36,19 @@ class IntraConfig:
     plan_quantile: float = 1.0       # 1.0 = worst case (every response at the cap)
     best_order_max: int = 6          # search the best cyclic order up to this size
 
+    def __post_init__(self) -> None:
+        checks = [
+            (self.warm_switch_s >= 0, "warm_switch_s must be >= 0"),
+            (0 < self.start_ratio <= 1, "start_ratio must be in (0, 1]"),
+            (0 < self.tail_worker_frac <= 1, "tail_worker_frac must be in (0, 1]"),
+            (self.migration_overhead_s >= 0, "migration_overhead_s must be >= 0"),
+            (0 < self.plan_quantile <= 1, "plan_quantile must be in (0, 1]"),
+            (self.best_order_max >= 0, "best_order_max must be >= 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"IntraConfig: {msg}")
+
 
 @dataclass(frozen=True)
 class PhaseTimes:
@@ -64,6 +77,33 @@ def planning_times(job: JobSpec, quantile: float) -> PhaseTimes:
     """Phase durations used for planning: rollout at `quantile` (1.0 = max)."""
     r = job.rollout_s.quantile(quantile)
     return PhaseTimes(r, job.train_time(r), job.sync_s)
+
+
+def group_planning_times(members: Sequence[Member], cfg: "IntraConfig") -> list[PhaseTimes]:
+    """Planning durations of a group's members.
+
+    Migration only ever lets the next rollout start earlier, except that the
+    migrating job pays the straggler recompute: that overhead is added to the
+    planned rollout of every member that may migrate, so the plan stays an
+    upper bound of the run.
+    """
+    shared = _shared_rollout_nodes(members)
+    out = []
+    for m in members:
+        pt = planning_times(m.job, cfg.plan_quantile)
+        if tail_share(m.job, any(i in shared for i in m.rollout_nodes), cfg) > 0:
+            pt = PhaseTimes(pt.rollout + cfg.migration_overhead_s, pt.train, pt.sync)
+        out.append(pt)
+    return out
+
+
+def _shared_rollout_nodes(members: Sequence[Member]) -> set[int]:
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for m in members:
+        for i in m.rollout_nodes:
+            (shared if i in seen else seen).add(i)
+    return shared
 
 
 class _Node:
@@ -251,8 +291,10 @@ def best_order(members: Sequence[Member], n_rollout: int, n_train: int,
     """The cyclic order (indices into members) with the shortest period, and that period.
 
     Orders are searched only when the given order misses the closed-form bound
-    and the group has at most cfg.best_order_max members (Theorem 1: otherwise
-    any round-robin order is already optimal or the search is too costly).
+    max(T_cycle, T_load) (then it is already optimal) and the group has at most
+    cfg.best_order_max members. The paper's Theorem 1 says round-robin reaches
+    T_cycle on unsaturated groups; in this exact model that holds for the best
+    order of one-node-per-phase members, not for every order (tests show both).
     """
     base = tuple(range(len(members)))
     best = period(members, n_rollout, n_train, times, cfg)
@@ -269,15 +311,18 @@ def best_order(members: Sequence[Member], n_rollout: int, n_train: int,
     return base, best
 
 
-def plan_group(group: Group, cfg: IntraConfig) -> Group:
-    """Reorder a group to its best cyclic order and attach its planning shape."""
+def plan_group(group: Group, cfg: IntraConfig, reorder: bool = True) -> Group:
+    """Attach a group's planning shape, first moving it to its best cyclic order if asked."""
     members = group.members
     if not members:
         return Group(group.group_id, group.n_rollout, group.n_train, (), None)
-    times = [planning_times(m.job, cfg.plan_quantile) for m in members]
+    times = group_planning_times(members, cfg)
     # Planning is conservative: no migration credit, worst-case durations.
     plan_cfg = IntraConfig(**{**cfg.__dict__, "migration": False})
-    order, per = best_order(members, group.n_rollout, group.n_train, times, plan_cfg)
+    if reorder:
+        order, per = best_order(members, group.n_rollout, group.n_train, times, plan_cfg)
+    else:
+        order, per = tuple(range(len(members))), period(members, group.n_rollout, group.n_train, times, plan_cfg)
     members = tuple(members[i] for i in order)
     times = [times[i] for i in order]
     shape = GroupShape(

@@ -9,8 +9,9 @@ against the invariants written below, whatever policy produced it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Mapping
 
 from rollmux.group import Group, residency_ok
 from rollmux.spec import ClusterSpec, JobSpec
@@ -34,6 +35,8 @@ class ClusterView:
     free_train_nodes: int | None
     max_group_size: int
     next_group_id: int
+    # job_id -> (iterations done, seconds since it started); jobs absent have not started.
+    progress: Mapping[str, tuple[int, float]] = field(default_factory=dict)
 
     def group(self, group_id: int) -> Group | None:
         """The group with this id, if any."""

@@ -19,6 +19,7 @@ import numpy as np
 from rollmux.accounting import Ledger
 from rollmux.draws import rollout_draws, solo_seconds
 from rollmux.env import SimEnvironment
+from rollmux.errors import InputError
 from rollmux.group import Group
 from rollmux.group_controller import ROLLOUT, TRAIN, Grant, GroupController
 from rollmux.intra_group import IntraConfig, head_finish, plan_group
@@ -54,6 +55,10 @@ class Simulation:
 
     def __init__(self, jobs: list[JobSpec], cluster: ClusterSpec, policy: PlacementPolicy,
                  cfg: SimConfig | None = None) -> None:
+        for job in jobs:
+            reason = cluster.job_unplaceable_reason(job)
+            if reason is not None:
+                raise InputError(f"job {job.job_id}", f"can never be placed: {reason}")
         self.jobs, self.cluster, self.policy = jobs, cluster, policy
         self.cfg = cfg or SimConfig()
         self.env = SimEnvironment()
@@ -88,8 +93,10 @@ class Simulation:
         pools = self.cluster.pools
         free = {p: (None if getattr(pools, p).max_nodes is None
                     else getattr(pools, p).max_nodes - self.ledger.nodes[p]) for p in ("rollout", "train")}
+        now = self.env.now()
+        progress = {jid: (run.done, now - run.start_s) for jid, run in self.runs.items()}
         return ClusterView(self.cluster, tuple(self.groups.values()), free["rollout"], free["train"],
-                           self.cfg.max_group_size, self._next_gid)
+                           self.cfg.max_group_size, self._next_gid, progress)
 
     def _arrive(self, job: JobSpec) -> None:
         self.queue.append(job)
@@ -180,7 +187,9 @@ class Simulation:
         rest = Group(old.group_id, old.n_rollout, old.n_train,
                      tuple(m for m in old.members if m.job_id != job.job_id))
         if rest.members:
-            rest = plan_group(rest, self.cfg.intra)
+            # Keep the order: a departure can only shorten the period, and a
+            # re-ordering would cost the remaining members a transient.
+            rest = plan_group(rest, self.cfg.intra, reorder=False)
             self.groups[rest.group_id] = rest
             self.controllers[rest.group_id].update_group(rest)
         else:

@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
-    # Unknown fields are kept in model_extra so loaders can warn about them.
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # Unknown fields are kept in model_extra so loaders can warn about them;
+    # strict: "8" is not a number and 8.5 GPUs is not an int.
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class RolloutDist(_Strict):
