@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rollmux.group import Group, GroupShape, isolated_group
+from rollmux.group import Group, isolated_group
 from rollmux.inter_group import RollMuxPlacement, isolated_plan, pin_into, rollout_node_loads
 from rollmux.intra_group import IntraConfig, plan_group
 from rollmux.placement import Case, ClusterView, validate_plan

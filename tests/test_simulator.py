@@ -12,7 +12,7 @@ from rollmux.baselines import solo_d_cost
 from rollmux.errors import InputError
 from rollmux.inter_group import RollMuxPlacement
 from rollmux.intra_group import IntraConfig, plan_group
-from rollmux.simulator import SimConfig, Simulation, SimulationStalled, simulate
+from rollmux.simulator import SimConfig, Simulation, simulate
 from tests.factories import make_cluster, make_group, make_job, synthetic_trace
 
 CLUSTER = make_cluster()
