@@ -24,6 +24,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/placement_latency.py
 	$(BIN)/python benchmarks/simulate_wall_time.py
+	$(BIN)/python benchmarks/acceptance.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
