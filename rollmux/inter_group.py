@@ -97,13 +97,16 @@ class RollMuxPlacement(PlacementPolicy):
         open_groups = [g for g in view.groups
                        if g.size < view.max_group_size and g.shape is not None
                        and g.shape.status == "unsaturated"]
-        slack = {g.group_id: min(period_budget(m.job, view.progress) for m in g.members)
-                 for g in open_groups}
         slack_new = period_budget(job, {})
+        slack: dict[int, float] = {}  # filled lazily: most groups fail cheaper checks first
         for new_nodes in range(0, k + 1):
             if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
                 break
             for g in open_groups:
+                if g.shape.t_cycle_s > slack_new:
+                    continue  # the group's slowest member alone already breaks the newcomer's SLO
+                if g.group_id not in slack:
+                    slack[g.group_id] = min(period_budget(m.job, view.progress) for m in g.members)
                 plan = self._try(g, job, new_nodes, min(slack[g.group_id], slack_new), view, q)
                 if plan is not None:
                     return plan
