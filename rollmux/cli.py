@@ -70,6 +70,12 @@ def simulate(
     plan_quantile: float = typer.Option(1.0, "--plan-quantile", min=0.5, max=1.0,
                                         help="Rollout quantile used for SLO admission; 1.0 = worst case."),
     skip_unplaceable: bool = typer.Option(False, "--skip-unplaceable", help="Drop jobs no node can hold, with a warning."),
+    shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Release nodes a group no longer needs when members leave."),
+    regroup: bool = typer.Option(True, "--regroup/--no-regroup",
+                                 help="Dissolve a group whose remaining members fit elsewhere for less."),
+    migration_stall: float = typer.Option(300.0, "--migration-stall", min=0.0,
+                                          help="Seconds a re-placed job pauses (state move, cold start)."),
+    static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup."),
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:
@@ -80,7 +86,9 @@ def simulate(
         job_list = _drop_unplaceable(trace.jobs, spec, skip_unplaceable)
         cfg = SimConfig(seed=seed, max_group_size=max_group_size,
                         intra=IntraConfig(warm_switch_s=spec.warm_switch_s, migration=migration,
-                                          plan_quantile=plan_quantile))
+                                          plan_quantile=plan_quantile),
+                        shrink=shrink and not static, regroup=regroup and not static,
+                        migration_stall_s=migration_stall)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:

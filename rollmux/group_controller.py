@@ -66,9 +66,17 @@ class GroupController:
     # round-robin; because one total order is shared by every node and each job's
     # own phases have increasing keys, the smallest pending key can always run,
     # so joins, departures and re-orderings can never deadlock the group.
-    def update_group(self, group: Group) -> None:
-        """Adopt a new member list/order; newcomers start at the current meta-iteration."""
+    def update_group(self, group: Group, rollout_map: dict[int, int] | None = None) -> None:
+        """Adopt a new member list/order; newcomers start at the current meta-iteration.
+
+        `rollout_map` (old -> new index of every kept rollout node) renumbers the
+        nodes after a shrink; dropped nodes must be idle.
+        """
+        if rollout_map is not None:
+            kept = sorted(rollout_map, key=rollout_map.get)
+            self.nodes[ROLLOUT] = [self.nodes[ROLLOUT][i] for i in kept]
         for pool, count in ((ROLLOUT, group.n_rollout), (TRAIN, group.n_train)):
+            del self.nodes[pool][count:]
             while len(self.nodes[pool]) < count:
                 self.nodes[pool].append(_NodeState())
         # A newcomer joins the meta-iteration in progress (the earliest any member

@@ -86,6 +86,7 @@ class RollMuxPlacement(PlacementPolicy):
     """Algorithm 1 with worst-case (or quantile) SLO admission."""
 
     name = "rollmux"
+    regroups = True  # its SLO admission makes departure-time re-placement safe
 
     def __init__(self, cfg: IntraConfig | None = None) -> None:
         self.cfg = cfg or IntraConfig()
@@ -97,7 +98,7 @@ class RollMuxPlacement(PlacementPolicy):
         open_groups = [g for g in view.groups
                        if g.size < view.max_group_size and g.shape is not None
                        and g.shape.status == "unsaturated"]
-        slack_new = period_budget(job, {})
+        slack_new = period_budget(job, view.progress)  # a migrating job brings its past
         slack: dict[int, float] = {}  # filled lazily: most groups fail cheaper checks first
         for new_nodes in range(0, k + 1):
             if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:

@@ -25,6 +25,7 @@ from rollmux.group_controller import ROLLOUT, TRAIN, Grant, GroupController
 from rollmux.intra_group import IntraConfig, head_finish, plan_group
 from rollmux.metrics import JobOutcome, PolicyResult
 from rollmux.placement import ClusterView, PlacementPlan, PlacementPolicy, validate_plan
+from rollmux.regroup import replacement_saving, shrink
 from rollmux.spec import ClusterSpec, JobSpec
 
 
@@ -35,6 +36,9 @@ class SimConfig:
     seed: int = 0
     max_group_size: int = 5
     intra: IntraConfig = field(default_factory=IntraConfig)
+    shrink: bool = True           # release nodes no remaining member needs (beyond the paper)
+    regroup: bool = True          # dissolve a group whose members fit elsewhere for less (beyond the paper)
+    migration_stall_s: float = 300.0  # a migrating job's pause: state moved, cold start on new nodes
 
 
 class SimulationStalled(RuntimeError):
@@ -48,6 +52,7 @@ class _JobRun:
     rollouts: np.ndarray
     start_s: float
     done: int = 0
+    migrate: bool = False  # leave the group at the next iteration boundary and be re-placed
 
 
 class Simulation:
@@ -71,6 +76,8 @@ class Simulation:
         self.outcomes: list[JobOutcome] = []
         self.cases: dict[str, int] = {}
         self.decision_ms: list[float] = []
+        self.dissolving: set[int] = set()
+        self.migrations = 0
         self._next_gid = 0
 
     # -- driver ---------------------------------------------------------------------
@@ -89,13 +96,14 @@ class Simulation:
 
     # -- placement ------------------------------------------------------------------
     def view(self) -> ClusterView:
-        """A frozen snapshot for the policy."""
+        """A frozen snapshot for the policy (groups being dissolved are not offered)."""
         pools = self.cluster.pools
         free = {p: (None if getattr(pools, p).max_nodes is None
                     else getattr(pools, p).max_nodes - self.ledger.nodes[p]) for p in ("rollout", "train")}
         now = self.env.now()
         progress = {jid: (run.done, now - run.start_s) for jid, run in self.runs.items()}
-        return ClusterView(self.cluster, tuple(self.groups.values()), free["rollout"], free["train"],
+        groups = tuple(g for g in self.groups.values() if g.group_id not in self.dissolving)
+        return ClusterView(self.cluster, groups, free["rollout"], free["train"],
                            self.cfg.max_group_size, self._next_gid, progress)
 
     def _arrive(self, job: JobSpec) -> None:
@@ -120,7 +128,8 @@ class Simulation:
         g, now = plan.group, self.env.now()
         self.ledger.provision("rollout", plan.added_rollout_nodes, now)
         self.ledger.provision("train", plan.added_train_nodes, now)
-        self.cases[plan.case.value] = self.cases.get(plan.case.value, 0) + 1
+        if plan.job_id not in self.runs:  # arrivals only: a migrating job was counted when it arrived
+            self.cases[plan.case.value] = self.cases.get(plan.case.value, 0) + 1
         self.groups[g.group_id] = g
         if g.group_id >= self._next_gid:
             self._next_gid = g.group_id + 1
@@ -131,7 +140,11 @@ class Simulation:
 
     # -- simulated job process ------------------------------------------------------------
     def _start(self, job: JobSpec, gid: int) -> None:
-        self.runs[job.job_id] = _JobRun(job, gid, rollout_draws(job, self.cfg.seed), self.env.now())
+        run = self.runs.get(job.job_id)
+        if run is None:
+            self.runs[job.job_id] = _JobRun(job, gid, rollout_draws(job, self.cfg.seed), self.env.now())
+        else:  # a migrated job resumes where it stopped
+            run.group_id, run.migrate = gid, False
         self._request(job.job_id, ROLLOUT)
 
     def _request(self, jid: str, phase: str) -> None:
@@ -171,10 +184,18 @@ class Simulation:
     def _sync_done(self, jid: str) -> None:
         run = self.runs[jid]
         run.done += 1
-        if run.done < run.job.iterations:
-            self._request(jid, ROLLOUT)
-        else:
+        if run.done >= run.job.iterations:
             self._depart(run)
+        elif run.migrate:
+            self.migrations += 1
+            self._leave(run)
+            self.env.call_later(self.cfg.migration_stall_s, self._rearrive, run.job)
+        else:
+            self._request(jid, ROLLOUT)
+
+    def _rearrive(self, job: JobSpec) -> None:
+        self.queue.appendleft(job)  # it was admitted before: it does not queue behind new arrivals
+        self._drain()
 
     # -- departures ---------------------------------------------------------------------
     def _depart(self, run: _JobRun) -> None:
@@ -183,22 +204,47 @@ class Simulation:
                                         solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s))
         del self.runs[job.job_id]
         self.tail_end.pop(job.job_id, None)
-        old = self.groups[run.group_id]
-        rest = Group(old.group_id, old.n_rollout, old.n_train,
-                     tuple(m for m in old.members if m.job_id != job.job_id))
-        if rest.members:
-            # Keep the order: a departure can only shorten the period, and a
-            # re-ordering would cost the remaining members a transient.
-            rest = plan_group(rest, self.cfg.intra, reorder=False)
-            self.groups[rest.group_id] = rest
-            self.controllers[rest.group_id].update_group(rest)
-        else:
-            del self.groups[rest.group_id], self.controllers[rest.group_id]
-            self.ledger.release("rollout", rest.n_rollout, now)
-            self.ledger.release("train", rest.n_train, now)
+        rest = self._leave(run)
+        if rest is not None and self.cfg.regroup and getattr(self.policy, "regroups", False):
+            self._consider_dissolving(rest)
         if self._progress is not None:
             self._progress(len(self.outcomes), len(self.jobs))
         self._drain()
+
+    def _leave(self, run: _JobRun) -> Group | None:
+        """Remove the job from its group; return what is left (None if the group is gone)."""
+        now, old = self.env.now(), self.groups[run.group_id]
+        rest = Group(old.group_id, old.n_rollout, old.n_train,
+                     tuple(m for m in old.members if m.job_id != run.job.job_id))
+        if not rest.members:
+            del self.groups[rest.group_id], self.controllers[rest.group_id]
+            self.dissolving.discard(rest.group_id)
+            self.ledger.release("rollout", rest.n_rollout, now)
+            self.ledger.release("train", rest.n_train, now)
+            return None
+        remap = None
+        if self.cfg.shrink:
+            rest, remap, freed_r, freed_t = shrink(rest)
+            self.ledger.release("rollout", freed_r, now)
+            self.ledger.release("train", freed_t, now)
+        # Keep the order: a departure can only shorten the period, and a
+        # re-ordering would cost the remaining members a transient.
+        rest = plan_group(rest, self.cfg.intra, reorder=False)
+        self.groups[rest.group_id] = rest
+        self.controllers[rest.group_id].update_group(rest, remap)
+        return rest
+
+    def _consider_dissolving(self, group: Group) -> None:
+        """Dissolve the group if its members fit elsewhere for less (they migrate one by one)."""
+        if group.group_id in self.dissolving:
+            return
+        self.dissolving.add(group.group_id)  # hides it from the view below
+        saving = replacement_saving(group, self.view(), self.policy, self.cfg.migration_stall_s)
+        if saving <= 1e-9:
+            self.dissolving.discard(group.group_id)
+            return
+        for m in group.members:
+            self.runs[m.job_id].migrate = True
 
 
 def simulate(jobs: list[JobSpec], cluster: ClusterSpec, policy: PlacementPolicy,
