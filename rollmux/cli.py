@@ -25,6 +25,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RollMux: multiplex RL post-training jobs across rollout and training pools.")
 workload_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Build job traces.")
 app.add_typer(workload_app, name="workload")
+bench_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure the scheduler itself.")
+app.add_typer(bench_app, name="bench")
 # Piped output gets a fixed width wide enough for the comparison table.
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
@@ -124,6 +126,25 @@ def workload_philly(
         except OSError as exc:
             raise InputError(str(output), f"cannot write ({exc.strerror})") from None
         out.print(f"wrote {len(job_list)} jobs to {output}")
+    except InputError as exc:
+        _fail(exc)
+
+
+@bench_app.command("placement")
+def bench_placement(
+    n_jobs: int = typer.Option(1000, "--jobs", min=1, help="Active jobs already placed."),
+    probes: int = typer.Option(50, "--probes", min=1, help="Placement decisions timed."),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write {jobs, p50_ms, p99_ms} here."),
+) -> None:
+    """Latency of one RollMux placement decision with N active jobs."""
+    from rollmux.bench import placement_latency
+    try:
+        r = placement_latency(n_jobs, probes=probes, seed=seed)
+        out.print(f"{r['jobs']} active jobs in {r['groups']} groups: placement p50 {r['p50_ms']:.2f} ms, "
+                  f"p99 {r['p99_ms']:.2f} ms over {probes} decisions")
+        if json_out is not None:
+            _write_json(json_out, {k: r[k] for k in ("jobs", "p50_ms", "p99_ms")})
     except InputError as exc:
         _fail(exc)
 

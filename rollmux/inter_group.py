@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from rollmux.group import Group, Member, isolated_group
-from rollmux.intra_group import IntraConfig, group_planning_times, plan_group, t_cycle, t_load
+from rollmux.intra_group import IntraConfig, group_planning_times, plan_group, planning_times, t_cycle, t_load
 from rollmux.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.spec import ClusterSpec, JobSpec
 
@@ -95,23 +95,37 @@ class RollMuxPlacement(PlacementPolicy):
         """The cheapest valid placement for `job`; isolated if nothing else fits."""
         q = self.cfg.plan_quantile
         k = view.cluster.pools.rollout.nodes_for(job.rollout_gpus)
-        open_groups = [g for g in view.groups
-                       if g.size < view.max_group_size and g.shape is not None
-                       and g.shape.status == "unsaturated"]
         slack_new = period_budget(job, view.progress)  # a migrating job brings its past
-        slack: dict[int, float] = {}  # filled lazily: most groups fail cheaper checks first
+        own = planning_times(job, q)
+        own_cycle = own.rollout + own.train + own.sync
+        candidates = [(g, s) for g in view.groups if (s := self._group_slack(g, job, view, slack_new)) is not None]
         for new_nodes in range(0, k + 1):
             if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
                 break
-            for g in open_groups:
-                if g.shape.t_cycle_s > slack_new:
-                    continue  # the group's slowest member alone already breaks the newcomer's SLO
-                if g.group_id not in slack:
-                    slack[g.group_id] = min(period_budget(m.job, view.progress) for m in g.members)
-                plan = self._try(g, job, new_nodes, min(slack[g.group_id], slack_new), view, q)
+            for g, slack in candidates:
+                if own_cycle > slack:
+                    continue  # the newcomer alone already breaks someone's SLO
+                plan = self._try(g, job, new_nodes, slack, view, q)
                 if plan is not None:
                     return plan
         return isolated_plan(job, view, self.cfg)
+
+    def _group_slack(self, g: Group, job: JobSpec, view: ClusterView, slack_new: float) -> float | None:
+        """The period budget the group would have with `job`, or None if it is pruned.
+
+        Pruned: full-size, saturated or full groups (Algorithm 1), groups whose slowest
+        member alone breaks the newcomer's SLO, and groups whose training nodes are too
+        few or too full for it; the cheap checks run first.
+        """
+        if g.size >= view.max_group_size or g.shape is None or g.shape.status != "unsaturated":
+            return None
+        if g.shape.t_cycle_s > slack_new:
+            return None
+        kt = view.cluster.pools.train.nodes_for(job.train_gpus)
+        t_cap = view.cluster.pools.train.host_gb_per_node
+        if kt > g.n_train or any(u + job.host_gb.train > t_cap + 1e-9 for u in g.train_host_gb()[:kt]):
+            return None
+        return min([slack_new] + [period_budget(m.job, view.progress) for m in g.members])
 
     def _try(self, g: Group, job: JobSpec, new_nodes: int, slack: float,
              view: ClusterView, q: float) -> PlacementPlan | None:
