@@ -8,11 +8,11 @@ import numpy as np
 
 from rollmux.group import Group
 from rollmux.inter_group import RollMuxPlacement
-from rollmux.placement import ClusterView, validate_plan
+from rollmux.placement import ClusterView, PlacementPolicy, validate_plan
 from rollmux.spec import ClusterSpec, JobSpec, default_cluster
 
 
-def build_state(jobs: list[JobSpec], policy: RollMuxPlacement, cluster: ClusterSpec,
+def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSpec,
                 max_group_size: int = 5) -> dict[int, Group]:
     """Place `jobs` one after another (no departures) and return the resulting groups."""
     groups: dict[int, Group] = {}

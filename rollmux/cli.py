@@ -130,6 +130,41 @@ def workload_philly(
         _fail(exc)
 
 
+@app.command()
+def optimal(
+    jobs: Path = typer.Option(..., "--jobs", help="Job set (JSONL); all jobs are placed at once."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON here."),
+    max_group_size: int = typer.Option(5, "--max-group-size", min=1),
+) -> None:
+    """Offline optimum of a static job set vs RollMux and the busy-time bound ($/h)."""
+    from rollmux.offline_optimum_cli import optimal_command
+    try:
+        optimal_command(jobs, cluster, json_out, max_group_size)
+    except InputError as exc:
+        _fail(exc)
+
+
+@app.command()
+def study(
+    quick: bool = typer.Option(False, "--quick", help="Small instances: under a minute."),
+    out_dir: Path = typer.Option(Path("docs/study"), "--out", help="Where the markdown and PNGs go."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help="Trace folder (default: ../shared/traces)."),
+) -> None:
+    """Regenerate the paper's scheduling study: tables and plots under --out."""
+    from rollmux.study import StudyConfig, run_study
+    try:
+        sc = StudyConfig.quick() if quick else StudyConfig()
+        with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err) as bar:
+            task = bar.add_task("study", total=None)
+            md = run_study(sc, out_dir, traces,
+                           lambda what, done, total: bar.update(task, description=what, completed=done, total=total))
+        out.print(f"wrote {md}")
+    except InputError as exc:
+        _fail(exc)
+
+
 @bench_app.command("placement")
 def bench_placement(
     n_jobs: int = typer.Option(1000, "--jobs", min=1, help="Active jobs already placed."),

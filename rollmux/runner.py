@@ -10,12 +10,13 @@ import numpy as np
 from rollmux.baseline_policies import GreedyPlacement, RandomPlacement, SoloPlacement
 from rollmux.baselines import busy_time_bound, simulate_verl
 from rollmux.errors import InputError
+from rollmux.gavel import simulate_gavel
 from rollmux.inter_group import RollMuxPlacement
 from rollmux.metrics import PolicyResult
 from rollmux.simulator import SimConfig, simulate
 from rollmux.spec import ClusterSpec, JobSpec
 
-POLICY_NAMES = ("rollmux", "solo-d", "verl", "random", "greedy")
+POLICY_NAMES = ("rollmux", "solo-d", "verl", "random", "greedy", "gavel")
 DEFAULT_POLICIES = ("rollmux", "solo-d", "verl")
 
 Progress = Callable[[int, int], None]
@@ -24,8 +25,9 @@ Progress = Callable[[int, int], None]
 def run_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig,
                progress: Progress | None = None) -> PolicyResult:
     """Run the named policy over the trace."""
-    if name == "verl":
-        result = simulate_verl(jobs, cluster, cfg.seed)
+    if name in ("verl", "gavel"):
+        result = (simulate_verl(jobs, cluster, cfg.seed) if name == "verl"
+                  else simulate_gavel(jobs, cluster, seed=cfg.seed))
         if progress is not None:
             progress(len(jobs), len(jobs))
         return result
