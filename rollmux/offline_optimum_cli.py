@@ -70,7 +70,7 @@ def optimal_command(jobs: Path, cluster: Path | None, json_out: Path | None,
         table.add_row(name, f"{cost:,.2f}", f"{cost / opt.cost_per_hour:.3f}" if opt.cost_per_hour else "-")
     out.print(table)
     out.print(f"{len(opt.groups)} groups, {'exact search' if opt.exact else 'sampled'} in {elapsed:.2f} s: "
-              + "  ".join("[" + " ".join(g.job_ids()) + "]" for g in opt.groups), highlight=False)
+              + "  ".join("[" + " ".join(g.job_ids()) + "]" for g in opt.groups), markup=False, highlight=False)
 
     if json_out is not None:
         try:
