@@ -82,14 +82,28 @@ def joined_plan(group: Group, cand: Group, new_nodes: int, job: JobSpec,
     return PlacementPlan(job.job_id, case, cand, new_nodes, 0, delta)
 
 
+def _fit_score(g: Group, slack: float, how: str) -> float:
+    """How tightly a candidate group is packed (higher = tighter)."""
+    if how == "slo":
+        return g.shape.period_s / slack
+    return g.shape.t_load_s / g.shape.period_s
+
+
 class RollMuxPlacement(PlacementPolicy):
     """Algorithm 1 with worst-case (or quantile) SLO admission."""
 
     name = "rollmux"
     regroups = True  # its SLO admission makes departure-time re-placement safe
 
-    def __init__(self, cfg: IntraConfig | None = None) -> None:
+    def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,
+                 best_fit: str = "") -> None:
+        """`prune_saturated`: the paper's pruning of saturated/full groups (off: the exact
+        SLO check decides, which also lets rollout scaling relieve a saturated group);
+        `best_fit` ("util" or "slo"): among equal-Δ candidates take the tightest instead
+        of the first found (the paper)."""
         self.cfg = cfg or IntraConfig()
+        self.prune_saturated = prune_saturated
+        self.best_fit = best_fit
 
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
         """The cheapest valid placement for `job`; isolated if nothing else fits."""
@@ -102,12 +116,20 @@ class RollMuxPlacement(PlacementPolicy):
         for new_nodes in range(0, k + 1):
             if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
                 break
+            best, best_fit = None, -1.0
             for g, slack in candidates:
                 if own_cycle > slack:
                     continue  # the newcomer alone already breaks someone's SLO
                 plan = self._try(g, job, new_nodes, slack, view, q)
-                if plan is not None:
-                    return plan
+                if plan is None:
+                    continue
+                if not self.best_fit:
+                    return plan  # the paper: ties go to the first candidate found
+                fit = _fit_score(plan.group, slack, self.best_fit)
+                if fit > best_fit + 1e-12:
+                    best, best_fit = plan, fit
+            if best is not None:
+                return best
         return isolated_plan(job, view, self.cfg)
 
     def _group_slack(self, g: Group, job: JobSpec, view: ClusterView, slack_new: float) -> float | None:
@@ -117,7 +139,7 @@ class RollMuxPlacement(PlacementPolicy):
         member alone breaks the newcomer's SLO, and groups whose training nodes are too
         few or too full for it; the cheap checks run first.
         """
-        if g.size >= view.max_group_size or g.shape is None or g.shape.status != "unsaturated":
+        if g.size >= view.max_group_size or g.shape is None or (self.prune_saturated and g.shape.status != "unsaturated"):
             return None
         if g.shape.t_cycle_s > slack_new:
             return None

@@ -34,7 +34,7 @@ from rollmux.workload import find_traces_dir, paper_jobs, synthesize_philly
 
 WORKLOADS = ("balanced", "rollout-heavy", "train-heavy", "mixed")
 SLOS: tuple[float | None, ...] = (1.2, 1.5, 2.0, None)  # None: U(1, 2)
-SMALL_POLICIES = ("rollmux", "random", "greedy", "gavel")
+SMALL_POLICIES = ("rollmux", "rollmux-paper", "random", "greedy", "gavel")
 PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "greedy", "gavel")
 STATIC = dict(shrink=False, regroup=False)
 
@@ -79,6 +79,9 @@ def rate_at_start(result: PolicyResult) -> float:
 
 def _small_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, size: int, seed: int) -> PolicyResult:
     cfg = SimConfig(seed=seed, max_group_size=size, **STATIC)
+    if name == "rollmux-paper":  # Algorithm 1 as published: file order, pruning, first fit
+        return simulate(jobs, cluster, RollMuxPlacement(cfg.intra, prune_saturated=True),
+                        replace(cfg, batch_order=False))
     if name == "gavel":
         return simulate_gavel(jobs, cluster, seed=seed, max_pack=size)
     policy = {"rollmux": lambda: RollMuxPlacement(cfg.intra),
@@ -115,9 +118,18 @@ def philly_variants() -> dict[str, SimConfig]:
         "+ re-placement": SimConfig(shrink=False, regroup=True),
         "+ shrink + re-placement (default)": default,
         "default, fixed cyclic order": replace(default, intra=IntraConfig(best_order_max=0)),
+        "default, paper's pruning of saturated groups": default,
+        "default, best-fit tie-break": default,
+        "default, arrivals placed in file order": replace(default, batch_order=False),
         "default, p95 planning": replace(default, intra=IntraConfig(plan_quantile=0.95)),
         "default, no long-tail migration": replace(default, intra=IntraConfig(migration=False)),
     }
+
+
+def variant_policy(label: str, cfg: SimConfig) -> RollMuxPlacement:
+    """The placement policy of a part-C variant."""
+    return RollMuxPlacement(cfg.intra, prune_saturated="pruning" in label,
+                            best_fit="util" if "best-fit" in label else "")
 
 
 def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path,
@@ -139,7 +151,7 @@ def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path,
     variants = {}
     for label, cfg in philly_variants().items():
         cfg = replace(cfg, seed=sc.seed)
-        variants[label] = simulate(jobs, cluster, RollMuxPlacement(cfg.intra), cfg)
+        variants[label] = simulate(jobs, cluster, variant_policy(label, cfg), cfg)
         tick()
     return {"mode": mode, "jobs": len(jobs), "bound": bound, "policies": policies, "variants": variants}
 

@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-SMALL = ("rollmux", "random", "greedy", "gavel")
+SMALL = ("rollmux", "rollmux-paper", "random", "greedy", "gavel")
 
 
 def _slo_label(slo: float | None) -> str:

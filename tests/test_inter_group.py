@@ -110,13 +110,29 @@ def test_training_residency_prevents_joining_the_group():
 
 
 @pytest.mark.parametrize("status", ["full", "saturated"])
-def test_full_and_saturated_groups_are_pruned(status):
+def test_full_and_saturated_groups_are_pruned_in_paper_mode(status):
+    paper = RollMuxPlacement(prune_saturated=True, best_fit="")
     g = founded(0, balanced("a"))
-    assert place(balanced("b"), view(g)).case is Case.DIRECT  # the real shape admits b
+    assert paper.place(balanced("b"), view(g)).case is Case.DIRECT  # the real shape admits b
     t_load = g.shape.t_cycle_s if status == "full" else g.shape.t_cycle_s * 1.01
     forced = dataclasses.replace(g, shape=dataclasses.replace(g.shape, t_load_s=t_load))
     assert forced.shape.status == status
-    assert place(balanced("b"), view(forced)).case is Case.ISOLATED
+    assert paper.place(balanced("b"), view(forced)).case is Case.ISOLATED
+    # by default the SLO check alone decides: the group's recorded status is not a veto
+    assert place(balanced("b"), view(forced)).case is Case.DIRECT
+
+
+def test_best_fit_picks_the_tighter_of_two_valid_groups():
+    loose = founded(0, make_job("a", rollout=100, train=100, slo=2.0))
+    tight = founded(1, make_job("c", rollout=150, train=150, slo=2.0))
+    newcomer = make_job("b", rollout=140, train=140, slo=2.0)
+    v = view(loose, tight)
+    first = RollMuxPlacement().place(newcomer, v)
+    best = RollMuxPlacement(best_fit="util").place(newcomer, v)
+    assert first.group.group_id == 0  # the paper: the first candidate found
+    assert best.group.group_id == 1
+    assert best.group.shape.t_load_s / best.group.shape.period_s >= \
+        first.group.shape.t_load_s / first.group.shape.period_s
 
 
 def test_group_without_a_shape_is_not_a_candidate():
