@@ -110,3 +110,35 @@ def test_unplaceable_job_is_rejected_not_dropped(tmp_path, small_trace):
     assert res.exit_code == 2 and job["job_id"] in res.output and "host_gb.train" in res.output
     res = runner.invoke(app, ["simulate", "--jobs", str(path), "--policy", "solo-d", "--skip-unplaceable"])
     assert res.exit_code == 0 and "rejected" in res.output
+
+
+def test_optimal_command_writes_the_documented_keys(tmp_path):
+    from rollmux.trace_io import dump_jobs
+    from rollmux.workload import paper_jobs
+    trace, out = tmp_path / "set.jsonl", tmp_path / "opt.json"
+    dump_jobs(paper_jobs(6, seed=4), trace)
+    res = runner.invoke(app, ["optimal", "--jobs", str(trace), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert set(doc) == {"optimal_cost_per_hour", "rollmux_cost_per_hour", "busy_time_bound_per_hour",
+                        "exact", "groups"}
+    assert doc["busy_time_bound_per_hour"] <= doc["optimal_cost_per_hour"] <= doc["rollmux_cost_per_hour"]
+    assert sorted(j for g in doc["groups"] for j in g) == sorted(f"s{i:04d}" for i in range(6))
+
+
+def test_bench_placement_writes_p50_and_p99(tmp_path):
+    out = tmp_path / "b.json"
+    res = runner.invoke(app, ["bench", "placement", "--jobs", "20", "--probes", "5", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert set(doc) == {"jobs", "p50_ms", "p99_ms"} and doc["jobs"] == 20
+    assert 0 < doc["p50_ms"] <= doc["p99_ms"]
+
+
+def test_quick_study_writes_tables_and_plots(tmp_path):
+    res = runner.invoke(app, ["study", "--quick", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "study.md").read_text()
+    assert "offline optimum" in md and "busy-time bound" in md and "beyond the paper" in md
+    for png in ("small_sets.png", "group_size.png", "cost_over_time.png"):
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"

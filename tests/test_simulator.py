@@ -223,3 +223,20 @@ def test_job_that_can_never_fit_the_cap_is_rejected_with_its_reason():
 def test_job_too_big_for_host_dram_is_rejected_with_its_reason():
     with pytest.raises(InputError, match="big.*host_gb.train"):
         simulate([make_job("big", host_train=5000.0)], CLUSTER, RollMuxPlacement())
+
+
+def test_simultaneous_arrivals_are_placed_shortest_cycle_first():
+    slow = make_job("slow", rollout=300, train=300, slo=2.0)
+    fast = make_job("fast", rollout=50, train=50, slo=2.0)
+    order = []
+
+    class Recording(RollMuxPlacement):
+        def place(self, job, view):
+            order.append(job.job_id)
+            return super().place(job, view)
+
+    simulate([slow, fast], CLUSTER, Recording(), SimConfig())
+    assert order[:2] == ["fast", "slow"]
+    order.clear()
+    simulate([slow, fast], CLUSTER, Recording(), SimConfig(batch_order=False))
+    assert order[:2] == ["slow", "fast"]
