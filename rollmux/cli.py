@@ -77,6 +77,8 @@ def simulate(
                                  help="Dissolve a group whose remaining members fit elsewhere for less."),
     migration_stall: float = typer.Option(300.0, "--migration-stall", min=0.0,
                                           help="Seconds a re-placed job pauses (state move, cold start)."),
+    consolidate: int = typer.Option(2, "--consolidate", min=0,
+                                    help="On any departure, also try to dissolve groups of at most N members."),
     static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup."),
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
@@ -90,7 +92,7 @@ def simulate(
                         intra=IntraConfig(warm_switch_s=spec.warm_switch_s, migration=migration,
                                           plan_quantile=plan_quantile),
                         shrink=shrink and not static, regroup=regroup and not static,
-                        migration_stall_s=migration_stall)
+                        migration_stall_s=migration_stall, consolidate=consolidate)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:

@@ -40,6 +40,7 @@ class SimConfig:
     regroup: bool = True          # dissolve a group whose members fit elsewhere for less (beyond the paper)
     migration_stall_s: float = 300.0  # a migrating job's pause: state moved, cold start on new nodes
     batch_order: bool = True      # jobs arriving together are placed shortest cycle first (beyond the paper)
+    consolidate: int = 2          # on any departure, also try to dissolve groups of at most this many members
 
 
 class SimulationStalled(RuntimeError):
@@ -219,8 +220,14 @@ class Simulation:
         del self.runs[job.job_id]
         self.tail_end.pop(job.job_id, None)
         rest = self._leave(run)
-        if rest is not None and self.cfg.regroup and getattr(self.policy, "regroups", False):
-            self._consider_dissolving(rest)
+        if self.cfg.regroup and getattr(self.policy, "regroups", False):
+            if rest is not None:
+                self._consider_dissolving(rest)
+            if self.cfg.consolidate:
+                # The departure freed room: small groups elsewhere may now fit into others.
+                for g in sorted(self.groups.values(), key=lambda g: g.size):
+                    if g.size <= self.cfg.consolidate and g.group_id in self.groups:
+                        self._consider_dissolving(self.groups[g.group_id])
         if self._progress is not None:
             self._progress(len(self.outcomes), len(self.jobs))
         self._drain()

@@ -115,8 +115,9 @@ def philly_variants() -> dict[str, SimConfig]:
     return {
         "static groups (paper)": SimConfig(**STATIC),
         "+ shrink": SimConfig(shrink=True, regroup=False),
-        "+ re-placement": SimConfig(shrink=False, regroup=True),
-        "+ shrink + re-placement (default)": default,
+        "+ re-placement of the group a job left": SimConfig(shrink=False, regroup=True, consolidate=0),
+        "+ shrink + re-placement": SimConfig(consolidate=0),
+        "+ shrink + re-placement + consolidation of small groups (default)": default,
         "default, fixed cyclic order": replace(default, intra=IntraConfig(best_order_max=0)),
         "default, paper's pruning of saturated groups": default,
         "default, best-fit tie-break": default,

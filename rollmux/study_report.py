@@ -149,8 +149,8 @@ def write_report(out: Path, sc, small: list, philly: list[dict]) -> Path:
             f"## B. Philly-driven trace, {run['mode']} profiles ({run['jobs']} jobs, VC {sc.philly_vc}, "
             f"{sc.philly_days:g} days)",
             "",
-            f"Busy-time bound ${run['bound']:,.0f}. `rollmux` runs the new defaults (shrink + "
-            "re-placement); `rollmux-static` is the paper's static groups.",
+            f"Busy-time bound ${run['bound']:,.0f}. `rollmux` runs the new defaults (shrink, re-placement and "
+            "consolidation of small groups); `rollmux-static` is the paper's static groups.",
             "",
             philly_table(run, "policies"),
             "",

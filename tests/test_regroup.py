@@ -81,3 +81,14 @@ def test_shrink_releases_nodes_before_the_group_empties():
     assert sim.ledger.nodes == {"rollout": 0, "train": 0}
     drops = [rate for t, rate in sim.ledger.rate_changes if 0 < t < sim.env.now()]
     assert drops  # a's departure (or b's) released nodes while the other still ran
+
+
+def test_consolidation_dissolves_small_groups_on_any_departure():
+    jobs = synthetic_trace(np.random.default_rng(9), 40, sigma=0.1, mean_gap_s=300.0,
+                           duration_range=(3_000.0, 40_000.0))
+    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(consolidate=0))
+    plain_res = plain.run()
+    consol = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(consolidate=2))
+    consol_res = consol.run()
+    assert consol.migrations > plain.migrations
+    assert consol_res.slo_attainment == 1.0 and len(consol_res.outcomes) == 40
