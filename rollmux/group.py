@@ -33,7 +33,6 @@ class GroupShape:
     period_s: float          # planned co-execution iteration time of every member
     t_cycle_s: float         # slowest member alone (planning durations)
     t_load_s: float          # busiest node's total work per meta-iteration
-    slack_s: float           # min over members of slo * solo_iter_s
 
     @property
     def status(self) -> str:

@@ -329,6 +329,5 @@ def plan_group(group: Group, cfg: IntraConfig, reorder: bool = True) -> Group:
         period_s=per,
         t_cycle_s=t_cycle(members, times),
         t_load_s=t_load(members, group.n_rollout, group.n_train, times, cfg.warm_switch_s),
-        slack_s=min(m.job.slo * m.job.solo_iter_s for m in members),
     )
     return Group(group.group_id, group.n_rollout, group.n_train, members, shape)

@@ -11,7 +11,7 @@ from tests.factories import make_cluster, make_group, make_job
 
 
 def shape(t_cycle: float, t_load: float) -> GroupShape:
-    return GroupShape(period_s=max(t_cycle, t_load), t_cycle_s=t_cycle, t_load_s=t_load, slack_s=1e9)
+    return GroupShape(period_s=max(t_cycle, t_load), t_cycle_s=t_cycle, t_load_s=t_load)
 
 
 def test_status_unsaturated_when_load_below_cycle():

@@ -87,7 +87,7 @@ def test_consolidation_dissolves_small_groups_on_any_departure():
     jobs = synthetic_trace(np.random.default_rng(9), 40, sigma=0.1, mean_gap_s=300.0,
                            duration_range=(3_000.0, 40_000.0))
     plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(consolidate=0))
-    plain_res = plain.run()
+    plain.run()
     consol = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(consolidate=2))
     consol_res = consol.run()
     assert consol.migrations > plain.migrations
