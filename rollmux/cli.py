@@ -155,7 +155,9 @@ def study(
 ) -> None:
     """Regenerate the paper's scheduling study: tables and plots under --out."""
     from rollmux.study import StudyConfig, run_study
+    from rollmux.workload import find_traces_dir
     try:
+        traces = find_traces_dir(traces)  # fail on a bad folder before any work starts
         sc = StudyConfig.quick() if quick else StudyConfig()
         with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err) as bar:
