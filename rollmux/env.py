@@ -105,6 +105,15 @@ class WallClockEnvironment(Environment):
         self._queue = _Queue()
         self._cv = threading.Condition()
         self._stopped = False
+        self._serving = False
+
+    def serve(self) -> None:
+        """Run callbacks until stop() is called, waiting when idle (for a service thread)."""
+        self._serving = True
+        try:
+            self.run()
+        finally:
+            self._serving = False
 
     def now(self) -> float:
         """Seconds since the environment started (scaled)."""
@@ -131,7 +140,10 @@ class WallClockEnvironment(Environment):
                         return
                     t = self._queue.peek_time()
                     if t is None and until is None:
-                        return
+                        if not self._serving:
+                            return
+                        self._cv.wait()  # a service waits for callbacks from other threads
+                        continue
                     target = until if t is None or (until is not None and t > until) else t
                     wait = (target - self.now()) * self._scale
                     if wait <= 0:

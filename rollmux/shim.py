@@ -1,0 +1,173 @@
+"""Runtime shim: how a real RL job marks its phases (DESIGN §8).
+
+    shim = rollmux.shim.JobShim("job-7", client, onload=load, offload=unload)
+    with shim.phase("rollout"):
+        generate()                      # runs only while this job holds the permit
+        shim.progress(done, total)      # lets the controller migrate a long tail
+    @shim.phase("train")
+    def train_step(batch): ...
+
+Entering a phase asks the group controller for a permit and blocks until it is
+this job's turn on its nodes; then the job's `onload` hook restores its state
+(warm start from host memory), the phase runs, `offload` moves the state back
+to host memory (the process and its communicators stay alive), and the permit
+is released with the measured timings. A job waiting for a permit has not
+onloaded: it holds no accelerator state.
+
+The shim talks to a `PermitClient`. `LocalPermitClient` serves permits from
+an in-process `GroupController` driven by a `WallClockEnvironment`; the live
+plane's client forwards the same calls to the scheduler service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+from rollmux.env import WallClockEnvironment
+from rollmux.group_controller import Grant, GroupController
+
+PHASES = ("rollout", "train")
+
+
+@dataclass(frozen=True)
+class PhaseTimings:
+    """What one phase cost, measured by the shim."""
+
+    job_id: str
+    phase: str
+    wait_s: float      # from asking for the permit to getting it
+    onload_s: float    # restoring state (warm start)
+    run_s: float       # the phase itself
+    offload_s: float   # moving state back to host memory
+
+
+class PermitClient(Protocol):
+    """The scheduler side of the shim."""
+
+    def acquire(self, job_id: str, phase: str) -> Grant:
+        """Block until `job_id` may run `phase`; return the permit."""
+
+    def tail_started(self, job_id: str) -> None:
+        """The job's rollout is tail-bound (long-tail migration may start)."""
+
+    def release(self, timings: PhaseTimings) -> None:
+        """The phase is over; free its nodes."""
+
+
+class JobShim:
+    """Phase markers for one job."""
+
+    def __init__(self, job_id: str, client: PermitClient,
+                 onload: Callable[[str], None] | None = None,
+                 offload: Callable[[str], None] | None = None,
+                 tail_threshold: float = 0.8) -> None:
+        self.job_id = job_id
+        self.client = client
+        self._onload = onload or (lambda phase: None)
+        self._offload = offload or (lambda phase: None)
+        self.tail_threshold = tail_threshold
+        self.history: list[PhaseTimings] = []
+        self._grant: Grant | None = None
+        self._tail_sent = False
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[Grant]:
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r}; use one of {PHASES}")
+        if self._grant is not None:
+            raise RuntimeError(f"{self.job_id}: phase {name!r} entered inside phase {self._grant.phase!r}")
+        t0 = time.perf_counter()
+        grant = self.client.acquire(self.job_id, name)
+        t1 = time.perf_counter()
+        self._grant, self._tail_sent = grant, False
+        self._onload(name)
+        t2 = time.perf_counter()
+        try:
+            yield grant
+        finally:
+            t3 = time.perf_counter()
+            self._offload(name)
+            t4 = time.perf_counter()
+            self._grant = None
+            timings = PhaseTimings(self.job_id, name, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+            self.history.append(timings)
+            self.client.release(timings)
+
+    def phase(self, name: str):
+        """Mark a phase: use as `with shim.phase(name):` or as a decorator `@shim.phase(name)`."""
+        return _PhaseMarker(self, name)
+
+    def progress(self, done: int, total: int) -> None:
+        """Report finished/total responses of the running rollout."""
+        grant = self._grant
+        if grant is None or grant.phase != "rollout" or self._tail_sent or total <= 0:
+            return
+        if grant.tail_share > 0 and done / total >= self.tail_threshold:
+            self._tail_sent = True
+            self.client.tail_started(self.job_id)
+
+
+class _PhaseMarker:
+    """Both a context manager and a decorator for one phase."""
+
+    def __init__(self, shim: JobShim, name: str) -> None:
+        self._shim, self._name = shim, name
+        self._cm = None
+
+    def __enter__(self) -> Grant:
+        self._cm = self._shim._phase(self._name)
+        return self._cm.__enter__()
+
+    def __exit__(self, *exc) -> bool | None:
+        cm, self._cm = self._cm, None
+        return cm.__exit__(*exc)
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with self._shim._phase(self._name):
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+class LocalPermitClient:
+    """Permits from in-process group controllers on a wall-clock environment.
+
+    Every controller call runs on the environment's thread (controllers are
+    single-threaded); callers block on an event until their grant arrives.
+    """
+
+    def __init__(self, env: WallClockEnvironment, controllers: dict[str, GroupController]) -> None:
+        self.env = env
+        self.controllers = controllers  # job_id -> its group's controller
+        self.grants: list[Grant] = []   # every permit, in grant order (for inspection)
+        self._lock = threading.Lock()
+
+    def acquire(self, job_id: str, phase: str) -> Grant:
+        """Ask the job's controller for a permit and wait for it."""
+        got: list[Grant] = []
+        ready = threading.Event()
+
+        def on_grant(grant: Grant) -> None:
+            with self._lock:
+                self.grants.append(grant)
+            got.append(grant)
+            ready.set()
+
+        ctl = self.controllers[job_id]
+        self.env.call_at(self.env.now(), ctl.request, job_id, phase, on_grant)
+        ready.wait()
+        return got[0]
+
+    def tail_started(self, job_id: str) -> None:
+        """Forward the tail signal to the controller."""
+        self.env.call_at(self.env.now(), self.controllers[job_id].tail_started, job_id)
+
+    def release(self, timings: PhaseTimings) -> None:
+        """Forward the release to the controller."""
+        self.env.call_at(self.env.now(), self.controllers[timings.job_id].release, timings.job_id, timings.phase)
