@@ -1,46 +1,31 @@
 """Trace-driven discrete-event simulator of a disaggregated RL cluster (DESIGN §5).
 
-The simulator is one implementation of the execution seam: it owns a
-`SimEnvironment`, feeds arrivals to a placement policy, applies validated
-plans, runs one `GroupController` per group (the same class the live plane
-uses) and plays each job as a simulated process that asks for permits,
-runs its sampled phase durations and releases them. Departures re-plan the
-group; an empty group releases its nodes. With node caps, arrivals queue FIFO.
+The simulator is one executor of the scheduler: it owns a `SimEnvironment`,
+feeds arrivals and departures to the shared `ClusterState` (placement through
+a pure policy, validated plans, one `GroupController` per group — the same
+classes the live plane uses) and plays each job as a simulated process that
+asks for permits, runs its sampled phase durations and releases them. With
+node caps, arrivals queue FIFO.
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from rollmux.accounting import Ledger
+from rollmux.cluster_state import ClusterState, SchedulerConfig
 from rollmux.draws import rollout_draws, solo_seconds
 from rollmux.env import SimEnvironment
 from rollmux.errors import InputError
-from rollmux.group import Group
-from rollmux.group_controller import ROLLOUT, TRAIN, Grant, GroupController
-from rollmux.intra_group import IntraConfig, head_finish, plan_group
+from rollmux.group_controller import ROLLOUT, TRAIN, Grant
+from rollmux.intra_group import head_finish
 from rollmux.metrics import JobOutcome, PolicyResult
-from rollmux.placement import ClusterView, PlacementPlan, PlacementPolicy, validate_plan
-from rollmux.regroup import replacement_saving, shrink
+from rollmux.placement import PlacementPolicy
 from rollmux.spec import ClusterSpec, JobSpec
 
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Simulation knobs shared by all group-based policies."""
-
-    seed: int = 0
-    max_group_size: int = 5
-    intra: IntraConfig = field(default_factory=IntraConfig)
-    shrink: bool = True           # release nodes no remaining member needs (beyond the paper)
-    regroup: bool = True          # dissolve a group whose members fit elsewhere for less (beyond the paper)
-    migration_stall_s: float = 300.0  # a migrating job's pause: state moved, cold start on new nodes
-    batch_order: bool = True      # jobs arriving together are placed shortest cycle first (beyond the paper)
-    consolidate: int = 2          # on any departure, also try to dissolve groups of at most this many members
+SimConfig = SchedulerConfig  # the simulator runs the scheduler with its own knobs
 
 
 class SimulationStalled(RuntimeError):
@@ -69,19 +54,14 @@ class Simulation:
         self.jobs, self.cluster, self.policy = jobs, cluster, policy
         self.cfg = cfg or SimConfig()
         self.env = SimEnvironment()
-        self.ledger = Ledger(cluster)
-        self.groups: dict[int, Group] = {}
-        self.controllers: dict[int, GroupController] = {}
+        self.state = ClusterState(self.env, cluster, policy, self.cfg)
+        self.ledger = self.state.ledger
         self.runs: dict[str, _JobRun] = {}
         self.tail_end: dict[str, float] = {}
         self.queue: deque[JobSpec] = deque()
         self.outcomes: list[JobOutcome] = []
-        self.cases: dict[str, int] = {}
-        self.decision_ms: list[float] = []
-        self.dissolving: set[int] = set()
         self._batch: list[JobSpec] = []
         self.migrations = 0
-        self._next_gid = 0
 
     # -- driver ---------------------------------------------------------------------
     def run(self, progress=None) -> PolicyResult:
@@ -95,19 +75,13 @@ class Simulation:
             raise SimulationStalled(f"{self.policy.name}: {len(stuck)} jobs never finished, e.g. {stuck[:5]}")
         self.ledger.close(self.env.now())
         return PolicyResult.from_ledger(self.policy.name, self.ledger, len(self.jobs), self.outcomes,
-                                        placements=dict(self.cases), decision_ms=self.decision_ms)
+                                        placements=dict(self.state.cases), decision_ms=self.state.decision_ms)
 
     # -- placement ------------------------------------------------------------------
-    def view(self) -> ClusterView:
-        """A frozen snapshot for the policy (groups being dissolved are not offered)."""
-        pools = self.cluster.pools
-        free = {p: (None if getattr(pools, p).max_nodes is None
-                    else getattr(pools, p).max_nodes - self.ledger.nodes[p]) for p in ("rollout", "train")}
+    def progress(self) -> dict[str, tuple[int, float]]:
+        """Each running job's (iterations done, seconds since it started)."""
         now = self.env.now()
-        progress = {jid: (run.done, now - run.start_s) for jid, run in self.runs.items()}
-        groups = tuple(g for g in self.groups.values() if g.group_id not in self.dissolving)
-        return ClusterView(self.cluster, groups, free["rollout"], free["train"],
-                           self.cfg.max_group_size, self._next_gid, progress)
+        return {jid: (run.done, now - run.start_s) for jid, run in self.runs.items()}
 
     def _arrive(self, job: JobSpec) -> None:
         if not self.cfg.batch_order:
@@ -128,30 +102,11 @@ class Simulation:
     def _drain(self) -> None:
         while self.queue:
             job = self.queue[0]
-            view = self.view()
-            t0 = time.perf_counter()
-            plan = self.policy.place(job, view)
-            self.decision_ms.append((time.perf_counter() - t0) * 1e3)
+            plan = self.state.place(job, self.progress(), arrival=job.job_id not in self.runs)
             if plan is None:
                 return  # FIFO: the head waits for nodes, and so does everyone behind it
-            validate_plan(plan, job, view)
             self.queue.popleft()
-            self._apply(plan)
             self._start(job, plan.group.group_id)
-
-    def _apply(self, plan: PlacementPlan) -> None:
-        g, now = plan.group, self.env.now()
-        self.ledger.provision("rollout", plan.added_rollout_nodes, now)
-        self.ledger.provision("train", plan.added_train_nodes, now)
-        if plan.job_id not in self.runs:  # arrivals only: a migrating job was counted when it arrived
-            self.cases[plan.case.value] = self.cases.get(plan.case.value, 0) + 1
-        self.groups[g.group_id] = g
-        if g.group_id >= self._next_gid:
-            self._next_gid = g.group_id + 1
-        if g.group_id in self.controllers:
-            self.controllers[g.group_id].update_group(g)
-        else:
-            self.controllers[g.group_id] = GroupController(self.env, g, self.cfg.intra)
 
     # -- simulated job process ------------------------------------------------------------
     def _start(self, job: JobSpec, gid: int) -> None:
@@ -163,13 +118,13 @@ class Simulation:
         self._request(job.job_id, ROLLOUT)
 
     def _request(self, jid: str, phase: str) -> None:
-        ctl = self.controllers[self.runs[jid].group_id]
+        ctl = self.state.controllers[self.runs[jid].group_id]
         ctl.request(jid, phase, self._on_rollout_grant if phase == ROLLOUT else self._on_train_grant)
 
     def _on_rollout_grant(self, g: Grant) -> None:
         run, now = self.runs[g.job_id], self.env.now()
         r = float(run.rollouts[run.done])
-        ctl = self.controllers[g.group_id]
+        ctl = self.state.controllers[g.group_id]
         tails = [[(self.tail_end[j], f) for j, f in ctl.tails_on(n).items()] for n in g.nodes]
         head = head_finish(tails, now + g.switch_s, (1.0 - g.tail_share) * r)
         gpus = run.job.rollout_gpus
@@ -183,7 +138,7 @@ class Simulation:
         self.env.call_at(end, self._rollout_done, g.job_id)
 
     def _rollout_done(self, jid: str) -> None:
-        self.controllers[self.runs[jid].group_id].release(jid, ROLLOUT)
+        self.state.controllers[self.runs[jid].group_id].release(jid, ROLLOUT)
         self._request(jid, TRAIN)
 
     def _on_train_grant(self, g: Grant) -> None:
@@ -193,7 +148,7 @@ class Simulation:
         self.env.call_later(dur, self._train_done, g.job_id)
 
     def _train_done(self, jid: str) -> None:
-        self.controllers[self.runs[jid].group_id].release(jid, TRAIN)
+        self.state.controllers[self.runs[jid].group_id].release(jid, TRAIN)
         self.env.call_later(self.runs[jid].job.sync_s, self._sync_done, jid)
 
     def _sync_done(self, jid: str) -> None:
@@ -203,7 +158,7 @@ class Simulation:
             self._depart(run)
         elif run.migrate:
             self.migrations += 1
-            self._leave(run)
+            self.state.leave(jid, run.group_id)
             self.env.call_later(self.cfg.migration_stall_s, self._rearrive, run.job)
         else:
             self._request(jid, ROLLOUT)
@@ -219,53 +174,12 @@ class Simulation:
                                         solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s))
         del self.runs[job.job_id]
         self.tail_end.pop(job.job_id, None)
-        rest = self._leave(run)
-        if self.cfg.regroup and getattr(self.policy, "regroups", False):
-            if rest is not None:
-                self._consider_dissolving(rest)
-            if self.cfg.consolidate:
-                # The departure freed room: small groups elsewhere may now fit into others.
-                for g in sorted(self.groups.values(), key=lambda g: g.size):
-                    if g.size <= self.cfg.consolidate and g.group_id in self.groups:
-                        self._consider_dissolving(self.groups[g.group_id])
+        rest = self.state.leave(job.job_id, run.group_id)
+        for jid in self.state.after_departure(rest, self.progress()):
+            self.runs[jid].migrate = True
         if self._progress is not None:
             self._progress(len(self.outcomes), len(self.jobs))
         self._drain()
-
-    def _leave(self, run: _JobRun) -> Group | None:
-        """Remove the job from its group; return what is left (None if the group is gone)."""
-        now, old = self.env.now(), self.groups[run.group_id]
-        rest = Group(old.group_id, old.n_rollout, old.n_train,
-                     tuple(m for m in old.members if m.job_id != run.job.job_id))
-        if not rest.members:
-            del self.groups[rest.group_id], self.controllers[rest.group_id]
-            self.dissolving.discard(rest.group_id)
-            self.ledger.release("rollout", rest.n_rollout, now)
-            self.ledger.release("train", rest.n_train, now)
-            return None
-        remap = None
-        if self.cfg.shrink:
-            rest, remap, freed_r, freed_t = shrink(rest)
-            self.ledger.release("rollout", freed_r, now)
-            self.ledger.release("train", freed_t, now)
-        # Keep the order: a departure can only shorten the period, and a
-        # re-ordering would cost the remaining members a transient.
-        rest = plan_group(rest, self.cfg.intra, reorder=False)
-        self.groups[rest.group_id] = rest
-        self.controllers[rest.group_id].update_group(rest, remap)
-        return rest
-
-    def _consider_dissolving(self, group: Group) -> None:
-        """Dissolve the group if its members fit elsewhere for less (they migrate one by one)."""
-        if group.group_id in self.dissolving:
-            return
-        self.dissolving.add(group.group_id)  # hides it from the view below
-        saving = replacement_saving(group, self.view(), self.policy, self.cfg.migration_stall_s)
-        if saving <= 1e-9:
-            self.dissolving.discard(group.group_id)
-            return
-        for m in group.members:
-            self.runs[m.job_id].migrate = True
 
 
 def simulate(jobs: list[JobSpec], cluster: ClusterSpec, policy: PlacementPolicy,

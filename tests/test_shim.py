@@ -66,7 +66,7 @@ def test_round_robin_order_is_kept_on_the_shared_node(plane):
 
 
 def test_waiting_job_has_not_onloaded(plane):
-    events, lock = [], threading.Lock()
+    events = []
     release_a = threading.Event()
 
     def hooks(job):

@@ -165,7 +165,7 @@ def test_empty_groups_release_their_nodes():
     sim = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig())
     res = sim.run()
     assert sim.ledger.nodes == {"rollout": 0, "train": 0}
-    assert sim.groups == {} and sim.controllers == {}
+    assert sim.state.groups == {} and sim.state.controllers == {}
     # a's nodes were released when a finished, long before b arrived.
     assert [rate for t, rate in res.cost_timeline if t < 10_000.0][-1] == 0.0
 
