@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +20,7 @@ from rollmux.intra_group import IntraConfig
 from rollmux.report import comparison_table
 from rollmux.runner import DEFAULT_POLICIES, compare
 from rollmux.simulator import SimConfig
-from rollmux.trace_io import dump_jobs, load_cluster, load_jobs
+from rollmux.trace_io import dump_jobs, load_cluster, load_jobs, parse_jobs
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RollMux: multiplex RL post-training jobs across rollout and training pools.")
@@ -165,6 +166,78 @@ def study(
             md = run_study(sc, out_dir, traces,
                            lambda what, done, total: bar.update(task, description=what, completed=done, total=total))
         out.print(f"wrote {md}")
+    except InputError as exc:
+        _fail(exc)
+
+
+@app.command()
+def serve(
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML)."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (default: start one here)."),
+) -> None:
+    """Start (or connect to) a Ray cluster and the scheduler service; runs until Ctrl-C."""
+    from rollmux.live.service import NAMESPACE, start_service
+    try:
+        spec, warnings = load_cluster(cluster)
+        for w in warnings:
+            err.print(f"[yellow]warning:[/] {w}", highlight=False)
+        import ray
+        # A cluster started here listens on loopback only.
+        local = {} if address else {"_node_ip_address": "127.0.0.1"}
+        ray.init(address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, **local)
+        handle = start_service(spec.model_dump())
+        ray.get(handle.status.remote())
+        out.print(f"rollmux scheduler serving in Ray namespace '{NAMESPACE}' "
+                  f"(Ray at {ray.get_runtime_context().gcs_address}); Ctrl-C stops it")
+        while True:
+            time.sleep(3600)
+    except InputError as exc:
+        _fail(exc)
+
+
+def _service(address: str):
+    import ray
+    from rollmux.live.service import ACTOR_NAME, NAMESPACE
+    try:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
+    except (ConnectionError, ValueError) as exc:
+        raise InputError("--address", f"no rollmux scheduler reachable at {address!r} ({exc})") from None
+
+
+@app.command()
+def submit(
+    job_file: Path = typer.Argument(..., help="Job profile (YAML or JSON, the trace's fields)."),
+    address: str = typer.Option("auto", "--address", help="Ray cluster of the scheduler."),
+) -> None:
+    """Submit one job to the running scheduler; prints where it was placed."""
+    import ray
+    import yaml
+    try:
+        text = job_file.read_text() if job_file.exists() else None
+        if text is None:
+            raise InputError(str(job_file), "no such file")
+        try:
+            record = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InputError(str(job_file), f"not valid YAML/JSON ({exc})") from None
+        parse_jobs([json.dumps(record)], str(job_file))  # same validation and messages as a trace line
+        handle = _service(address)
+        try:
+            placed = ray.get(handle.submit.remote(record))
+        except ray.exceptions.RayTaskError as exc:
+            raise InputError(str(job_file), str(exc.cause)) from None
+        out.print_json(json.dumps(placed))
+    except InputError as exc:
+        _fail(exc)
+
+
+@app.command()
+def status(address: str = typer.Option("auto", "--address", help="Ray cluster of the scheduler.")) -> None:
+    """Groups, members, whose turn it is on each node, and iteration times vs SLO."""
+    import ray
+    try:
+        out.print_json(json.dumps(ray.get(_service(address).status.remote())))
     except InputError as exc:
         _fail(exc)
 

@@ -60,7 +60,8 @@ def _drive(shim: JobShim, iterations: int, log: list, lock: threading.Lock) -> N
 
 
 def test_ray_actor_serves_permits_round_robin_without_overlap():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE,
+             _node_ip_address="127.0.0.1")
     try:
         handle = start_service(CLUSTER)
         for r in _two_jobs():
