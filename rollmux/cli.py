@@ -242,6 +242,21 @@ def status(address: str = typer.Option("auto", "--address", help="Ray cluster of
         _fail(exc)
 
 
+@app.command()
+def demo(
+    iterations: int = typer.Option(8, "--iterations", min=1, help="GRPO iterations per job."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+    png: Path = typer.Option(Path("demo_timeline.png"), "--png", help="Timeline picture of phases on nodes."),
+) -> None:
+    """Emulated Ray cluster: three real GRPO jobs multiplexed by the scheduler, then solo."""
+    from rollmux.live.demo import run_demo
+    try:
+        result = run_demo(iterations=iterations, json_out=json_out, png_out=png)
+        out.print_json(json.dumps(result))
+    except InputError as exc:
+        _fail(exc)
+
+
 @bench_app.command("placement")
 def bench_placement(
     n_jobs: int = typer.Option(1000, "--jobs", min=1, help="Active jobs already placed."),
