@@ -81,6 +81,7 @@ def test_ray_actor_serves_permits_round_robin_without_overlap():
                 assert running <= 1
         starts = [e[0] for e in sorted(log, key=lambda e: e[3]) if e[1] == "rollout" and e[2] == "start"]
         assert starts == ["a", "b"] * 3
+        client.drain()
         status = ray.get(handle.status.remote())
         assert {j: s["iterations"] for j, s in status["jobs"].items()} == {"a": 3, "b": 3}
         ray.kill(handle)

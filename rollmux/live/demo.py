@@ -237,6 +237,7 @@ def run_demo(iterations: int = 8, json_out: Path | None = None, png_out: Path = 
                            offload=lambda ph: ray.get(queued.pop(ph)))
             _drive(j, *actors[j], iterations, log, lock, (node_of[j]["rollout"], node_of[j]["train"]), mux,
                    shim, queued)
+            client.drain()  # every release applied before the job leaves its group
             ray.get(handle.finish.remote(j))
 
         t_mux = time.perf_counter()

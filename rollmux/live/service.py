@@ -133,6 +133,8 @@ class RayPermitClient:
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
+        self._releases: list = []  # releases sent but not yet confirmed
+        self._lock = threading.Lock()
 
     def acquire(self, job_id: str, phase: str) -> Grant:
         """Block on the actor until the permit is granted."""
@@ -146,9 +148,18 @@ class RayPermitClient:
         ray.get(self.handle.tail_started.remote(job_id))
 
     def release(self, timings: PhaseTimings) -> None:
-        """Release the permit with the measured timings."""
+        """Release the permit with the measured timings, without waiting for the round trip:
+        no later request of this job depends on it (call `drain` before `finish`)."""
+        ref = self.handle.release.remote(asdict(timings))
+        with self._lock:
+            self._releases.append(ref)
+
+    def drain(self) -> None:
+        """Wait until every release sent so far has been applied (raises its error, if any)."""
         import ray
-        ray.get(self.handle.release.remote(asdict(timings)))
+        with self._lock:
+            refs, self._releases = self._releases, []
+        ray.get(refs)
 
 
 def start_service(cluster: dict, cfg: SchedulerConfig | None = None) -> Any:
