@@ -142,3 +142,24 @@ def any_configs() -> st.SearchStrategy[IntraConfig]:
     """Migration on (varied) or off, warm switch 0 or 2 s."""
     return st.one_of(migration_configs(),
                      st.sampled_from([IntraConfig(migration=False), IntraConfig(migration=False, warm_switch_s=0.0)]))
+
+
+# -- live-plane helpers ----------------------------------------------------------------------
+
+def run_threads(targets: list) -> None:
+    """Start one thread per (function, args) pair and wait for all of them."""
+    import threading
+    threads = [threading.Thread(target=fn, args=args) for fn, args in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+
+
+def most_running_at_once(marks: list[tuple[float, str]]) -> int:
+    """Peak number of phases running together, from (time, "start"|"end") marks."""
+    running = peak = 0
+    for _, kind in sorted(marks, key=lambda m: (m[0], m[1] == "start")):  # an end before a start at a tie
+        running += 1 if kind == "start" else -1
+        peak = max(peak, running)
+    return peak

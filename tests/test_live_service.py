@@ -9,7 +9,7 @@ import pytest
 
 import ray
 
-from factories import job_record, make_job
+from factories import job_record, make_job, most_running_at_once, run_threads
 from rollmux.live.service import ACTOR_NAME, NAMESPACE, RayPermitClient, SchedulerCore, start_service
 from rollmux.shim import JobShim
 from rollmux.spec import default_cluster
@@ -69,16 +69,9 @@ def test_ray_actor_serves_permits_round_robin_without_overlap():
         assert ray.get_actor(ACTOR_NAME, namespace=NAMESPACE) is not None
         client = RayPermitClient(handle)
         log, lock = [], threading.Lock()
-        threads = [threading.Thread(target=_drive, args=(JobShim(j, client), 3, log, lock)) for j in "ab"]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
+        run_threads([(_drive, (JobShim(j, client), 3, log, lock)) for j in "ab"])
         for phase in ("rollout", "train"):
-            running = 0
-            for _, _, kind, _ in sorted((e for e in log if e[1] == phase), key=lambda e: (e[3], e[2] == "start")):
-                running += 1 if kind == "start" else -1
-                assert running <= 1
+            assert most_running_at_once([(t, kind) for _, ph, kind, t in log if ph == phase]) == 1
         starts = [e[0] for e in sorted(log, key=lambda e: e[3]) if e[1] == "rollout" and e[2] == "start"]
         assert starts == ["a", "b"] * 3
         client.drain()

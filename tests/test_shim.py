@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from factories import make_group, make_job
+from factories import make_group, make_job, most_running_at_once, run_threads
 from rollmux.env import WallClockEnvironment
 from rollmux.group_controller import GroupController
 from rollmux.intra_group import IntraConfig
@@ -41,26 +41,15 @@ def _run_job(shim: JobShim, log: list, iterations: int, lock: threading.Lock) ->
 
 def test_phases_of_two_jobs_never_overlap_on_shared_nodes(plane):
     log, lock = [], threading.Lock()
-    threads = [threading.Thread(target=_run_job, args=(JobShim(j, plane), log, 4, lock)) for j in "ab"]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    run_threads([(_run_job, (JobShim(j, plane), log, 4, lock)) for j in "ab"])
     for phase in ("rollout", "train"):
-        running = 0
-        for kind, _, ph, _ in sorted((e for e in log if e[2] == phase), key=lambda e: (e[3], e[0] == "start")):
-            running += 1 if kind == "start" else -1
-            assert running <= 1
+        assert most_running_at_once([(t, kind) for kind, _, ph, t in log if ph == phase]) == 1
     assert len(log) == 2 * 2 * 2 * 4
 
 
 def test_round_robin_order_is_kept_on_the_shared_node(plane):
     log, lock = [], threading.Lock()
-    threads = [threading.Thread(target=_run_job, args=(JobShim(j, plane), log, 3, lock)) for j in "ab"]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    run_threads([(_run_job, (JobShim(j, plane), log, 3, lock)) for j in "ab"])
     rollouts = [g.job_id for g in plane.grants if g.phase == "rollout"]
     assert rollouts == ["a", "b"] * 3
 
