@@ -68,21 +68,21 @@ class Group:
                 return m
         raise KeyError(job_id)
 
-    def rollout_host_gb(self) -> list[float]:
-        """Host DRAM used on each rollout node by the members pinned there."""
-        used = [0.0] * self.n_rollout
+    def host_gb_used(self, pool: str) -> list[float]:
+        """Host DRAM used on each node of `pool` ("rollout" or "train") by the members pinned there."""
+        used = [0.0] * (self.n_rollout if pool == "rollout" else self.n_train)
         for m in self.members:
-            for n in m.rollout_nodes:
-                used[n] += m.job.host_gb.rollout
+            for n in (m.rollout_nodes if pool == "rollout" else m.train_nodes):
+                used[n] += getattr(m.job.host_gb, pool)
         return used
 
+    def rollout_host_gb(self) -> list[float]:
+        """Host DRAM used on each rollout node."""
+        return self.host_gb_used("rollout")
+
     def train_host_gb(self) -> list[float]:
-        """Host DRAM used on each training node by the members pinned there."""
-        used = [0.0] * self.n_train
-        for m in self.members:
-            for n in m.train_nodes:
-                used[n] += m.job.host_gb.train
-        return used
+        """Host DRAM used on each training node."""
+        return self.host_gb_used("train")
 
     def cost_per_hour(self, cluster: ClusterSpec) -> float:
         """Provisioning cost rate of the group's nodes ($/h)."""

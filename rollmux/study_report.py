@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-
-SMALL = ("rollmux", "rollmux-paper", "random", "greedy", "gavel")
 
 
 def _slo_label(slo: float | None) -> str:
@@ -21,27 +20,32 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
+def _policies(cells: list) -> list[str]:
+    """The policies measured in part A, in the study's order."""
+    return list(cells[0].cost_vs_opt) if cells else []
+
+
+def _cells_table(rows: list, first: str, key: Callable) -> str:
+    """One row per cell: the `first` columns, then cost / optimum and SLO per policy."""
+    pols = _policies(rows)
+    lines = [f"| {first} | " + " | ".join(f"{p} cost/opt | {p} SLO" for p in pols) + " |",
+             "|" + "---|" * (first.count("|") + 1 + 2 * len(pols))]
+    for c in rows:
+        vals = " | ".join(f"{c.cost_vs_opt[p]:.2f}x | {_pct(c.slo_attainment[p])}" for p in pols)
+        lines.append(f"| {key(c)} | {vals} |")
+    return "\n".join(lines)
+
+
 def small_table(cells: list, size: int) -> str:
     """Part A at one max group size: cost / optimum and SLO attainment per policy."""
     rows = [c for c in cells if c.group_size == size]
-    head = "| workload | SLO | " + " | ".join(f"{p} cost/opt | {p} SLO" for p in SMALL) + " |"
-    sep = "|" + "---|" * (2 + 2 * len(SMALL))
-    lines = [head, sep]
-    for c in rows:
-        vals = " | ".join(f"{c.cost_vs_opt[p]:.2f}x | {_pct(c.slo_attainment[p])}" for p in SMALL)
-        lines.append(f"| {c.workload} | {_slo_label(c.slo)} | {vals} |")
-    return "\n".join(lines)
+    return _cells_table(rows, "workload | SLO", lambda c: f"{c.workload} | {_slo_label(c.slo)}")
 
 
 def size_table(cells: list) -> str:
     """Part A's group-size sweep at SLO U(1,2)."""
     rows = sorted((c for c in cells if c.slo is None), key=lambda c: (c.workload, c.group_size))
-    lines = ["| workload | max group size | " + " | ".join(f"{p} cost/opt | {p} SLO" for p in SMALL) + " |",
-             "|" + "---|" * (2 + 2 * len(SMALL))]
-    for c in rows:
-        vals = " | ".join(f"{c.cost_vs_opt[p]:.2f}x | {_pct(c.slo_attainment[p])}" for p in SMALL)
-        lines.append(f"| {c.workload} | {c.group_size} | {vals} |")
-    return "\n".join(lines)
+    return _cells_table(rows, "workload | max group size", lambda c: f"{c.workload} | {c.group_size}")
 
 
 def philly_table(run: dict, key: str) -> str:
@@ -62,8 +66,9 @@ def plot_small(cells: list, size: int, path: Path) -> None:
     rows = [c for c in cells if c.group_size == size and c.slo is None]
     x = np.arange(len(rows))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    width = 0.8 / len(SMALL)
-    for i, p in enumerate(SMALL):
+    pols = _policies(rows)
+    width = 0.8 / len(pols)
+    for i, p in enumerate(pols):
         axes[0].bar(x + i * width, [c.cost_vs_opt[p] for c in rows], width, label=p)
         axes[1].bar(x + i * width, [100 * c.slo_attainment[p] for c in rows], width, label=p)
     for ax, title in ((axes[0], "cost rate / offline optimum"), (axes[1], "SLO attainment (%)")):
