@@ -45,7 +45,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rollmux.live.service import RayPermitClient, SchedulerCore, start_service
+from rollmux.live.client import RayPermitClient
+from rollmux.live.service import SchedulerCore, start_service
 from rollmux.shim import PhaseTimings
 from rollmux.spec import default_cluster
 
@@ -96,7 +97,8 @@ class _Service:
         return None
 
     def release(self, client: Any, timings: PhaseTimings) -> None:
-        self._invoke("release", asdict(timings), **_job_kwargs("release", self.tokens, timings.job_id))
+        self._invoke("release", timings.job_id, timings.phase, asdict(timings),
+                     **_job_kwargs("release", self.tokens, timings.job_id))
 
     def drain(self, client: Any) -> None:
         """Every release this job sent has been applied."""
@@ -144,7 +146,10 @@ class _Ray(_Service):
         return self.ray.get(getattr(self.handle, method).remote(*args, **kw))
 
     def client(self) -> RayPermitClient:
-        return RayPermitClient(self.handle)
+        c = RayPermitClient(self.handle)
+        for job_id, token in self.tokens.items():
+            c.register(job_id, token)
+        return c
 
     def release(self, client: RayPermitClient, timings: PhaseTimings) -> None:
         client.release(timings)  # not awaited: the next acquire may overtake it

@@ -64,17 +64,23 @@ class ClusterState:
 
     def place(self, job: JobSpec, progress: Progress, arrival: bool = True) -> PlacementPlan | None:
         """Decide, validate and apply a placement for `job`; None if it must wait."""
+        plan = self.decide(job, progress)
+        if plan is not None:
+            self.apply(plan, arrival)
+        return plan
+
+    def decide(self, job: JobSpec, progress: Progress) -> PlacementPlan | None:
+        """The policy's validated plan for `job` (not applied); None if it must wait."""
         view = self.view(progress)
         t0 = time.perf_counter()
         plan = self.policy.place(job, view)
         self.decision_ms.append((time.perf_counter() - t0) * 1e3)
-        if plan is None:
-            return None
-        validate_plan(plan, job, view)
-        self._apply(plan, arrival)
+        if plan is not None:
+            validate_plan(plan, job, view)
         return plan
 
-    def _apply(self, plan: PlacementPlan, arrival: bool) -> None:
+    def apply(self, plan: PlacementPlan, arrival: bool) -> None:
+        """Carry out a plan: pay for added nodes, install the group, update its controller."""
         g, now = plan.group, self.env.now()
         self.ledger.provision("rollout", plan.added_rollout_nodes, now)
         self.ledger.provision("train", plan.added_train_nodes, now)

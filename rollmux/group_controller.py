@@ -33,6 +33,7 @@ class Grant:
     switch_s: float
     granted_at: float
     tail_share: float  # tail fraction the job should migrate (0 = no migration)
+    epoch: int = 0     # the job's placement count (live plane): a change means it was moved
 
 
 class _NodeState:
@@ -135,6 +136,22 @@ class GroupController:
                 node.holder = None
         self._migrating.discard(job_id)
         self._dispatch()
+
+    def withdraw(self, job_id: str) -> None:
+        """Forget the job's pending requests and free every node it holds (a crashed job)."""
+        for key in [k for k in self._pending if k[0] == job_id]:
+            del self._pending[key]
+        for nodes in self.nodes.values():
+            for node in nodes:
+                node.tails.pop(job_id, None)
+                if node.holder == job_id:
+                    node.holder = None
+        self._migrating.discard(job_id)
+        self._dispatch()
+
+    def pending(self, job_id: str) -> list[str]:
+        """The phases the job has asked for and not yet been granted."""
+        return [ph for (j, ph) in self._pending if j == job_id]
 
     def tails_on(self, idx: int) -> dict[str, float]:
         """Migrated tails still running on rollout node `idx`."""

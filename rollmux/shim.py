@@ -65,11 +65,14 @@ class JobShim:
     def __init__(self, job_id: str, client: PermitClient,
                  onload: Callable[[str], None] | None = None,
                  offload: Callable[[str], None] | None = None,
-                 tail_threshold: float = 0.8) -> None:
+                 tail_threshold: float = 0.8,
+                 on_move: Callable[[Grant], None] | None = None) -> None:
         self.job_id = job_id
         self.client = client
         self._onload = onload or (lambda phase: None)
         self._offload = offload or (lambda phase: None)
+        self._on_move = on_move or (lambda grant: None)
+        self.epoch: int | None = None  # placement epoch of the last permit
         self.tail_threshold = tail_threshold
         self.history: list[PhaseTimings] = []
         self._grant: Grant | None = None
@@ -85,6 +88,9 @@ class JobShim:
         grant = self.client.acquire(self.job_id, name)
         t1 = time.perf_counter()
         self._grant, self._tail_sent = grant, False
+        if self.epoch is not None and grant.epoch != self.epoch:
+            self._on_move(grant)  # re-placed (regrouping or re-admission): restart workers on the new nodes
+        self.epoch = grant.epoch
         self._onload(name)
         t2 = time.perf_counter()
         try:

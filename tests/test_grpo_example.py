@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import gc
 import statistics
 import sys
 import time
-import weakref
 from pathlib import Path
 
 import pytest
@@ -113,13 +111,13 @@ def test_size_presets_have_ordered_rollout_train_ratios():
 def test_offload_releases_all_live_model_tensors():
     job = GRPOJob(make_config("small", seed=0))
     run_solo(job, 1)
-    refs = [weakref.ref(p) for p in job.model.parameters()]
-    refs += [weakref.ref(p) for p in job.rollout_model.parameters()]
-    refs += [weakref.ref(t) for st in job.optimizer.state.values() for t in st.values()]
+    modules = [job.model, job.rollout_model]
+    optimizer = job.optimizer
     job.offload()
-    gc.collect()
     assert job.model is None and job.optimizer is None and job.rollout_model is None
-    assert all(r() is None for r in refs)
+    # The module shells stay (a lightweight suspend) but hold no elements.
+    assert sum(t.numel() for m in modules for t in (*m.parameters(), *m.buffers())) == 0
+    assert len(optimizer.state) == 0
     assert job.resident == {"trainer": False, "rollout": False}
     with pytest.raises(RuntimeError):
         job.rollout()

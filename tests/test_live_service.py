@@ -10,7 +10,8 @@ import pytest
 import ray
 
 from factories import job_record, make_job, most_running_at_once, run_threads
-from rollmux.live.service import ACTOR_NAME, NAMESPACE, RayPermitClient, SchedulerCore, start_service
+from rollmux.live.client import RayPermitClient
+from rollmux.live.service import ACTOR_NAME, NAMESPACE, SchedulerCore, ServiceError, start_service
 from rollmux.shim import JobShim
 from rollmux.spec import default_cluster
 
@@ -39,11 +40,11 @@ def test_submitted_complementary_jobs_share_a_group(core):
 def test_bad_submission_is_refused_and_changes_nothing(core):
     bad = job_record("x")
     bad["slo"] = 0.5
-    with pytest.raises(ValueError):
+    with pytest.raises(ServiceError, match="field slo"):
         core.submit(bad)
     huge = job_record("y")
     huge["host_gb"] = {"rollout": 10.0, "train": 5000.0}
-    with pytest.raises(ValueError, match="can never be placed"):
+    with pytest.raises(ServiceError, match="can never be placed"):
         core.submit(huge)
     assert core.status()["groups"] == []
 
@@ -64,10 +65,10 @@ def test_ray_actor_serves_permits_round_robin_without_overlap():
              _node_ip_address="127.0.0.1")
     try:
         handle = start_service(CLUSTER)
-        for r in _two_jobs():
-            ray.get(handle.submit.remote(r))
-        assert ray.get_actor(ACTOR_NAME, namespace=NAMESPACE) is not None
         client = RayPermitClient(handle)
+        for r in _two_jobs():
+            client.submit(r)
+        assert ray.get_actor(ACTOR_NAME, namespace=NAMESPACE) is not None
         log, lock = [], threading.Lock()
         run_threads([(_drive, (JobShim(j, client), 3, log, lock)) for j in "ab"])
         for phase in ("rollout", "train"):

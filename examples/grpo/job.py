@@ -129,6 +129,7 @@ class GRPOJob:
         self.max_len = self.prompt_len + c.gen_len
         self.iteration = 0                      # next iteration to train
         self._host: dict[str, dict] = {}        # offloaded state, by side
+        self._shell: dict[str, tuple] = {}      # offloaded side's (module, optimizer) with no live tensors
         with _threads(c.threads):
             init = torch.Generator().manual_seed(_stream_seed(c.seed, -1, 0))
             self.model = build_policy(c.d_model, c.n_layers, c.n_heads, self.max_len, init)
@@ -222,19 +223,29 @@ class GRPOJob:
 
     # ------------------------------------------------------------------ suspend / resume
     def offload(self, side: str = "all") -> None:
-        """Move live state into host copies and drop every live reference."""
+        """Move live state into host copies and free every live tensor.
+
+        The module objects stay alive as empty shells (like a real suspend keeps
+        the process and its communicators), so onload is a copy, not a rebuild.
+        """
         sides = _sides(side)
         with _threads(self.config.threads):
             for s in sides:
                 if s in self._host:
                     continue
+                model = self.model if s == "trainer" else self.rollout_model
+                host = {"model": _clone(model.state_dict())}
                 if s == "trainer":
-                    self._host[s] = {"model": _clone(self.model.state_dict()),
-                                     "optim": _clone_optim(self.optimizer.state_dict())}
+                    host["optim"] = _clone_optim(self.optimizer.state_dict())
+                    self.optimizer.state.clear()
+                    self._shell[s] = (model, self.optimizer)
                     self.model = self.optimizer = None
                 else:
-                    self._host[s] = {"model": _clone(self.rollout_model.state_dict())}
+                    self._shell[s] = (model, None)
                     self.rollout_model = None
+                for t in (*model.parameters(), *model.buffers()):
+                    t.data = _EMPTY  # drop the live storage; the shell keeps no elements
+                self._host[s] = host
 
     def onload(self, side: str = "all") -> None:
         """Restore live state exactly from the host copies (which are released)."""
@@ -244,11 +255,18 @@ class GRPOJob:
                 host = self._host.pop(s, None)
                 if host is None:
                     continue
-                model = self._new_model()
-                model.load_state_dict(host["model"])
+                model, optimizer = self._shell.pop(s, (None, None))
+                if model is None:  # restored from a checkpoint: no shell yet
+                    model = self._new_model()
+                    optimizer = self._new_optimizer(model) if s == "trainer" else None
+                tensors = dict(model.named_parameters())
+                tensors.update(model.named_buffers())
+                with torch.no_grad():
+                    for name, t in tensors.items():
+                        t.data = host["model"][name].clone()  # the host-to-device copy of a real job
                 if s == "trainer":
-                    self.model, self.optimizer = model, self._new_optimizer(model)
-                    self.optimizer.load_state_dict(host["optim"])
+                    optimizer.load_state_dict(host["optim"])
+                    self.model, self.optimizer = model, optimizer
                 else:
                     self.rollout_model = model
 
@@ -267,6 +285,7 @@ class GRPOJob:
         if ck["config"] != self.config.to_dict():
             raise ValueError("checkpoint was written by a job with a different config")
         self.model = self.optimizer = self.rollout_model = None
+        self._shell = {}
         self._host = {"trainer": ck["trainer"], "rollout": ck["rollout"]}
         self.iteration = ck["iteration"]
         self.onload()
@@ -277,6 +296,9 @@ class GRPOJob:
         job = cls(GRPOConfig(**ck["config"]))
         job.restore(path)
         return job
+
+
+_EMPTY = torch.empty(0)
 
 
 def _clone_optim(sd: dict) -> dict:

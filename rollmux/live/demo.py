@@ -5,19 +5,20 @@ of num_cpus=1 carrying one custom resource each that names the node
 (`rollout_node_k`, `train_node_k`; the "GPUs"). Two rollout nodes and one
 training node start up front; nodes the placement needs beyond that are added.
 
-Profiles: each job is submitted with phase times equal to its preset's measured
-wall times in *milliseconds used as profile seconds* (medium 151/104, large 10/235,
-small 4/22), so the cluster's 2 s warm-switch cost reads as 2 ms, about what an
-onload from host memory costs here. The scheduler then groups medium + large
-(complementary) and gives small its own group.
+Profiles: each job is submitted with its preset's measured solo phase times in
+seconds (medium 0.151/0.104, large 0.010/0.235, small 0.004/0.022) on the paper's
+cluster with the switch costs measured here (warm 5 ms: an onload from host memory
+plus a permit round trip; cold 0.1 s: a restore from disk). The scheduler then
+groups medium + large (complementary) and gives small its own group.
 
 Node mapping: for each pool, the (group_id, group-local node index) pairs the
 scheduler returns are numbered in submission order, k = 0, 1, ...; pair k runs on
 `{pool}_node_k`. Workers are pinned with `resources={name: 0.01}` (num_cpus=0).
 
-Solo run: the same jobs, one at a time (so each has its nodes to itself), on
-the same worker processes reset to a fresh job of the same config and seed,
-no permits and no offloading.
+Solo run: the same jobs on dedicated nodes (Solo-D), no permits and no
+offloading, on the same worker processes reset to a fresh job of the same config
+and seed. The three jobs run at the same time in both runs, as they would on a
+cluster, so both see the same sharing of this host's cores by the emulated nodes.
 
 Idle share of a pool = 1 - busy node-time / sum over its used nodes of the span
 the node was held (first phase start to last phase end on it); a node is held
@@ -35,14 +36,16 @@ from pathlib import Path
 
 import ray
 
-from rollmux.live.service import RayPermitClient, start_service
+from rollmux.live.client import RayPermitClient
+from rollmux.live.service import start_service
 from rollmux.shim import JobShim
 from rollmux.spec import default_cluster
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 DEMO_NAMESPACE = "rollmux-demo"
 # job_id -> (preset, rollout profile, train profile) -- ms of wall time used as profile seconds
-JOBS = {"medium": ("medium", 151.0, 104.0), "large": ("large", 10.0, 235.0), "small": ("small", 4.0, 22.0)}
+JOBS = {"medium": ("medium", 0.151, 0.104), "large": ("large", 0.010, 0.235), "small": ("small", 0.004, 0.022)}
+WARM_SWITCH_S, COLD_SWITCH_S = 0.005, 0.1
 
 
 class Worker:
@@ -101,7 +104,7 @@ def _spawn(size: str, seed: int, rollout_node: str, train_node: str):
 def _profile(job_id: str, rollout: float, train: float, slo: float) -> dict:
     return {"job_id": job_id, "arrival_s": 0.0, "duration_s": 3600.0, "slo": slo,
             "rollout_gpus": 8, "train_gpus": 8, "rollout_s": {"median": rollout, "sigma": 0.0, "max": rollout},
-            "tail_frac": 0.0, "train_s": train, "sync_s": 1.0, "host_gb": {"rollout": 1.0, "train": 1.0}}
+            "tail_frac": 0.0, "train_s": train, "sync_s": 0.001, "host_gb": {"rollout": 1.0, "train": 1.0}}
 
 
 def _drive(job_id: str, r, t, iterations: int, log: list, lock: threading.Lock, nodes: tuple[str, str],
@@ -194,13 +197,16 @@ def run_demo(iterations: int = 8, json_out: Path | None = None, png_out: Path = 
         ray.init(address=cluster.address, namespace=DEMO_NAMESPACE, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": pypath}})
         say(f"cluster up in {time.perf_counter() - t_demo:.1f}s: {sorted(k for k in ray.cluster_resources() if '_node_' in k)}")
-        handle = start_service(default_cluster().model_dump())
+        cluster_spec = {**default_cluster().model_dump(), "warm_switch_s": WARM_SWITCH_S,
+                        "cold_switch_s": COLD_SWITCH_S}
+        handle = start_service(cluster_spec)
 
         # --- submit and map the placement onto emulated nodes
+        client = RayPermitClient(handle)
         node_of: dict[str, dict[str, str]] = {}
         index: dict[str, dict[tuple[int, int], int]] = {"rollout": {}, "train": {}}
         for jid, (_, r_ms, t_ms) in JOBS.items():
-            p = ray.get(handle.submit.remote(_profile(jid, r_ms, t_ms, slo)))
+            p = client.submit(_profile(jid, r_ms, t_ms, slo))
             node_of[jid] = {}
             for pool in ("rollout", "train"):
                 key = (p["group_id"], p[f"{pool}_nodes"][0])
@@ -221,7 +227,6 @@ def run_demo(iterations: int = 8, json_out: Path | None = None, png_out: Path = 
                         for j, pair in actors.items() for i, a in enumerate(pair)])
         ray.get([a.offload.remote() for pair in actors.values() for a in pair])  # waiting jobs hold no state
         warm: list[float] = []
-        client = RayPermitClient(handle)
         log: list = []
         lock = threading.Lock()
         mux: dict = {}
@@ -237,8 +242,7 @@ def run_demo(iterations: int = 8, json_out: Path | None = None, png_out: Path = 
                            offload=lambda ph: ray.get(queued.pop(ph)))
             _drive(j, *actors[j], iterations, log, lock, (node_of[j]["rollout"], node_of[j]["train"]), mux,
                    shim, queued)
-            client.drain()  # every release applied before the job leaves its group
-            ray.get(handle.finish.remote(j))
+            client.finish(j)  # drains its releases first, then leaves the group
 
         t_mux = time.perf_counter()
         threads = [threading.Thread(target=run_mux, args=(j,)) for j in JOBS]
@@ -251,16 +255,22 @@ def run_demo(iterations: int = 8, json_out: Path | None = None, png_out: Path = 
         say(f"multiplexed run: {time.perf_counter() - t_mux:.2f}s")
         warm = ray.get(warm)
 
-        # --- solo run: one job at a time on dedicated actors, no permits
+        # --- solo run: every job on dedicated nodes, all at once, no permits
         solo_log: list = []
         solo: dict = {}
+        ray.get([a.reset.remote() for pair in actors.values() for a in pair])
+        ray.get([a.onload.remote() for pair in actors.values() for a in pair])  # solo: resident throughout
         t_solo = time.perf_counter()
-        for j in JOBS:
-            r, t = actors[j]
-            ray.get([r.reset.remote(), t.reset.remote()])
-            ray.get([r.onload.remote(), t.onload.remote()])  # solo: resident for the whole run
-            _drive(j, r, t, iterations, solo_log, lock, (node_of[j]["rollout"], node_of[j]["train"]), solo)
-        say(f"solo runs: {time.perf_counter() - t_solo:.2f}s")
+        threads = [threading.Thread(target=_drive, args=(j, *actors[j], iterations, solo_log, lock,
+                                                         (f"rollout_solo_{j}", f"train_solo_{j}"), solo))
+                   for j in JOBS]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if set(solo) != set(JOBS):
+            raise RuntimeError(f"solo run failed for {sorted(set(JOBS) - set(solo))}")
+        say(f"solo run: {time.perf_counter() - t_solo:.2f}s")
 
         import torch
         identical = all(set(mux[j]["weights"]) == set(solo[j]["weights"]) and
@@ -268,7 +278,7 @@ def run_demo(iterations: int = 8, json_out: Path | None = None, png_out: Path = 
                         and mux[j]["rewards"] == solo[j]["rewards"] for j in JOBS)
         _timeline(log, png_out)
         result = {
-            "jobs": [{"job_id": j, "iterations": iterations, "final_reward": mux[j]["rewards"][-1],
+            "jobs": [{"job_id": j, "iterations": iterations, "final_reward": mux[j]["rewards"][-1], "slo": slo,
                       "mean_iter_s_solo": round(solo[j]["iter_s"], 4), "mean_iter_s_mux": round(mux[j]["iter_s"], 4)}
                      for j in JOBS],
             "idle_share": {"solo": _idle_share(solo_log), "mux": _idle_share(log)},

@@ -1,45 +1,139 @@
 """The scheduler service of the live plane: one detached, named Ray actor (DESIGN §8).
 
-It holds the same `ClusterState` the simulator uses (placement policy, plan
-validation, one `GroupController` per group) on a `WallClockEnvironment`
-whose thread is the only one that touches that state; Ray calls (threaded
-actor) hand their work to it and wait for the answer. Jobs talk to it through
-`RayPermitClient`, the shim's permit client.
+It runs the simulator's scheduler unchanged: `LiveState` wraps the same
+`ClusterState` (placement policy, plan validation, one `GroupController` per
+group, departures, regrouping). `SchedulerCore` adds what a live service
+needs around it:
+
+- one scheduler thread (`WallClockEnvironment`) owns the state; Ray's call
+  threads hand it their work and wait;
+- every decision is journaled (SQLite or Redis, `rollmux.live.journal`)
+  before it takes effect; a restarted service replays the journal, and the
+  permits jobs still hold stay held, so none is granted twice;
+- each job gets a token at submission; every later call must carry it;
+- heartbeats: a job silent for `heartbeat_timeout_s` is failed, its permits
+  reclaimed, and its group goes on without it;
+- long-tail regrouping: members of a dissolved group move at their next
+  iteration boundary (their next permit carries the new placement).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import logging
+import secrets
 import threading
+import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import asdict
 from typing import Any, Callable
 
-from rollmux.cluster_state import ClusterState, SchedulerConfig
+from pydantic import ValidationError
+
+from rollmux.cluster_state import SchedulerConfig
 from rollmux.env import WallClockEnvironment
-from rollmux.group_controller import Grant
-from rollmux.inter_group import RollMuxPlacement
-from rollmux.shim import PhaseTimings
+from rollmux.intra_group import IntraConfig
+from rollmux.live.codec import job_to_dict, plan_to_dict
+from rollmux.live.journal import open_store
+from rollmux.live.live_state import LiveState
 from rollmux.spec import ClusterSpec, JobSpec
 
 NAMESPACE = "rollmux"
 ACTOR_NAME = "scheduler"
+PHASES = ("rollout", "train")
+TIMING_FIELDS = ("wait_s", "onload_s", "run_s", "offload_s")
+log = logging.getLogger("rollmux.service")
+
+
+class ServiceError(Exception):
+    """A request the service refused; nothing changed."""
+
+
+class AuthError(ServiceError):
+    """Missing or wrong job token."""
+
+
+class JobGone(ServiceError):
+    """The job is no longer scheduled (finished, or failed: the message says why)."""
+
+
+class _NoJournal:
+    """In-memory stand-in when no store is configured (tests, throwaway services)."""
+
+    url = "memory:"
+
+    def __init__(self) -> None:
+        self.seq = 0
+
+    def append(self, kind: str, payload: dict) -> int:
+        self.seq += 1
+        return self.seq
+
+    def records(self, after: int = 0) -> list:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _config_record(cluster: ClusterSpec, cfg: SchedulerConfig) -> dict:
+    return {"cluster": cluster.model_dump(exclude_none=True), "cfg": asdict(cfg)}
+
+
+def _config_from(d: dict) -> tuple[ClusterSpec, SchedulerConfig]:
+    cfg = dict(d["cfg"])
+    cfg["intra"] = IntraConfig(**cfg["intra"])
+    return ClusterSpec.model_validate(d["cluster"]), SchedulerConfig(**cfg)
 
 
 class SchedulerCore:
     """The service's logic, free of Ray (so it is testable in-process)."""
 
-    def __init__(self, cluster: dict, cfg: SchedulerConfig | None = None) -> None:
+    def __init__(self, cluster: dict | None = None, cfg: SchedulerConfig | None = None,
+                 store: str | None = None, heartbeat_timeout_s: float | None = None,
+                 check_every_s: float = 0.5) -> None:
         self.env = WallClockEnvironment()
-        self.cluster = ClusterSpec.model_validate(cluster)
-        self.state = ClusterState(self.env, self.cluster, RollMuxPlacement((cfg or SchedulerConfig()).intra),
-                                  cfg or SchedulerConfig())
-        self.jobs: dict[str, JobSpec] = {}
-        self.group_of: dict[str, int] = {}
-        self.started: dict[str, float] = {}
-        self.iterations: dict[str, int] = {}
+        self.journal = open_store(store) if store else _NoJournal()
+        records = self.journal.records()
+        if records:  # a restart: the journal's cluster and knobs win
+            if records[0].kind != "config":
+                raise ServiceError(f"journal {self.journal.url}: first record is {records[0].kind!r}, not 'config'")
+            spec, cfg = _config_from(records[0].payload)
+            if cluster is not None and ClusterSpec.model_validate(cluster) != spec:
+                raise ServiceError(f"journal {self.journal.url} was written for another cluster; "
+                                   "start with no cluster or a fresh store")
+        else:
+            if cluster is None:
+                raise ServiceError("no cluster given and no journal to recover it from")
+            spec = ClusterSpec.model_validate(cluster)
+            # The schedule's switch and migration costs are the cluster's, as in the simulator's CLI.
+            cfg = cfg or SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s),
+                                         migration_stall_s=spec.cold_switch_s)
+            self.journal.append("config", _config_record(spec, cfg))
+        self.state = LiveState(self.env, spec, cfg)
+        for r in records[1:]:
+            self.state.apply(r.kind, r.payload, replay=True)
+        self.recovered_records = len(records)
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.refused: list[dict] = []         # refused requests (auth and bad input), newest last
+        self._waiting: dict[tuple[str, str], Future] = {}  # permits asked for, not yet granted
+        self._queue: deque[str] = deque(j for j, r in self.state.jobs.items() if r.status in ("queued", "moving"))
+        now = time.monotonic()
+        self._seen = {j: now for j, r in self.state.jobs.items() if r.active}  # a restart grants a grace period
         self._thread = threading.Thread(target=self.env.serve, name="rollmux-scheduler", daemon=True)
         self._thread.start()
+        self._on_loop(self._drain)
+        if heartbeat_timeout_s is not None:
+            self._check_every = check_every_s
+            self.env.call_later(check_every_s, self._watchdog)
 
+    # -- plumbing -----------------------------------------------------------------------
     def _on_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run fn on the scheduler thread and return its result (or raise its error)."""
         fut: Future = Future()
@@ -52,120 +146,233 @@ class SchedulerCore:
         self.env.call_at(self.env.now(), call)
         return fut.result()
 
+    def _record(self, kind: str, payload: dict) -> None:
+        """Journal a decision, then carry it out (the write-ahead rule)."""
+        self.journal.append(kind, payload)
+        self.state.apply(kind, payload)
+
+    def _refuse(self, op: str, job_id: Any, why: str, exc: type[ServiceError] = ServiceError) -> ServiceError:
+        log.warning("refused %s for job %r: %s", op, job_id, why)
+        self.refused.append({"op": op, "job_id": str(job_id), "why": why, "at": time.time()})
+        del self.refused[:-1000]
+        return exc(f"{op} for job {job_id!r}: {why}")
+
+    def _job(self, op: str, job_id: Any, token: Any, active: bool = True):
+        """The job, once its token checks out (the error names what is wrong)."""
+        job = self.state.jobs.get(job_id) if isinstance(job_id, str) else None
+        if job is None:
+            raise self._refuse(op, job_id, "unknown job id")
+        if not isinstance(token, str) or not hmac.compare_digest(_hash(token), job.token_hash):
+            raise self._refuse(op, job_id, "missing or wrong token", AuthError)
+        if active and not job.active:
+            raise self._refuse(op, job_id, f"job is {job.status}" + (f" ({job.reason})" if job.reason else ""), JobGone)
+        self._seen[job_id] = time.monotonic()
+        return job
+
+    # -- submission and placement -----------------------------------------------------------
     def submit(self, record: dict) -> dict:
-        """Validate and place a job; returns where it went."""
-        job = JobSpec.model_validate(record)
-        reason = self.cluster.job_unplaceable_reason(job)
+        """Validate and place a job; returns its token and where it went (group None: queued)."""
+        try:
+            job = JobSpec.model_validate(record)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(record)"
+            raise self._refuse("submit", record.get("job_id") if isinstance(record, dict) else None,
+                               f"field {where}: {first['msg']} ({exc.error_count()} error(s))") from None
+        reason = self.state.cluster.cluster.job_unplaceable_reason(job)
         if reason is not None:
-            raise ValueError(f"job {job.job_id}: can never be placed: {reason}")
-        if job.job_id in self.jobs:
-            raise ValueError(f"job {job.job_id}: already submitted")
-        return self._on_loop(self._place, job)
+            raise self._refuse("submit", job.job_id, f"can never be placed: {reason}")
+        return self._on_loop(self._submit, job)
 
-    def _place(self, job: JobSpec) -> dict:
-        plan = self.state.place(job, self._progress())
-        if plan is None:
-            raise RuntimeError(f"job {job.job_id}: no nodes free under the caps")
-        self.jobs[job.job_id] = job
-        self.group_of[job.job_id] = plan.group.group_id
-        member = plan.group.member(job.job_id)
-        return {"job_id": job.job_id, "group_id": plan.group.group_id, "case": plan.case.value,
-                "rollout_nodes": list(member.rollout_nodes), "train_nodes": list(member.train_nodes)}
+    def _submit(self, job: JobSpec) -> dict:
+        old = self.state.jobs.get(job.job_id)
+        if old is not None and old.active:
+            raise self._refuse("submit", job.job_id, "already submitted and still running")
+        token = secrets.token_urlsafe(24)
+        self._record("submit", {"job": job_to_dict(job), "token_hash": _hash(token), "at": time.time()})
+        self._seen[job.job_id] = time.monotonic()
+        self._queue.append(job.job_id)
+        self._drain()
+        return {"job_id": job.job_id, "token": token, **self._placement(job.job_id)}
 
-    def _progress(self) -> dict[str, tuple[int, float]]:
-        now = self.env.now()
-        return {j: (self.iterations.get(j, 0), now - t) for j, t in self.started.items()}
+    def _placement(self, job_id: str) -> dict:
+        job = self.state.jobs[job_id]
+        out = {"group_id": job.group_id, "epoch": job.epoch, "status": job.status}
+        if job.group_id is not None:
+            m = self.state.cluster.groups[job.group_id].member(job_id)
+            out.update(rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes), case=job.case)
+        return out
 
-    def acquire(self, job_id: str, phase: str) -> dict:
-        """Block until the job may run `phase`; returns the permit as a dict."""
-        got: Future = Future()
+    def _drain(self) -> None:
+        """Place queued and moving jobs, first come first served (a mover goes first)."""
+        while self._queue:
+            jid = self._queue[0]
+            job = self.state.jobs[jid]
+            if not job.active:
+                self._queue.popleft()
+                continue
+            plan = self.state.cluster.decide(job.spec, self.state.progress(time.time()))
+            if plan is None:
+                return  # FIFO: the head waits for nodes, and so does everyone behind it
+            self._queue.popleft()
+            self._record("place", {"job_id": jid, "plan": plan_to_dict(plan), "arrival": job.epoch == 0})
+            for phase in PHASES:  # permits asked for while it had no group
+                if (jid, phase) in self._waiting and self.state.jobs[jid].group_id is not None:
+                    self._request(jid, phase)
 
-        def request() -> None:
-            ctl = self.state.controllers[self.group_of[job_id]]
-            self.started.setdefault(job_id, self.env.now())
-            ctl.request(job_id, phase, got.set_result)
-        self._on_loop(request)
-        return asdict(got.result())
+    # -- permits --------------------------------------------------------------------------
+    def acquire(self, job_id: str, phase: str, token: str | None = None) -> dict:
+        """Block until the job may run `phase`; returns the permit (with the job's placement)."""
+        return self._on_loop(self._acquire, job_id, phase, token).result()
 
-    def tail_started(self, job_id: str) -> None:
+    def _acquire(self, job_id: str, phase: str, token: Any) -> Future:
+        job = self._job("acquire", job_id, token)
+        if phase not in PHASES:
+            raise self._refuse("acquire", job_id, f"unknown phase {phase!r}; use one of {PHASES}")
+        fut: Future = Future()
+        if phase in job.held:  # a retry whose first reply was lost (e.g. in a service restart)
+            fut.set_result(job.held[phase])
+            return fut
+        if (job_id, phase) in self._waiting:
+            raise self._refuse("acquire", job_id, f"already waiting for a {phase} permit")
+        self._waiting[(job_id, phase)] = fut
+        if job.group_id is not None:
+            self._request(job_id, phase)
+        return fut
+
+    def _request(self, job_id: str, phase: str) -> None:
+        job = self.state.jobs[job_id]
+        ctl = self.state.cluster.controllers[job.group_id]
+
+        def on_grant(grant) -> None:
+            fut = self._waiting.pop((job_id, phase))
+            m = ctl.group.member(job_id)
+            payload = {**asdict(grant), "nodes": list(grant.nodes), "epoch": job.epoch, "at": time.time(),
+                       "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes)}
+            try:
+                self._record("grant", payload)
+            except Exception as exc:  # not journaled: undo it, so it was never granted
+                ctl.release(job_id, phase)
+                fut.set_exception(exc)
+                return
+            fut.set_result(payload)
+        ctl.request(job_id, phase, on_grant)
+
+    def release(self, job_id: str, phase: str, timings: dict, token: str | None = None) -> None:
+        """The job ended a phase with these measured timings; a train phase ends an iteration."""
+        self._on_loop(self._release, job_id, phase, timings, token)
+
+    def _release(self, job_id: str, phase: str, timings: Any, token: Any) -> None:
+        job = self._job("release", job_id, token)
+        if phase not in job.held:
+            raise self._refuse("release", job_id, f"holds no {phase!r} permit (double release?)")
+        if not isinstance(timings, dict) or any(
+                not isinstance(timings.get(k), (int, float)) or not timings[k] >= 0 for k in TIMING_FIELDS):
+            raise self._refuse("release", job_id, f"timings must give {', '.join(TIMING_FIELDS)} as numbers >= 0")
+        self._record("release", {"job_id": job_id, "phase": phase,
+                                 "timings": {k: float(timings[k]) for k in TIMING_FIELDS}})
+        if phase == "train" and self.state.jobs[job_id].migrate:
+            self._move(job_id, "regroup")
+
+    def tail_started(self, job_id: str, token: str | None = None) -> None:
         """Forward a tail-bound rollout to its group's controller."""
-        self._on_loop(lambda: self.state.controllers[self.group_of[job_id]].tail_started(job_id))
+        def tail() -> None:
+            job = self._job("tail_started", job_id, token)
+            if "rollout" in job.held:
+                self._record("tail", {"job_id": job_id})
+        self._on_loop(tail)
 
-    def release(self, timings: dict) -> None:
-        """The job ended a phase; a finished train phase completes an iteration."""
-        t = PhaseTimings(**timings)
+    def heartbeat(self, job_id: str, token: str | None = None) -> dict:
+        """The job is alive; returns its status and placement epoch."""
+        return self._on_loop(lambda: self._placement(self._job("heartbeat", job_id, token).spec.job_id))
 
-        def release() -> None:
-            self.state.controllers[self.group_of[t.job_id]].release(t.job_id, t.phase)
-            if t.phase == "train":
-                self.iterations[t.job_id] = self.iterations.get(t.job_id, 0) + 1
-        self._on_loop(release)
-
-    def finish(self, job_id: str) -> None:
+    # -- leaving ------------------------------------------------------------------------
+    def finish(self, job_id: str, token: str | None = None) -> None:
         """The job is done: it leaves its group (an empty group releases its nodes)."""
-        def leave() -> None:
-            self.state.leave(job_id, self.group_of.pop(job_id))
-        self._on_loop(leave)
+        def finish() -> None:
+            self._job("finish", job_id, token)
+            self._depart(job_id, "done", None)
+        self._on_loop(finish)
 
+    def readmit(self, job_id: str, reason: str, token: str | None = None) -> dict:
+        """The job lost its workers (e.g. a node died): reclaim its permits and place it again
+        like a new arrival; its next permit carries the new placement."""
+        def readmit() -> dict:
+            self._job("readmit", job_id, token)
+            self._move(job_id, f"readmit: {reason}")
+            return self._placement(job_id)
+        return self._on_loop(readmit)
+
+    def _move(self, job_id: str, why: str) -> None:
+        log.info("job %s leaves its group (%s)", job_id, why)
+        self._record("move_out", {"job_id": job_id, "why": why})
+        self._repair(self.state.last_rest)
+        self._queue.appendleft(job_id)
+        self._drain()
+
+    def _depart(self, job_id: str, status: str, reason: str | None) -> None:
+        self._record("leave", {"job_id": job_id, "status": status, "reason": reason})
+        for phase in PHASES:
+            fut = self._waiting.pop((job_id, phase), None)
+            if fut is not None:
+                fut.set_exception(JobGone(f"job {job_id!r} is {status}" + (f" ({reason})" if reason else "")))
+        self._repair(self.state.last_rest)
+        self._drain()
+
+    def _repair(self, rest) -> None:
+        """Departure-time regrouping, as in the simulator: movers go at their next boundary."""
+        movers = self.state.cluster.after_departure(rest, self.state.progress(time.time()))
+        if movers:
+            self._record("movers", {"job_ids": movers, "group_ids": sorted(self.state.cluster.dissolving)})
+
+    def _watchdog(self) -> None:
+        now = time.monotonic()
+        for jid, seen in list(self._seen.items()):
+            job = self.state.jobs[jid]
+            if job.active and now - seen > self.heartbeat_timeout_s:
+                log.warning("job %s missed heartbeats for %.1fs: failed", jid, now - seen)
+                self._depart(jid, "failed", f"no heartbeat for {now - seen:.1f}s")
+            if not job.active:
+                self._seen.pop(jid, None)
+        self.env.call_later(self._check_every, self._watchdog)
+
+    # -- inspection ---------------------------------------------------------------------
     def status(self) -> dict:
         """Groups, members, whose turn it is on each node, and each job's iteration time vs SLO."""
-        def snapshot() -> dict:
-            now = self.env.now()
-            groups = [{"group_id": g.group_id, "members": list(g.job_ids()),
-                       "rollout_nodes": g.n_rollout, "train_nodes": g.n_train,
-                       "turn": self.state.controllers[g.group_id].whose_turn()}
-                      for g in self.state.groups.values()]
-            jobs = {}
-            for jid, job in self.jobs.items():
-                done = self.iterations.get(jid, 0)
-                mean = (now - self.started[jid]) / done if done else None
-                jobs[jid] = {"iterations": done, "mean_iter_s": mean, "slo_iter_s": job.slo * job.solo_iter_s}
-            return {"groups": groups, "jobs": jobs, "cost_per_hour": self.state.ledger.rate_per_hour()}
-        return self._on_loop(snapshot)
+        return self._on_loop(self._status)
+
+    def _status(self) -> dict:
+        now, cs = time.time(), self.state.cluster
+        groups = [{"group_id": g.group_id, "members": list(g.job_ids()), "rollout_nodes": g.n_rollout,
+                   "train_nodes": g.n_train, "period_s": g.shape.period_s if g.shape else None,
+                   "turn": cs.controllers[g.group_id].whose_turn()} for g in cs.groups.values()]
+        jobs = {}
+        for jid, r in self.state.jobs.items():
+            mean = (now - r.started_at) / r.iterations if r.iterations else None
+            jobs[jid] = {"status": r.status, "group_id": r.group_id, "iterations": r.iterations,
+                         "mean_iter_s": mean, "slo_iter_s": r.spec.slo * r.spec.solo_iter_s,
+                         "profile": {"declared": {"rollout": r.spec.rollout_s.median, "train": r.spec.train_s},
+                                     "measured": dict(r.profile)},
+                         "held": sorted(r.held), "epoch": r.epoch, "reason": r.reason}
+        return {"groups": groups, "jobs": jobs, "cost_per_hour": cs.ledger.rate_per_hour(),
+                "grants": self.state.grants, "refused": len(self.refused), "journal": self.journal.url,
+                "recovered_records": self.recovered_records}
 
     def shutdown(self) -> None:
-        """Stop the scheduler thread."""
+        """Stop the scheduler thread and close the journal."""
         self.env.stop()
+        self._thread.join(timeout=5)
+        self.journal.close()
 
 
-class RayPermitClient:
-    """The shim's permit client for a job talking to the scheduler actor."""
+def start_service(cluster: dict | None, cfg: SchedulerConfig | None = None, store: str | None = None,
+                  heartbeat_timeout_s: float | None = None, name: str = ACTOR_NAME) -> Any:
+    """Start (or connect to) the detached, named scheduler actor; Ray must be initialized.
 
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
-        self._releases: list = []  # releases sent but not yet confirmed
-        self._lock = threading.Lock()
-
-    def acquire(self, job_id: str, phase: str) -> Grant:
-        """Block on the actor until the permit is granted."""
-        import ray
-        d = ray.get(self.handle.acquire.remote(job_id, phase))
-        return Grant(**{**d, "nodes": tuple(d["nodes"])})
-
-    def tail_started(self, job_id: str) -> None:
-        """Report a tail-bound rollout."""
-        import ray
-        ray.get(self.handle.tail_started.remote(job_id))
-
-    def release(self, timings: PhaseTimings) -> None:
-        """Release the permit with the measured timings, without waiting for the round trip:
-        no later request of this job depends on it (call `drain` before `finish`)."""
-        ref = self.handle.release.remote(asdict(timings))
-        with self._lock:
-            self._releases.append(ref)
-
-    def drain(self) -> None:
-        """Wait until every release sent so far has been applied (raises its error, if any)."""
-        import ray
-        with self._lock:
-            refs, self._releases = self._releases, []
-        ray.get(refs)
-
-
-def start_service(cluster: dict, cfg: SchedulerConfig | None = None) -> Any:
-    """Start (or connect to) the detached, named scheduler actor; Ray must be initialized."""
+    Ray restarts the actor if its process dies; the new instance replays the journal.
+    """
     import ray
     actor = ray.remote(SchedulerCore).options(
-        name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_concurrency=256, num_cpus=0)
-    return actor.remote(cluster, cfg)
+        name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        max_concurrency=512, num_cpus=0, max_restarts=-1)
+    return actor.remote(cluster, cfg, store, heartbeat_timeout_s)

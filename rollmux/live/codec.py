@@ -1,0 +1,45 @@
+"""JSON-native forms of the scheduler's frozen values, for the journal.
+
+A journal record must replay to exactly the state it recorded, so placements
+are journaled as their outcome (the group after the plan), never re-decided:
+the policy reads wall-clock progress, which a replay cannot reproduce.
+"""
+
+from __future__ import annotations
+
+from rollmux.group import Group, Member
+from rollmux.intra_group import IntraConfig, plan_group
+from rollmux.placement import Case, PlacementPlan
+from rollmux.spec import JobSpec
+
+
+def job_to_dict(job: JobSpec) -> dict:
+    """A job spec as JSON-native data."""
+    return job.model_dump(exclude_none=True)
+
+
+def group_to_dict(group: Group) -> dict:
+    """A group (members in cyclic order, their pins) as JSON-native data."""
+    return {"group_id": group.group_id, "n_rollout": group.n_rollout, "n_train": group.n_train,
+            "members": [{"job": job_to_dict(m.job), "rollout_nodes": list(m.rollout_nodes),
+                         "train_nodes": list(m.train_nodes)} for m in group.members]}
+
+
+def group_from_dict(d: dict, cfg: IntraConfig) -> Group:
+    """Rebuild a group in its recorded order and recompute its planning shape."""
+    members = tuple(Member(JobSpec.model_validate(m["job"]), tuple(m["rollout_nodes"]), tuple(m["train_nodes"]))
+                    for m in d["members"])
+    return plan_group(Group(d["group_id"], d["n_rollout"], d["n_train"], members), cfg, reorder=False)
+
+
+def plan_to_dict(plan: PlacementPlan) -> dict:
+    """A placement plan as JSON-native data."""
+    return {"job_id": plan.job_id, "case": plan.case.value, "group": group_to_dict(plan.group),
+            "added_rollout_nodes": plan.added_rollout_nodes, "added_train_nodes": plan.added_train_nodes,
+            "delta_cost_per_hour": plan.delta_cost_per_hour}
+
+
+def plan_from_dict(d: dict, cfg: IntraConfig) -> PlacementPlan:
+    """Rebuild a journaled placement plan."""
+    return PlacementPlan(d["job_id"], Case(d["case"]), group_from_dict(d["group"], cfg),
+                         d["added_rollout_nodes"], d["added_train_nodes"], d["delta_cost_per_hour"])

@@ -1,0 +1,144 @@
+"""The live scheduler's state machine: every change is a journal record applied here.
+
+The service decides (placement policy, the group controllers' turn order),
+journals what it decided, then calls `apply` with the record; a restarted
+service replays the journal through the same `apply`. Nothing here reads the
+clock for a decision or calls the placement policy, so a replay rebuilds
+exactly the state that was journaled: groups, pins, each controller's turn
+order and held permits, each job's iterations and measured profile.
+
+Record kinds (payloads are JSON-native):
+  submit    {job, token_hash, at}               a job is known (not yet placed)
+  place     {job_id, plan, arrival}             it joins a group (policy's validated plan)
+  grant     {job_id, phase, group_id, ...}      a permit was granted
+  release   {job_id, phase, timings}            a permit was released; train ends an iteration
+  tail      {job_id}                            its rollout is tail-bound (long-tail migration)
+  movers    {job_ids, group_ids}                groups being dissolved; members move at their boundary
+  move_out  {job_id}                            a mover (or re-admitted job) leaves its group
+  leave     {job_id, status, reason}            done or failed: permits reclaimed, group left
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rollmux.cluster_state import ClusterState, SchedulerConfig
+from rollmux.env import Environment
+from rollmux.inter_group import RollMuxPlacement
+from rollmux.live.codec import plan_from_dict
+from rollmux.spec import ClusterSpec, JobSpec
+
+EWMA = 0.3  # weight of the newest phase measurement in a job's profile
+
+
+class ReplayError(RuntimeError):
+    """A journal record does not apply to the state rebuilt so far."""
+
+
+@dataclass
+class LiveJob:
+    """What the service knows of one submitted job."""
+
+    spec: JobSpec
+    token_hash: str
+    started_at: float                 # wall-clock (epoch) seconds of submission
+    group_id: int | None = None       # None while queued or moving
+    status: str = "queued"            # queued | running | moving | done | failed
+    iterations: int = 0
+    epoch: int = 0                    # placements so far: a move or re-admission bumps it
+    migrate: bool = False             # leave the group at the next iteration boundary
+    held: dict[str, dict] = field(default_factory=dict)      # phase -> the grant, until released
+    profile: dict[str, float] = field(default_factory=dict)  # phase -> EWMA of measured run seconds
+    reason: str | None = None
+    case: str | None = None           # how its latest placement was found (Algorithm 1's case)
+
+    @property
+    def active(self) -> bool:
+        """Still scheduled (not done or failed)."""
+        return self.status in ("queued", "running", "moving")
+
+
+class LiveState:
+    """Jobs plus the shared `ClusterState`; changed only through `apply`."""
+
+    def __init__(self, env: Environment, cluster: ClusterSpec, cfg: SchedulerConfig) -> None:
+        self.cfg = cfg
+        self.cluster = ClusterState(env, cluster, RollMuxPlacement(cfg.intra), cfg)
+        self.jobs: dict[str, LiveJob] = {}
+        self.grants = 0      # permits granted so far (for status)
+        self.last_rest = None  # what the last departure left of its group (for departure-time repairs)
+
+    def apply(self, kind: str, payload: dict, replay: bool = False) -> None:
+        """Apply one journal record (live: after journaling it; replay: from the journal)."""
+        handler = getattr(self, f"_apply_{kind}", None)
+        if handler is None:
+            raise ReplayError(f"unknown journal record kind {kind!r}")
+        handler(payload, replay)
+
+    # -- records ----------------------------------------------------------------------
+    def _apply_submit(self, p: dict, replay: bool) -> None:
+        job = JobSpec.model_validate(p["job"])
+        self.jobs[job.job_id] = LiveJob(job, p["token_hash"], p["at"])
+
+    def _apply_place(self, p: dict, replay: bool) -> None:
+        plan = plan_from_dict(p["plan"], self.cfg.intra)
+        job = self.jobs[p["job_id"]]
+        self.cluster.apply(plan, p["arrival"])
+        job.group_id, job.status, job.migrate = plan.group.group_id, "running", False
+        job.case = plan.case.value
+        job.epoch += 1
+
+    def _apply_grant(self, p: dict, replay: bool) -> None:
+        job = self.jobs[p["job_id"]]
+        if replay:  # the controller re-grants it: its turn order is rebuilt by the same calls
+            got: list = []
+            ctl = self.cluster.controllers[job.group_id]
+            ctl.request(p["job_id"], p["phase"], got.append)
+            if not got:
+                raise ReplayError(f"grant of {p['phase']} to {p['job_id']} does not replay")
+        job.held[p["phase"]] = dict(p)
+        self.grants += 1
+
+    def _apply_release(self, p: dict, replay: bool) -> None:
+        job = self.jobs[p["job_id"]]
+        phase = p["phase"]
+        job.held.pop(phase)
+        self.cluster.controllers[job.group_id].release(job.spec.job_id, phase)
+        run_s = p["timings"]["run_s"]
+        old = job.profile.get(phase)
+        job.profile[phase] = run_s if old is None else (1 - EWMA) * old + EWMA * run_s
+        if phase == "train":
+            job.iterations += 1
+
+    def _apply_tail(self, p: dict, replay: bool) -> None:
+        job = self.jobs[p["job_id"]]
+        self.cluster.controllers[job.group_id].tail_started(job.spec.job_id)
+
+    def _apply_movers(self, p: dict, replay: bool) -> None:
+        self.cluster.dissolving.update(p["group_ids"])
+        for jid in p["job_ids"]:
+            self.jobs[jid].migrate = True
+
+    def _apply_move_out(self, p: dict, replay: bool) -> None:
+        job = self._out_of_group(p["job_id"])
+        job.status = "moving"
+
+    def _apply_leave(self, p: dict, replay: bool) -> None:
+        job = self._out_of_group(p["job_id"])
+        job.status, job.reason = p["status"], p.get("reason")
+
+    def _out_of_group(self, job_id: str) -> LiveJob:
+        """Reclaim the job's permits and take it out of its group (if it has one)."""
+        job = self.jobs[job_id]
+        if job.group_id is not None:
+            self.cluster.controllers[job.group_id].withdraw(job_id)
+            self.last_rest = self.cluster.leave(job_id, job.group_id)
+        else:
+            self.last_rest = None
+        job.group_id, job.held, job.migrate = None, {}, False
+        return job
+
+    # -- queries ----------------------------------------------------------------------
+    def progress(self, now: float) -> dict[str, tuple[int, float]]:
+        """(iterations done, seconds since submission) of every placed job, for the policy."""
+        return {j: (r.iterations, now - r.started_at) for j, r in self.jobs.items() if r.active}
