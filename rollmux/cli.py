@@ -174,10 +174,24 @@ def study(
 def serve(
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML)."),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (default: start one here)."),
+    store: str = typer.Option("rollmux-journal.db", "--store",
+                              help="Journal: a SQLite file path, or redis://host:port/db[?prefix=name]."),
+    heartbeat_timeout: float = typer.Option(30.0, "--heartbeat-timeout", min=0.1,
+                                            help="Fail a job silent for this many seconds."),
 ) -> None:
-    """Start (or connect to) a Ray cluster and the scheduler service; runs until Ctrl-C."""
+    """Start (or connect to) a Ray cluster and the scheduler service; runs until Ctrl-C.
+
+    With a journal that already has records, the service recovers from it (the cluster
+    file must then match the journal's, or be omitted)."""
+    from rollmux.live.journal import JournalError, open_store
     from rollmux.live.service import NAMESPACE, start_service
     try:
+        try:
+            journal = open_store(store)
+            recovering = bool(journal.records())
+            journal.close()
+        except JournalError as exc:
+            raise InputError("--store", str(exc)) from None
         spec, warnings = load_cluster(cluster)
         for w in warnings:
             err.print(f"[yellow]warning:[/] {w}", highlight=False)
@@ -185,10 +199,16 @@ def serve(
         # A cluster started here listens on loopback only.
         local = {} if address else {"_node_ip_address": "127.0.0.1"}
         ray.init(address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, **local)
-        handle = start_service(spec.model_dump())
-        ray.get(handle.status.remote())
+        store_url = store if "://" in store else str(Path(store).resolve())
+        handle = start_service(None if recovering and cluster is None else spec.model_dump(),
+                               store=store_url, heartbeat_timeout_s=heartbeat_timeout)
+        try:
+            st = ray.get(handle.status.remote())
+        except ray.exceptions.RayActorError as exc:
+            raise InputError("--store", f"the scheduler could not start: {exc}") from None
         out.print(f"rollmux scheduler serving in Ray namespace '{NAMESPACE}' "
-                  f"(Ray at {ray.get_runtime_context().gcs_address}); Ctrl-C stops it")
+                  f"(Ray at {ray.get_runtime_context().gcs_address}); journal {st['journal']} "
+                  f"({st['recovered_records']} records recovered); Ctrl-C stops it")
         while True:
             time.sleep(3600)
     except InputError as exc:
@@ -227,6 +247,7 @@ def submit(
             placed = ray.get(handle.submit.remote(record))
         except ray.exceptions.RayTaskError as exc:
             raise InputError(str(job_file), str(exc.cause)) from None
+        # The token is the job's credential for every later call: print it once, keep it secret.
         out.print_json(json.dumps(placed))
     except InputError as exc:
         _fail(exc)

@@ -132,3 +132,41 @@ class RayPermitClient:
                     ray.get(self.handle.heartbeat.remote(job_id, token), timeout=every_s * 4)
                 except Exception:
                     pass  # a restarting service or a finished job: the next beat tries again
+
+
+class CorePermitClient:
+    """The same calls on an in-process `SchedulerCore` (tests, benchmarks, `rollmux chaos`)."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self.tokens: dict[str, str] = {}
+
+    def submit(self, record: dict) -> dict:
+        """Submit a job and keep its token."""
+        out = self.core.submit(record)
+        self.tokens[out["job_id"]] = out["token"]
+        return out
+
+    def acquire(self, job_id: str, phase: str) -> Grant:
+        """Block until the permit is granted."""
+        return _grant(self.core.acquire(job_id, phase, self.tokens.get(job_id)))
+
+    def tail_started(self, job_id: str) -> None:
+        """Report a tail-bound rollout."""
+        self.core.tail_started(job_id, self.tokens.get(job_id))
+
+    def release(self, timings: PhaseTimings) -> None:
+        """Release with the measured timings."""
+        self.core.release(timings.job_id, timings.phase, asdict(timings), self.tokens.get(timings.job_id))
+
+    def heartbeat(self, job_id: str) -> dict:
+        """Tell the service the job is alive."""
+        return self.core.heartbeat(job_id, self.tokens.get(job_id))
+
+    def finish(self, job_id: str) -> None:
+        """The job is done."""
+        self.core.finish(job_id, self.tokens.get(job_id))
+
+    def readmit(self, job_id: str, reason: str) -> dict:
+        """The job lost its workers: be placed again."""
+        return self.core.readmit(job_id, reason, self.tokens.get(job_id))

@@ -39,6 +39,7 @@ from rollmux.live.codec import job_to_dict, plan_to_dict
 from rollmux.live.journal import open_store
 from rollmux.live.live_state import LiveState
 from rollmux.spec import ClusterSpec, JobSpec
+from rollmux.trace_io import unknown_fields
 
 NAMESPACE = "rollmux"
 ACTOR_NAME = "scheduler"
@@ -172,13 +173,18 @@ class SchedulerCore:
     # -- submission and placement -----------------------------------------------------------
     def submit(self, record: dict) -> dict:
         """Validate and place a job; returns its token and where it went (group None: queued)."""
+        if not isinstance(record, dict):
+            raise self._refuse("submit", None, f"a job record must be a mapping, not {type(record).__name__}")
         try:
             job = JobSpec.model_validate(record)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(record)"
-            raise self._refuse("submit", record.get("job_id") if isinstance(record, dict) else None,
+            raise self._refuse("submit", record.get("job_id"),
                                f"field {where}: {first['msg']} ({exc.error_count()} error(s))") from None
+        extra = unknown_fields(job)
+        if extra:  # a typo in a live submission is refused, not guessed at
+            raise self._refuse("submit", job.job_id, f"unknown field(s) {', '.join(extra)}")
         reason = self.state.cluster.cluster.job_unplaceable_reason(job)
         if reason is not None:
             raise self._refuse("submit", job.job_id, f"can never be placed: {reason}")
