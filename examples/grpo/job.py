@@ -29,7 +29,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-from .model import build_policy, make_prompts, prompt_len, reward
+from .model import EOS, build_policy, make_prompts, prompt_len, reward
 
 Weights = dict[str, torch.Tensor]
 
@@ -56,14 +56,14 @@ class GRPOConfig:
 
 
 # Presets with different rollout/train time ratios:
-#   medium: many long samples per prompt, one optimizer step   -> rollout-heavy
+#   medium: many long samples per prompt, 2 optimizer steps     -> rollout-heavy
 #   small : 16 short samples per prompt, 2 optimizer steps     -> in between
 #   large : wider/deeper model, few samples, 8 optimizer steps -> train-heavy
 PRESETS: dict[str, dict] = {
     "small": dict(d_model=32, n_layers=2, n_heads=2, prompts_per_batch=16, group_size=16,
                   gen_len=1, ppo_epochs=2),
-    "medium": dict(d_model=32, n_layers=2, n_heads=2, prompts_per_batch=16, group_size=64,
-                   gen_len=8, ppo_epochs=1, format_bonus=0.1),
+    "medium": dict(d_model=32, n_layers=2, n_heads=2, prompts_per_batch=16, group_size=32,
+                   gen_len=12, ppo_epochs=2, format_bonus=0.1),
     "large": dict(d_model=96, n_layers=4, n_heads=4, prompts_per_batch=16, group_size=4,
                   gen_len=1, ppo_epochs=8, lr=3e-3),
 }
@@ -188,13 +188,16 @@ class GRPOJob:
             r = batch.rewards.view(-1, g)
             adv = ((r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True) + c.adv_eps)).reshape(-1, 1)
             seqs = torch.cat([batch.prompts.repeat_interleave(g, dim=0), batch.completions], dim=1)
-            with torch.no_grad():
-                old = self._logprobs(seqs)
+            mask = _until_eos(batch.completions)
+            old = None
             loss_v = 0.0
             for _ in range(c.ppo_epochs):
-                ratio = torch.exp(self._logprobs(seqs) - old)
+                logp = self._logprobs(seqs)
+                if old is None:  # the first step's weights are the behaviour policy's: no extra pass
+                    old = logp.detach()
+                ratio = torch.exp(logp - old)
                 surr = torch.minimum(ratio * adv, ratio.clamp(1 - c.clip_eps, 1 + c.clip_eps) * adv)
-                loss = -surr.mean()
+                loss = -(surr * mask).sum() / mask.sum()
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self.optimizer.step()
@@ -299,6 +302,14 @@ class GRPOJob:
 
 
 _EMPTY = torch.empty(0)
+
+
+def _until_eos(completions: torch.Tensor) -> torch.Tensor:
+    """1.0 for each completion's tokens up to and including its first EOS, 0.0 after it:
+    a completion ends at EOS, so what is sampled past it takes no part in the loss."""
+    eos = (completions == EOS).int()
+    before = eos.cumsum(dim=1) - eos  # EOS tokens strictly before each position
+    return (before == 0).float()
 
 
 def _clone_optim(sd: dict) -> dict:

@@ -176,7 +176,7 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def run_demo(iterations: int = 8, json_out: Path | None = None, png_out: Path = Path("demo_timeline.png"),
+def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path = Path("demo_timeline.png"),
              seed: int = 0, slo: float = 2.0, quiet: bool = False) -> dict:
     """Run the demo; returns (and writes to json_out) the report described in issue 4."""
     from ray.cluster_utils import Cluster
