@@ -44,6 +44,7 @@ class PhaseTimings:
     onload_s: float    # restoring state (warm start)
     run_s: float       # the phase itself
     offload_s: float   # moving state back to host memory
+    epoch: int = 0     # placement epoch of the permit (a release from an older placement is stale)
 
 
 class PermitClient(Protocol):
@@ -100,7 +101,7 @@ class JobShim:
             self._offload(name)
             t4 = time.perf_counter()
             self._grant = None
-            timings = PhaseTimings(self.job_id, name, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+            timings = PhaseTimings(self.job_id, name, t1 - t0, t2 - t1, t3 - t2, t4 - t3, grant.epoch)
             self.history.append(timings)
             self.client.release(timings)
 

@@ -234,3 +234,18 @@ def test_departure_regroups_a_member_at_its_next_iteration_boundary(core):
 def test_phase_timings_record_is_what_release_sends():
     t = PhaseTimings("a", "rollout", 0.1, 0.2, 0.3, 0.4)
     assert set(TIMINGS) <= set(t.__dict__)
+
+
+def test_jobs_on_a_lost_node_are_readmitted_and_a_stale_release_is_ignored(core):
+    client = CorePermitClient(core)
+    for r in _two_jobs():
+        client.submit(r)
+    client.heartbeat("a", nodes=["node-1"])
+    client.heartbeat("b", nodes=["node-2"])
+    grant = client.acquire("a", "rollout")
+    assert core.nodes_lost({"node-1"}) == ["a"]
+    status = core.status()
+    assert status["jobs"]["a"]["epoch"] == grant.epoch + 1 and status["jobs"]["a"]["held"] == []
+    # The killed phase's release arrives late, from the old placement: ignored, no error.
+    client.release(PhaseTimings("a", "rollout", 0.0, 0.0, 0.01, 0.0, grant.epoch))
+    assert core.status()["jobs"]["b"]["status"] == "running"

@@ -36,6 +36,7 @@ class RayPermitClient:
     def __init__(self, handle: Any, heartbeat_s: float | None = None, retry_for_s: float = 120.0) -> None:
         self.handle = handle
         self.tokens: dict[str, str] = {}
+        self.nodes: dict[str, list[str]] = {}  # job -> Ray node ids its workers run on
         self.retry_for_s = retry_for_s
         self._releases: list[tuple[Any, tuple]] = []  # sent, not yet confirmed: (ref, args)
         self._lock = threading.Lock()
@@ -57,6 +58,12 @@ class RayPermitClient:
     def acquire(self, job_id: str, phase: str) -> Grant:
         """Block until the permit is granted."""
         return _grant(self.acquire_dict(job_id, phase))
+
+    def set_nodes(self, job_id: str, node_ids: list[str]) -> None:
+        """The Ray nodes the job's workers run on (sent with heartbeats: if one dies, the
+        service re-admits the job); sent at once as well."""
+        self.nodes[job_id] = list(node_ids)
+        self._call("heartbeat", job_id, self.tokens.get(job_id), self.nodes[job_id])
 
     def acquire_dict(self, job_id: str, phase: str) -> dict:
         """The permit as the service sent it (with the job's placement and epoch)."""
@@ -129,7 +136,8 @@ class RayPermitClient:
         while not self._stop.wait(every_s):
             for job_id, token in list(self.tokens.items()):
                 try:
-                    ray.get(self.handle.heartbeat.remote(job_id, token), timeout=every_s * 4)
+                    ray.get(self.handle.heartbeat.remote(job_id, token, self.nodes.get(job_id)),
+                            timeout=every_s * 4)
                 except Exception:
                     pass  # a restarting service or a finished job: the next beat tries again
 
@@ -159,9 +167,9 @@ class CorePermitClient:
         """Release with the measured timings."""
         self.core.release(timings.job_id, timings.phase, asdict(timings), self.tokens.get(timings.job_id))
 
-    def heartbeat(self, job_id: str) -> dict:
-        """Tell the service the job is alive."""
-        return self.core.heartbeat(job_id, self.tokens.get(job_id))
+    def heartbeat(self, job_id: str, nodes: list[str] | None = None) -> dict:
+        """Tell the service the job is alive (and where its workers run)."""
+        return self.core.heartbeat(job_id, self.tokens.get(job_id), nodes)
 
     def finish(self, job_id: str) -> None:
         """The job is done."""

@@ -98,7 +98,7 @@ class SchedulerCore:
 
     def __init__(self, cluster: dict | None = None, cfg: SchedulerConfig | None = None,
                  store: str | None = None, heartbeat_timeout_s: float | None = None,
-                 check_every_s: float = 0.5) -> None:
+                 check_every_s: float = 0.5, watch_ray_nodes: bool = False) -> None:
         self.env = WallClockEnvironment()
         self.journal = open_store(store) if store else _NoJournal()
         records = self.journal.records()
@@ -127,12 +127,16 @@ class SchedulerCore:
         self._queue: deque[str] = deque(j for j, r in self.state.jobs.items() if r.status in ("queued", "moving"))
         now = time.monotonic()
         self._seen = {j: now for j, r in self.state.jobs.items() if r.active}  # a restart grants a grace period
+        self._nodes_of: dict[str, set[str]] = {}  # job -> Ray node ids of its workers (heartbeats)
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self.env.serve, name="rollmux-scheduler", daemon=True)
         self._thread.start()
         self._on_loop(self._drain)
         if heartbeat_timeout_s is not None:
             self._check_every = check_every_s
             self.env.call_later(check_every_s, self._watchdog)
+        if watch_ray_nodes:
+            threading.Thread(target=self._watch_ray_nodes, args=(check_every_s,), daemon=True).start()
 
     # -- plumbing -----------------------------------------------------------------------
     def _on_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -270,6 +274,10 @@ class SchedulerCore:
 
     def _release(self, job_id: str, phase: str, timings: Any, token: Any) -> None:
         job = self._job("release", job_id, token)
+        epoch = timings.get("epoch") if isinstance(timings, dict) else None
+        if isinstance(epoch, int) and 0 < epoch < job.epoch:
+            log.info("stale release of %s by %s (epoch %d < %d): ignored", phase, job_id, epoch, job.epoch)
+            return  # its permit was reclaimed when it was re-admitted: nothing left to free
         if phase not in job.held:
             raise self._refuse("release", job_id, f"holds no {phase!r} permit (double release?)")
         if not isinstance(timings, dict) or any(
@@ -288,9 +296,38 @@ class SchedulerCore:
                 self._record("tail", {"job_id": job_id})
         self._on_loop(tail)
 
-    def heartbeat(self, job_id: str, token: str | None = None) -> dict:
-        """The job is alive; returns its status and placement epoch."""
-        return self._on_loop(lambda: self._placement(self._job("heartbeat", job_id, token).spec.job_id))
+    def heartbeat(self, job_id: str, token: str | None = None, nodes: list[str] | None = None) -> dict:
+        """The job is alive (and its workers run on these Ray nodes); returns its placement."""
+        def beat() -> dict:
+            self._job("heartbeat", job_id, token)
+            if nodes is not None:
+                self._nodes_of[job_id] = {str(n) for n in nodes}
+            return self._placement(job_id)
+        return self._on_loop(beat)
+
+    def nodes_lost(self, dead: set[str]) -> list[str]:
+        """Ray nodes died: every job with workers there is re-admitted (placed again)."""
+        def lost() -> list[str]:
+            hit = [j for j, ns in self._nodes_of.items() if ns & dead and self.state.jobs[j].active]
+            for jid in hit:
+                gone = sorted(self._nodes_of.pop(jid) & dead)
+                self._move(jid, f"readmit: Ray node(s) {', '.join(gone)} lost")
+            return hit
+        return self._on_loop(lost)
+
+    def _watch_ray_nodes(self, every_s: float) -> None:
+        """Poll Ray for dead nodes (off the scheduler thread: it is a GCS call)."""
+        import ray
+        known_dead: set[str] = set()
+        while not self._stopping.wait(every_s):
+            try:
+                dead = {n["NodeID"] for n in ray.nodes() if not n["Alive"]} - known_dead
+            except Exception:  # noqa: BLE001 -- GCS briefly unreachable: try again next time
+                continue
+            if dead:
+                known_dead |= dead
+                log.warning("Ray nodes lost: %s", sorted(dead))
+                self.nodes_lost(dead)
 
     # -- leaving ------------------------------------------------------------------------
     def finish(self, job_id: str, token: str | None = None) -> None:
@@ -366,6 +403,7 @@ class SchedulerCore:
 
     def shutdown(self) -> None:
         """Stop the scheduler thread and close the journal."""
+        self._stopping.set()
         self.env.stop()
         self._thread.join(timeout=5)
         self.journal.close()
@@ -381,4 +419,4 @@ def start_service(cluster: dict | None, cfg: SchedulerConfig | None = None, stor
     actor = ray.remote(SchedulerCore).options(
         name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
         max_concurrency=512, num_cpus=0, max_restarts=-1)
-    return actor.remote(cluster, cfg, store, heartbeat_timeout_s)
+    return actor.remote(cluster, cfg, store, heartbeat_timeout_s, watch_ray_nodes=True)
