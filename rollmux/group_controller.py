@@ -153,6 +153,21 @@ class GroupController:
         """The phases the job has asked for and not yet been granted."""
         return [ph for (j, ph) in self._pending if j == job_id]
 
+    def export_state(self) -> dict:
+        """Turn order, holders and tails as JSON-native data (pending requests are not state:
+        their callers ask again)."""
+        return {"meta": self._meta, "migrating": sorted(self._migrating),
+                "nodes": {p: [{"holder": n.holder, "last": n.last, "tails": n.tails} for n in ns]
+                          for p, ns in self.nodes.items()}}
+
+    def import_state(self, d: dict) -> None:
+        """Adopt an exported state (of a controller of the same group)."""
+        self._meta = {p: dict(m) for p, m in d["meta"].items()}
+        self._migrating = set(d["migrating"])
+        for pool, states in d["nodes"].items():
+            for node, st in zip(self.nodes[pool], states, strict=True):
+                node.holder, node.last, node.tails = st["holder"], st["last"], dict(st["tails"])
+
     def tails_on(self, idx: int) -> dict[str, float]:
         """Migrated tails still running on rollout node `idx`."""
         return dict(self.nodes[ROLLOUT][idx].tails)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from rollmux.cluster_state import ClusterState, SchedulerConfig
 from rollmux.env import Environment
 from rollmux.inter_group import RollMuxPlacement
-from rollmux.live.codec import plan_from_dict
+from rollmux.group_controller import GroupController
+from rollmux.live.codec import group_from_dict, group_to_dict, job_to_dict, plan_from_dict
 from rollmux.spec import ClusterSpec, JobSpec
 
 EWMA = 0.3  # weight of the newest phase measurement in a job's profile
@@ -137,6 +138,34 @@ class LiveState:
             self.last_rest = None
         job.group_id, job.held, job.migrate = None, {}, False
         return job
+
+    # -- snapshots --------------------------------------------------------------------
+    def dump(self) -> dict:
+        """The whole state as JSON-native data (a journal snapshot)."""
+        cs = self.cluster
+        jobs = {j: {**{k: v for k, v in vars(r).items() if k != "spec"}, "spec": job_to_dict(r.spec)}
+                for j, r in self.jobs.items()}
+        return {"jobs": jobs, "grants": self.grants,
+                "groups": [group_to_dict(g) for g in cs.groups.values()],
+                "controllers": {str(g): c.export_state() for g, c in cs.controllers.items()},
+                "dissolving": sorted(cs.dissolving), "next_gid": cs._next_gid, "cases": cs.cases,
+                "nodes": cs.ledger.nodes}
+
+    def load(self, d: dict) -> None:
+        """Adopt a snapshot taken by `dump` (on a fresh state)."""
+        cs = self.cluster
+        for jid, r in d["jobs"].items():
+            self.jobs[jid] = LiveJob(**{**r, "spec": JobSpec.model_validate(r["spec"])})
+        self.grants = d["grants"]
+        for gd in d["groups"]:
+            g = group_from_dict(gd, self.cfg.intra)
+            cs.groups[g.group_id] = g
+            cs.controllers[g.group_id] = GroupController(cs.env, g, self.cfg.intra)
+            cs.controllers[g.group_id].import_state(d["controllers"][str(g.group_id)])
+        cs.dissolving = set(d["dissolving"])
+        cs._next_gid, cs.cases = d["next_gid"], dict(d["cases"])
+        for pool, n in d["nodes"].items():
+            cs.ledger.provision(pool, n, cs.env.now())
 
     # -- queries ----------------------------------------------------------------------
     def progress(self, now: float) -> dict[str, tuple[int, float]]:

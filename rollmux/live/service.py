@@ -75,6 +75,12 @@ class _NoJournal:
     def records(self, after: int = 0) -> list:
         return []
 
+    def snapshot(self) -> None:
+        return None
+
+    def save_snapshot(self, seq: int, state: dict) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -98,14 +104,19 @@ class SchedulerCore:
 
     def __init__(self, cluster: dict | None = None, cfg: SchedulerConfig | None = None,
                  store: str | None = None, heartbeat_timeout_s: float | None = None,
-                 check_every_s: float = 0.5, watch_ray_nodes: bool = False) -> None:
+                 check_every_s: float = 0.5, watch_ray_nodes: bool = False,
+                 snapshot_every: int = 2000) -> None:
         self.env = WallClockEnvironment()
         self.journal = open_store(store) if store else _NoJournal()
-        records = self.journal.records()
-        if records:  # a restart: the journal's cluster and knobs win
-            if records[0].kind != "config":
-                raise ServiceError(f"journal {self.journal.url}: first record is {records[0].kind!r}, not 'config'")
-            spec, cfg = _config_from(records[0].payload)
+        snap = self.journal.snapshot()
+        records = self.journal.records(after=snap[0] if snap else 0)
+        self.recovered_records = (snap[0] if snap else 0) + len(records)
+        if snap or records:  # a restart: the journal's cluster and knobs win
+            config = snap[1]["config"] if snap else records.pop(0)
+            if not snap and config.kind != "config":
+                raise ServiceError(f"journal {self.journal.url}: first record is {config.kind!r}, not 'config'")
+            config = config if snap else config.payload
+            spec, cfg = _config_from(config)
             if cluster is not None and ClusterSpec.model_validate(cluster) != spec:
                 raise ServiceError(f"journal {self.journal.url} was written for another cluster; "
                                    "start with no cluster or a fresh store")
@@ -116,11 +127,17 @@ class SchedulerCore:
             # The schedule's switch and migration costs are the cluster's, as in the simulator's CLI.
             cfg = cfg or SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s),
                                          migration_stall_s=spec.cold_switch_s)
-            self.journal.append("config", _config_record(spec, cfg))
+            config = _config_record(spec, cfg)
+            self.journal.append("config", config)
+        self._config = config
+        self.snapshot_every = snapshot_every
+        self._depth = 0     # nesting of _record (a release's apply may grant): snapshot only at 0
+        self._last_seq = self._snap_seq = self.recovered_records
         self.state = LiveState(self.env, spec, cfg)
-        for r in records[1:]:
+        if snap:
+            self.state.load(snap[1])
+        for r in records:
             self.state.apply(r.kind, r.payload, replay=True)
-        self.recovered_records = len(records)
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.refused: list[dict] = []         # refused requests (auth and bad input), newest last
         self._waiting: dict[tuple[str, str], Future] = {}  # permits asked for, not yet granted
@@ -153,8 +170,16 @@ class SchedulerCore:
 
     def _record(self, kind: str, payload: dict) -> None:
         """Journal a decision, then carry it out (the write-ahead rule)."""
-        self.journal.append(kind, payload)
-        self.state.apply(kind, payload)
+        self._last_seq = self.journal.append(kind, payload)
+        self._depth += 1
+        try:
+            self.state.apply(kind, payload)
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and self.snapshot_every and self._last_seq - self._snap_seq >= self.snapshot_every:
+            # Compaction: a restart loads this and replays only the records after it.
+            self.journal.save_snapshot(self._last_seq, {"config": self._config, **self.state.dump()})
+            self._snap_seq = self._last_seq
 
     def _refuse(self, op: str, job_id: Any, why: str, exc: type[ServiceError] = ServiceError) -> ServiceError:
         log.warning("refused %s for job %r: %s", op, job_id, why)
