@@ -37,6 +37,7 @@ import inspect
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict
@@ -116,9 +117,9 @@ class _Service:
 class _InProcess(_Service):
     name = "in-process"
 
-    def __init__(self, cluster: dict) -> None:
+    def __init__(self, cluster: dict, store: str | None = None) -> None:
         super().__init__()
-        self.core = SchedulerCore(cluster)
+        self.core = SchedulerCore(cluster, store=store)
         self.clock_offset = self.core.env._t0  # granted_at = monotonic() - _t0 (time_scale 1)
 
     def _invoke(self, method: str, *args: Any, **kw: Any) -> Any:
@@ -132,11 +133,11 @@ class _Ray(_Service):
     name = "ray"
     remote = True
 
-    def __init__(self, cluster: dict) -> None:
+    def __init__(self, cluster: dict, store: str | None = None) -> None:
         super().__init__()
         import ray
         self.ray = ray
-        self.handle = start_service(cluster)
+        self.handle = start_service(cluster, store=store)
         try:  # the actor's environment start, to place its grant timestamps on our clock
             self.clock_offset = ray.get(self.handle.__ray_call__.remote(lambda core: core.env._t0))
         except Exception:  # noqa: BLE001 -- an optional extra; the reply columns stay empty
@@ -266,34 +267,43 @@ def run_variant(svc: _Service, permits: int, jobs: int, seconds: float, phase_ms
         svc.close()
 
 
-def run_inprocess(permits: int = 1000, jobs: int = 100, seconds: float = 20.0, phase_ms: float = 0.0) -> dict:
+def _store(kind: str) -> str | None:
+    """None: no journal; "sqlite": a fresh journal file (WAL, synchronous=FULL) per variant."""
+    return None if kind == "memory" else os.path.join(tempfile.mkdtemp(prefix="rollmux-bench-"), "journal.db")
+
+
+def run_inprocess(permits: int = 1000, jobs: int = 100, seconds: float = 20.0, phase_ms: float = 0.0,
+                  store: str = "memory") -> dict:
     """The in-process variant alone (no Ray): {"rows": [...], "loaded_groups": {...}}."""
-    rows, info = run_variant(_InProcess(default_cluster().model_dump()), permits, jobs, seconds, phase_ms)
+    rows, info = run_variant(_InProcess(default_cluster().model_dump(), _store(store)), permits, jobs, seconds,
+                             phase_ms)
     return {"rows": rows, "loaded_groups": {"in-process": info}}
 
 
-def run_ray(permits: int = 1000, jobs: int = 100, seconds: float = 20.0, phase_ms: float = 0.0) -> dict:
+def run_ray(permits: int = 1000, jobs: int = 100, seconds: float = 20.0, phase_ms: float = 0.0,
+            store: str = "memory") -> dict:
     """The Ray variant on a fresh local Ray (started and shut down here)."""
     import ray
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              namespace=f"rollmux-permit-bench-{os.getpid()}", _node_ip_address="127.0.0.1")
     try:
-        rows, info = run_variant(_Ray(default_cluster().model_dump()), permits, jobs, seconds, phase_ms)
+        rows, info = run_variant(_Ray(default_cluster().model_dump(), _store(store)), permits, jobs, seconds,
+                                 phase_ms)
     finally:
         ray.shutdown()
     return {"rows": rows, "loaded_groups": {"ray": info}}
 
 
 def run(permits: int = 1000, jobs: int = 100, seconds: float = 20.0, phase_ms: float = 0.0,
-        with_ray: bool = True) -> dict:
+        with_ray: bool = True, store: str = "memory") -> dict:
     """Both variants, in-process first; returns the report written by --json."""
     t0 = time.monotonic()
-    out = run_inprocess(permits, jobs, seconds, phase_ms)
+    out = run_inprocess(permits, jobs, seconds, phase_ms, store)
     if with_ray:
-        r = run_ray(permits, jobs, seconds, phase_ms)
+        r = run_ray(permits, jobs, seconds, phase_ms, store)
         out["rows"] += r["rows"]
         out["loaded_groups"].update(r["loaded_groups"])
-    out["config"] = {"permits": permits, "jobs": jobs, "seconds": seconds, "phase_ms": phase_ms,
+    out["config"] = {"permits": permits, "jobs": jobs, "seconds": seconds, "phase_ms": phase_ms, "store": store,
                      "cpus": os.cpu_count(), "python": sys.version.split()[0], "wall_s": round(time.monotonic() - t0, 1)}
     return out
 
@@ -318,7 +328,8 @@ def _print(report: dict) -> None:
     if ("ray", "lone") in by and by[("ray", "lone")]["p50_ms"] is not None:
         console.print(f"Ray overhead, lone p50: {by[('ray', 'lone')]['p50_ms'] - by[('in-process', 'lone')]['p50_ms']:.3f} ms")
     c = report["config"]
-    console.print(f"jobs {c['jobs']}, {c['seconds']} s loaded, phase {c['phase_ms']} ms, {c['cpus']} CPUs; "
+    console.print(f"jobs {c['jobs']}, {c['seconds']} s loaded, phase {c['phase_ms']} ms, journal {c['store']}, "
+                  f"{c['cpus']} CPUs; "
                   f"wall {c['wall_s']} s")
 
 
@@ -329,9 +340,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="length of the loaded scenario (default 20)")
     ap.add_argument("--phase-ms", type=float, default=0.0, help="simulated phase length (default 0: back to back)")
     ap.add_argument("--no-ray", action="store_true", help="the in-process variant only")
+    ap.add_argument("--store", choices=("memory", "sqlite"), default="memory",
+                    help="journal of the service: none (memory) or a SQLite file (default memory)")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT")
     args = ap.parse_args()
-    report = run(args.permits, args.jobs, args.seconds, args.phase_ms, with_ray=not args.no_ray)
+    report = run(args.permits, args.jobs, args.seconds, args.phase_ms, with_ray=not args.no_ray, store=args.store)
     _print(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
