@@ -265,7 +265,7 @@ def status(address: str = typer.Option("auto", "--address", help="Ray cluster of
 
 @app.command()
 def demo(
-    iterations: int = typer.Option(8, "--iterations", min=1, help="GRPO iterations per job."),
+    iterations: int = typer.Option(20, "--iterations", min=1, help="GRPO iterations per job."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
     png: Path = typer.Option(Path("demo_timeline.png"), "--png", help="Timeline picture of phases on nodes."),
 ) -> None:
@@ -276,6 +276,29 @@ def demo(
         out.print_json(json.dumps(result))
     except InputError as exc:
         _fail(exc)
+
+
+@app.command()
+def chaos(
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here."),
+    seconds: float = typer.Option(60.0, "--seconds", min=1.0, help="Length of the many-jobs load scenario."),
+    jobs: int = typer.Option(100, "--jobs", min=1, help="Synthetic jobs in the load scenario."),
+    store: Optional[str] = typer.Option(None, "--store",
+                                        help="Journal (a new SQLite file or redis://...); default: a temp SQLite file."),
+) -> None:
+    """Fault injection against a live local scheduler: service and job kills, double release,
+    forged tokens, many jobs; exits 1 if any scenario fails."""
+    from rollmux.live.chaos import print_report, run_chaos
+    try:
+        report = run_chaos(seconds=seconds, jobs=jobs, store=store,
+                           say=lambda line: err.print(line, highlight=False))
+        print_report(report, out)
+        if json_out is not None:
+            _write_json(json_out, report)
+    except InputError as exc:
+        _fail(exc)
+    if not report["passed"]:
+        raise typer.Exit(1)
 
 
 @bench_app.command("placement")

@@ -1,0 +1,169 @@
+"""A synthetic job for `rollmux chaos`: rollout -> train with tiny sleeps, behind the job shim.
+
+The same loop runs in a driver thread (`run_job`) or as a process of its own
+
+    python -m rollmux.live.chaos_job --address HOST:PORT --actor NAME --job-id ID --log-dir DIR ...
+
+that joins the Ray cluster, submits itself, sends heartbeats and can be SIGKILLed
+mid-phase (`--hold-phase`/`--hold-iter` park it inside one phase until it is killed).
+
+Phase log: one JSONL file per job and process, `{job}-{pid}-{n}.jsonl`. A `start` line is
+written once the permit is granted and carries where it put the job (group, pool,
+group-local node indices, placement epoch) and how long the acquire took; the `end` line
+is written when the phase's work is over, before the permit is released. Times are
+`time.monotonic()`, one clock for every process on the host. The iteration counter is
+checkpointed after every iteration, so a restarted job resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import threading
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from rollmux.shim import PHASES, JobShim
+
+_files = itertools.count()
+
+
+def job_record(job_id: str, phase_s: float, slo: float = 5.0) -> dict:
+    """A synthetic job's profile as it runs: `phase_s` per phase, 1 ms sync, one node per pool, an hour
+    of work (SLO 5 on the chaos cluster: up to 5 share a group; SLO 1: nobody joins it)."""
+    return {"job_id": job_id, "arrival_s": 0.0, "duration_s": 3600.0, "slo": slo,
+            "rollout_gpus": 8, "train_gpus": 8, "rollout_s": {"median": phase_s, "sigma": 0.0, "max": phase_s},
+            "tail_frac": 0.0, "train_s": phase_s, "sync_s": 0.001, "host_gb": {"rollout": 1.0, "train": 1.0}}
+
+
+class PhaseLog:
+    """Append-only JSONL log of one job's phases in this process (flushed line by line)."""
+
+    def __init__(self, log_dir: Path, job_id: str) -> None:
+        self.job_id, self.pid = job_id, os.getpid()
+        self.path = Path(log_dir) / f"{job_id}-{self.pid}-{next(_files)}.jsonl"
+        self._f = open(self.path, "a")
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+
+    def event(self, ev: str, **fields: Any) -> None:
+        """Write one line: {"ev", "job", "pid", "file", "t", **fields}."""
+        line = {"ev": ev, "job": self.job_id, "pid": self.pid, "file": self.path.name,
+                "t": time.monotonic(), **fields}
+        with self._lock:
+            self._f.write(json.dumps(line) + "\n")
+            self._f.flush()
+
+    def start(self, grant: Any, iteration: int, wait_s: float) -> int:
+        """A phase began under this permit (a `Grant` or the service's dict); returns its seq."""
+        g = grant if isinstance(grant, dict) else asdict(grant)
+        seq = next(self._seq)
+        self.event("start", seq=seq, phase=g["phase"], group_id=g["group_id"], pool=g["pool"],
+                   nodes=list(g["nodes"]), epoch=g.get("epoch", 0), iter=iteration, wait_s=wait_s)
+        return seq
+
+    def end(self, seq: int) -> None:
+        """The phase `seq` is over (its permit is released right after)."""
+        self.event("end", seq=seq)
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            self._f.close()
+
+
+def load_checkpoint(path: Path | None) -> int:
+    """Iterations done at the last checkpoint (0 without one)."""
+    if path is None or not Path(path).exists():
+        return 0
+    return int(json.loads(Path(path).read_text())["iterations"])
+
+
+def save_checkpoint(path: Path, iterations: int) -> None:
+    """Atomically record the iterations done."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps({"iterations": iterations}))
+    os.replace(tmp, path)
+
+
+def run_job(client: Any, job_id: str, log: PhaseLog, keep_going: Callable[[int], bool], phase_s: float,
+            start_iter: int = 0, checkpoint: Path | None = None,
+            hold: Callable[[int, str], None] | None = None) -> int:
+    """Iterate rollout -> train while `keep_going(iterations done)`; returns the iterations done.
+
+    `hold(iteration, phase)` runs inside every phase, after its start line (scenarios park a job there).
+    """
+    shim = JobShim(job_id, client)
+    it = start_iter
+    while keep_going(it):
+        for phase in PHASES:
+            asked = time.monotonic()
+            with shim.phase(phase) as grant:
+                seq = log.start(grant, it, time.monotonic() - asked)
+                if hold is not None:
+                    hold(it, phase)
+                time.sleep(phase_s)
+                log.end(seq)
+        it += 1
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, it)
+    return it
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one synthetic job as its own process (see the module docstring); exit status 0 when done."""
+    ap = argparse.ArgumentParser(description="A synthetic job for `rollmux chaos`.")
+    ap.add_argument("--address", required=True, help="Ray GCS address of the chaos cluster")
+    ap.add_argument("--namespace", default="rollmux-chaos")
+    ap.add_argument("--actor", required=True, help="name of the scheduler actor")
+    ap.add_argument("--job-id", required=True)
+    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--phase-ms", type=float, default=5.0)
+    ap.add_argument("--slo", type=float, default=5.0)
+    ap.add_argument("--log-dir", type=Path, required=True)
+    ap.add_argument("--checkpoint", type=Path, required=True)
+    ap.add_argument("--heartbeat-s", type=float, default=0.5)
+    ap.add_argument("--hold-phase", choices=PHASES, default=None, help="park inside this phase ...")
+    ap.add_argument("--hold-iter", type=int, default=0, help="... of this iteration, until killed")
+    args = ap.parse_args(argv)
+
+    import ray
+
+    from rollmux.live.client import RayPermitClient
+    from rollmux.live.service import NAMESPACE
+
+    log = PhaseLog(args.log_dir, args.job_id)
+    ray.init(address=args.address, namespace=args.namespace, log_to_driver=False, _node_ip_address="127.0.0.1")
+    client = RayPermitClient(ray.get_actor(args.actor, namespace=NAMESPACE), heartbeat_s=args.heartbeat_s)
+    try:
+        start = load_checkpoint(args.checkpoint)
+        placed = client.submit(job_record(args.job_id, args.phase_ms / 1e3, args.slo))
+        log.event("submitted", resumed_from=start, group_id=placed["group_id"], status=placed["status"],
+                  epoch=placed["epoch"], case=placed.get("case"))
+
+        def hold(it: int, phase: str) -> None:
+            if it == args.hold_iter and phase == args.hold_phase:
+                log.event("holding", iter=it, phase=phase)
+                time.sleep(3600)  # until SIGKILL
+
+        done = run_job(client, args.job_id, log, lambda it: it < args.iterations, args.phase_ms / 1e3,
+                       start, args.checkpoint, hold if args.hold_phase else None)
+        client.finish(args.job_id)
+        log.event("finished", iterations=done, resumed_from=start)
+        return 0
+    except Exception as exc:  # noqa: BLE001 -- reported to the driver through the log
+        log.event("error", error=repr(exc), detail=traceback.format_exc()[-4000:] + str(exc)[-4000:])
+        return 1
+    finally:
+        client.close()
+        log.close()
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
