@@ -62,7 +62,8 @@ def period_budget(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> fl
     """
     done, elapsed = progress.get(job.job_id, (0, 0.0))
     budget = job.slo * job.solo_iter_s * job.iterations - elapsed
-    return budget / (job.iterations - done + 1)
+    # A live job may run past its declared iterations: it then has one to go, whatever its count.
+    return budget / (max(job.iterations - done, 0) + 1)
 
 
 def isolated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig) -> PlacementPlan | None:

@@ -249,3 +249,33 @@ def test_jobs_on_a_lost_node_are_readmitted_and_a_stale_release_is_ignored(core)
     # The killed phase's release arrives late, from the old placement: ignored, no error.
     client.release(PhaseTimings("a", "rollout", 0.0, 0.0, 0.01, 0.0, grant.epoch))
     assert core.status()["jobs"]["b"]["status"] == "running"
+
+
+def test_an_acquire_that_overtakes_its_own_release_waits_for_it(core):
+    tok = _submit(core, *_two_jobs())
+    first = core.acquire("a", "rollout", tok["a"])
+    got = []
+    t = threading.Thread(target=lambda: got.append(core.acquire("a", "rollout", tok["a"], first["grant_no"])))
+    t.start()
+    time.sleep(0.2)
+    assert got == []  # the old permit is not handed back: its release is still on the way
+    core.release("a", "rollout", TIMINGS, tok["a"])
+    core.acquire("b", "rollout", tok["b"])  # b's turn comes first on the shared node
+    core.release("b", "rollout", TIMINGS, tok["b"])
+    core.acquire("a", "train", tok["a"])
+    core.release("a", "train", TIMINGS, tok["a"])
+    t.join(timeout=5)
+    assert got and got[0]["grant_no"] > first["grant_no"]
+
+
+def test_a_lost_reply_is_answered_with_the_permit_already_held(core):
+    tok = _submit(core, *_two_jobs())
+    first = core.acquire("a", "rollout", tok["a"])
+    again = core.acquire("a", "rollout", tok["a"], first["grant_no"] - 1)
+    assert again["grant_no"] == first["grant_no"] and core.status()["grants"] == 1
+
+
+def test_a_job_past_its_declared_iterations_does_not_break_placement():
+    from rollmux.inter_group import period_budget
+    job = make_job("a", rollout=1, train=1, sync=0, duration=10)
+    assert period_budget(job, {"a": (job.iterations + 5, 100.0)}) < 0  # over budget, but defined

@@ -37,6 +37,7 @@ class RayPermitClient:
         self.handle = handle
         self.tokens: dict[str, str] = {}
         self.nodes: dict[str, list[str]] = {}  # job -> Ray node ids its workers run on
+        self._last_grant: dict[str, int] = {}  # job -> newest grant_no received
         self.retry_for_s = retry_for_s
         self._releases: list[tuple[Any, tuple]] = []  # sent, not yet confirmed: (ref, args)
         self._lock = threading.Lock()
@@ -67,7 +68,10 @@ class RayPermitClient:
 
     def acquire_dict(self, job_id: str, phase: str) -> dict:
         """The permit as the service sent it (with the job's placement and epoch)."""
-        return self._call("acquire", job_id, phase, self.tokens.get(job_id))
+        # last_grant lets the service tell a lost reply from an acquire that overtook its release.
+        d = self._call("acquire", job_id, phase, self.tokens.get(job_id), self._last_grant.get(job_id))
+        self._last_grant[job_id] = max(d.get("grant_no", 0), self._last_grant.get(job_id, 0))
+        return d
 
     def tail_started(self, job_id: str) -> None:
         """Report a tail-bound rollout."""
@@ -133,13 +137,15 @@ class RayPermitClient:
 
     def _beat(self, every_s: float) -> None:
         import ray
-        while not self._stop.wait(every_s):
+        wait = every_s
+        while not self._stop.wait(wait):
+            wait = every_s
             for job_id, token in list(self.tokens.items()):
                 try:
                     ray.get(self.handle.heartbeat.remote(job_id, token, self.nodes.get(job_id)),
                             timeout=every_s * 4)
-                except Exception:
-                    pass  # a restarting service or a finished job: the next beat tries again
+                except Exception:  # noqa: BLE001 -- a restarting service: beat again soon
+                    wait = min(every_s, 0.1)
 
 
 class CorePermitClient:

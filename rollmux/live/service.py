@@ -141,9 +141,12 @@ class SchedulerCore:
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.refused: list[dict] = []         # refused requests (auth and bad input), newest last
         self._waiting: dict[tuple[str, str], Future] = {}  # permits asked for, not yet granted
+        self._after_release: dict[tuple[str, str], Future] = {}  # acquires that overtook their release
         self._queue: deque[str] = deque(j for j, r in self.state.jobs.items() if r.status in ("queued", "moving"))
-        now = time.monotonic()
-        self._seen = {j: now for j, r in self.state.jobs.items() if r.active}  # a restart grants a grace period
+        # A restart grants every job a grace period: its heartbeats were failing while the
+        # service was down, and failing a live job would hand its held nodes to others.
+        grace = time.monotonic() + 2 * (heartbeat_timeout_s or 0.0)
+        self._seen = {j: grace for j, r in self.state.jobs.items() if r.active}
         self._nodes_of: dict[str, set[str]] = {}  # job -> Ray node ids of its workers (heartbeats)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self.env.serve, name="rollmux-scheduler", daemon=True)
@@ -256,20 +259,28 @@ class SchedulerCore:
                     self._request(jid, phase)
 
     # -- permits --------------------------------------------------------------------------
-    def acquire(self, job_id: str, phase: str, token: str | None = None) -> dict:
-        """Block until the job may run `phase`; returns the permit (with the job's placement)."""
-        return self._on_loop(self._acquire, job_id, phase, token).result()
+    def acquire(self, job_id: str, phase: str, token: str | None = None, last_grant: int | None = None) -> dict:
+        """Block until the job may run `phase`; returns the permit (with the job's placement).
 
-    def _acquire(self, job_id: str, phase: str, token: Any) -> Future:
+        `last_grant`: the newest `grant_no` the caller has received. If the job still holds
+        this phase, a newer held permit means the reply was lost (it is returned again); an
+        older one means its release is still on the way (calls may overtake each other in a
+        threaded actor), so the request waits for that release."""
+        return self._on_loop(self._acquire, job_id, phase, token, last_grant).result()
+
+    def _acquire(self, job_id: str, phase: str, token: Any, last_grant: Any = None) -> Future:
         job = self._job("acquire", job_id, token)
         if phase not in PHASES:
             raise self._refuse("acquire", job_id, f"unknown phase {phase!r}; use one of {PHASES}")
         fut: Future = Future()
-        if phase in job.held:  # a retry whose first reply was lost (e.g. in a service restart)
-            fut.set_result(job.held[phase])
-            return fut
-        if (job_id, phase) in self._waiting:
+        if (job_id, phase) in self._waiting or (job_id, phase) in self._after_release:
             raise self._refuse("acquire", job_id, f"already waiting for a {phase} permit")
+        if phase in job.held:
+            if not isinstance(last_grant, int) or job.held[phase].get("grant_no", 0) > last_grant:
+                fut.set_result(job.held[phase])  # a retry whose first reply was lost
+            else:
+                self._after_release[(job_id, phase)] = fut
+            return fut
         self._waiting[(job_id, phase)] = fut
         if job.group_id is not None:
             self._request(job_id, phase)
@@ -283,6 +294,7 @@ class SchedulerCore:
             fut = self._waiting.pop((job_id, phase))
             m = ctl.group.member(job_id)
             payload = {**asdict(grant), "nodes": list(grant.nodes), "epoch": job.epoch, "at": time.time(),
+                       "grant_no": self.state.grants + 1,
                        "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes)}
             try:
                 self._record("grant", payload)
@@ -310,8 +322,17 @@ class SchedulerCore:
             raise self._refuse("release", job_id, f"timings must give {', '.join(TIMING_FIELDS)} as numbers >= 0")
         self._record("release", {"job_id": job_id, "phase": phase,
                                  "timings": {k: float(timings[k]) for k in TIMING_FIELDS}})
+        self._resume_after_release(job_id, phase)
         if phase == "train" and self.state.jobs[job_id].migrate:
             self._move(job_id, "regroup")
+
+    def _resume_after_release(self, job_id: str, phase: str) -> None:
+        """An acquire that overtook this release may now ask for its permit."""
+        fut = self._after_release.pop((job_id, phase), None)
+        if fut is not None:
+            self._waiting[(job_id, phase)] = fut
+            if self.state.jobs[job_id].group_id is not None:
+                self._request(job_id, phase)
 
     def tail_started(self, job_id: str, token: str | None = None) -> None:
         """Forward a tail-bound rollout to its group's controller."""
@@ -374,6 +395,8 @@ class SchedulerCore:
     def _move(self, job_id: str, why: str) -> None:
         log.info("job %s leaves its group (%s)", job_id, why)
         self._record("move_out", {"job_id": job_id, "why": why})
+        for phase in PHASES:  # its permits were reclaimed: overtaking acquires go ahead
+            self._resume_after_release(job_id, phase)
         self._repair(self.state.last_rest)
         self._queue.appendleft(job_id)
         self._drain()
@@ -381,7 +404,7 @@ class SchedulerCore:
     def _depart(self, job_id: str, status: str, reason: str | None) -> None:
         self._record("leave", {"job_id": job_id, "status": status, "reason": reason})
         for phase in PHASES:
-            fut = self._waiting.pop((job_id, phase), None)
+            fut = self._waiting.pop((job_id, phase), None) or self._after_release.pop((job_id, phase), None)
             if fut is not None:
                 fut.set_exception(JobGone(f"job {job_id!r} is {status}" + (f" ({reason})" if reason else "")))
         self._repair(self.state.last_rest)
@@ -394,6 +417,13 @@ class SchedulerCore:
             self._record("movers", {"job_ids": movers, "group_ids": sorted(self.state.cluster.dissolving)})
 
     def _watchdog(self) -> None:
+        try:
+            self._check_heartbeats()
+        except Exception:  # noqa: BLE001 -- a bug here must not stop the scheduler thread
+            log.exception("heartbeat check failed")
+        self.env.call_later(self._check_every, self._watchdog)
+
+    def _check_heartbeats(self) -> None:
         now = time.monotonic()
         for jid, seen in list(self._seen.items()):
             job = self.state.jobs[jid]
@@ -402,7 +432,6 @@ class SchedulerCore:
                 self._depart(jid, "failed", f"no heartbeat for {now - seen:.1f}s")
             if not job.active:
                 self._seen.pop(jid, None)
-        self.env.call_later(self._check_every, self._watchdog)
 
     # -- inspection ---------------------------------------------------------------------
     def status(self) -> dict:
