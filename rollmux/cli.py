@@ -254,11 +254,19 @@ def submit(
 
 
 @app.command()
-def status(address: str = typer.Option("auto", "--address", help="Ray cluster of the scheduler.")) -> None:
+def status(address: str = typer.Option("auto", "--address", help="Ray cluster of the scheduler."),
+           as_json: bool = typer.Option(False, "--json", help="Print the raw status as JSON.")) -> None:
     """Groups, members, whose turn it is on each node, and iteration times vs SLO."""
     import ray
+    from rollmux.live.status_view import groups_table, jobs_table, summary_line
     try:
-        out.print_json(json.dumps(ray.get(_service(address).status.remote())))
+        st = ray.get(_service(address).status.remote())
+        if as_json:
+            out.print_json(json.dumps(st))
+            return
+        out.print(groups_table(st))
+        out.print(jobs_table(st))
+        out.print(summary_line(st))
     except InputError as exc:
         _fail(exc)
 

@@ -1,0 +1,45 @@
+"""`rollmux status` as tables: groups with whose turn it is per node, jobs against their SLO."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def _s(v: float | None, unit: str = "s") -> str:
+    return "-" if v is None else f"{v:.3g} {unit}"
+
+
+def groups_table(status: dict) -> Table:
+    """One row per group: members in cyclic order, node counts, planned period, turn per node."""
+    t = Table(title="Groups")
+    for col in ("group", "members", "rollout nodes", "train nodes", "period", "turn (rollout | train)"):
+        t.add_column(col)
+    for g in status["groups"]:
+        turn = g["turn"]
+        t.add_row(str(g["group_id"]), " ".join(g["members"]), str(g["rollout_nodes"]), str(g["train_nodes"]),
+                  _s(g.get("period_s")),
+                  " ".join(str(x) for x in turn["rollout"]) + " | " + " ".join(str(x) for x in turn["train"]))
+    return t
+
+
+def jobs_table(status: dict) -> Table:
+    """One row per job: status, iterations, mean iteration time vs its SLO, measured profile."""
+    t = Table(title="Jobs")
+    for col in ("job", "status", "group", "iterations", "mean iter", "SLO iter", "within SLO",
+                "measured rollout", "measured train", "holds"):
+        t.add_column(col)
+    for jid, j in status["jobs"].items():
+        mean, slo = j["mean_iter_s"], j["slo_iter_s"]
+        ok = "-" if mean is None else ("yes" if mean <= slo else "[red]no[/]")
+        measured = j["profile"]["measured"]
+        state = j["status"] + (f" ({j['reason']})" if j.get("reason") else "")
+        t.add_row(jid, state, "-" if j["group_id"] is None else str(j["group_id"]), str(j["iterations"]),
+                  _s(mean), _s(slo), ok, _s(measured.get("rollout")), _s(measured.get("train")),
+                  " ".join(j["held"]) or "-")
+    return t
+
+
+def summary_line(status: dict) -> str:
+    """Cost rate, permits, refusals and the journal."""
+    return (f"${status['cost_per_hour']:,.2f}/h held; {status['grants']} permits granted; "
+            f"{status['refused']} requests refused; journal {status['journal']}")
