@@ -172,6 +172,25 @@ def _timeline(log: list, png: Path) -> None:
     plt.close(fig)
 
 
+def _all_at_once(run: str, fn) -> None:
+    """fn(job_id) for every demo job, each in its own thread; the first failure is raised."""
+    errors: dict[str, BaseException] = {}
+
+    def guarded(j: str) -> None:
+        try:
+            fn(j)
+        except BaseException as exc:  # noqa: BLE001 -- re-raised below, in the caller's thread
+            errors[j] = exc
+    threads = [threading.Thread(target=guarded, args=(j,)) for j in JOBS]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        j, exc = next(iter(errors.items()))
+        raise RuntimeError(f"{run} run failed for {sorted(errors)}: {j}: {exc!r}") from exc
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
@@ -245,13 +264,7 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
             client.finish(j)  # drains its releases first, then leaves the group
 
         t_mux = time.perf_counter()
-        threads = [threading.Thread(target=run_mux, args=(j,)) for j in JOBS]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        if set(mux) != set(JOBS):
-            raise RuntimeError(f"multiplexed run failed for {sorted(set(JOBS) - set(mux))}")
+        _all_at_once("multiplexed", run_mux)
         say(f"multiplexed run: {time.perf_counter() - t_mux:.2f}s")
         warm = ray.get(warm)
 
@@ -261,15 +274,8 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         ray.get([a.reset.remote() for pair in actors.values() for a in pair])
         ray.get([a.onload.remote() for pair in actors.values() for a in pair])  # solo: resident throughout
         t_solo = time.perf_counter()
-        threads = [threading.Thread(target=_drive, args=(j, *actors[j], iterations, solo_log, lock,
-                                                         (f"rollout_solo_{j}", f"train_solo_{j}"), solo))
-                   for j in JOBS]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        if set(solo) != set(JOBS):
-            raise RuntimeError(f"solo run failed for {sorted(set(JOBS) - set(solo))}")
+        _all_at_once("solo", lambda j: _drive(j, *actors[j], iterations, solo_log, lock,
+                                              (f"rollout_solo_{j}", f"train_solo_{j}"), solo))
         say(f"solo run: {time.perf_counter() - t_solo:.2f}s")
 
         import torch
