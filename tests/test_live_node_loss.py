@@ -19,20 +19,22 @@ class _Worker:
         return ray.get_runtime_context().get_node_id()
 
 
-def test_removing_a_ray_node_readmits_the_jobs_with_workers_on_it():
+def test_removing_a_ray_node_readmits_the_jobs_with_workers_on_it(tmp_path):
     cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, include_dashboard=False))
     victim = cluster.add_node(num_cpus=1, resources={"rollout_node_0": 1})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="rollmux-node-loss", log_to_driver=False)
     try:
-        handle = start_service(default_cluster().model_dump(), name="scheduler-node-loss")
+        head = next(n["NodeID"] for n in ray.nodes() if "node:__internal_head__" in n["Resources"])
+        handle = start_service(default_cluster().model_dump(), store=str(tmp_path / "journal.db"),
+                               name="scheduler-node-loss")  # on the head node
         client = RayPermitClient(handle)
         jobs = [make_job(j, rollout=100, train=100).model_dump(exclude_none=True) for j in "ab"]
         for r in jobs:
             client.submit(r)
         worker = _Worker.options(resources={"rollout_node_0": 0.01}).remote()
         client.set_nodes("a", [ray.get(worker.node.remote())])
-        client.set_nodes("b", [ray.get_runtime_context().get_node_id()])  # b runs on the head
+        client.set_nodes("b", [head])  # b's workers run on the head
         held = client.acquire_dict("a", "rollout")
         cluster.remove_node(victim)
         deadline = time.monotonic() + 30

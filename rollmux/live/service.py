@@ -464,13 +464,19 @@ class SchedulerCore:
 
 
 def start_service(cluster: dict | None, cfg: SchedulerConfig | None = None, store: str | None = None,
-                  heartbeat_timeout_s: float | None = None, name: str = ACTOR_NAME) -> Any:
+                  heartbeat_timeout_s: float | None = None, name: str = ACTOR_NAME,
+                  node_id: str | None = None) -> Any:
     """Start (or connect to) the detached, named scheduler actor; Ray must be initialized.
 
     Ray restarts the actor if its process dies; the new instance replays the journal.
+    It runs on `node_id` if given, else on the head node.
     """
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    # On the head node, not on a worker node that may be lost (if the head dies, so does Ray).
+    where = ({"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)} if node_id
+             else {"resources": {"node:__internal_head__": 0.001}})
     actor = ray.remote(SchedulerCore).options(
         name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_concurrency=512, num_cpus=0, max_restarts=-1)
+        max_concurrency=512, num_cpus=0, max_restarts=-1, **where)
     return actor.remote(cluster, cfg, store, heartbeat_timeout_s, watch_ray_nodes=True)
