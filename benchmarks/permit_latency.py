@@ -79,6 +79,7 @@ class _Service:
 
     def __init__(self) -> None:
         self.tokens: dict[str, Any] = {}
+        self.last_grant: dict[str, int] = {}
         self.clock_offset: float | None = None
 
     def _invoke(self, method: str, *args: Any, **kw: Any) -> Any:
@@ -91,7 +92,12 @@ class _Service:
         return placed
 
     def acquire(self, job_id: str, phase: str) -> dict:
-        return self._invoke("acquire", job_id, phase, **_job_kwargs("acquire", self.tokens, job_id))
+        # last_grant, as RayPermitClient sends it: an acquire that overtakes this job's
+        # in-flight release (calls to a threaded actor may reorder) waits for that release.
+        grant = self._invoke("acquire", job_id, phase, last_grant=self.last_grant.get(job_id),
+                             **_job_kwargs("acquire", self.tokens, job_id))
+        self.last_grant[job_id] = grant["grant_no"]
+        return grant
 
     def client(self) -> Any:
         """What one job thread releases through (a fresh one per job: its own drain)."""
