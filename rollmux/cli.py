@@ -196,7 +196,7 @@ def serve(
         for w in warnings:
             err.print(f"[yellow]warning:[/] {w}", highlight=False)
         import ray
-        # A cluster started here listens on loopback only.
+        # Ask Ray for loopback (recent Ray versions may still bind the host's own address).
         local = {} if address else {"_node_ip_address": "127.0.0.1"}
         ray.init(address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, **local)
         store_url = store if "://" in store else str(Path(store).resolve())
