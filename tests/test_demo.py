@@ -12,13 +12,13 @@ JOB_KEYS = {"job_id", "iterations", "final_reward", "mean_iter_s_solo", "mean_it
 
 def test_demo_multiplexes_without_changing_what_jobs_learn(tmp_path):
     out, png = tmp_path / "demo.json", tmp_path / "timeline.png"
-    result = run_demo(iterations=8, json_out=out, png_out=png, quiet=True)
+    result = run_demo(iterations=12, json_out=out, png_out=png, quiet=True)
     assert json.loads(out.read_text()) == result
     assert set(result) == KEYS
     assert set(result["idle_share"]) == {"solo", "mux"}
     assert all(set(v) == {"rollout", "train"} for v in result["idle_share"].values())
     assert [j["job_id"] for j in result["jobs"]] == ["medium", "large", "small"]
-    assert all(set(j) == JOB_KEYS and j["iterations"] == 8 for j in result["jobs"])
+    assert all(set(j) == JOB_KEYS and j["iterations"] == 12 for j in result["jobs"])
     assert result["on_policy_identical"] is True
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert result["idle_share"]["mux"]["train"] < result["idle_share"]["solo"]["train"]
