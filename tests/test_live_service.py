@@ -138,6 +138,8 @@ def test_unknown_job_ids_and_phases_and_bad_timings_are_refused(core):
     core.acquire("a", "rollout", tok["a"])
     with pytest.raises(ServiceError, match="timings"):
         core.release("a", "rollout", {"run_s": -1}, tok["a"])
+    with pytest.raises(ServiceError, match="nodes must be"):
+        core.heartbeat("a", tok["a"], nodes=7)
     assert core.status()["jobs"]["a"]["held"] == ["rollout"]
 
 

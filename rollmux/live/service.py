@@ -346,6 +346,9 @@ class SchedulerCore:
         """The job is alive (and its workers run on these Ray nodes); returns its placement."""
         def beat() -> dict:
             self._job("heartbeat", job_id, token)
+            if nodes is not None and (not isinstance(nodes, (list, tuple))
+                                      or not all(isinstance(n, str) for n in nodes)):
+                raise self._refuse("heartbeat", job_id, "nodes must be a list of Ray node id strings")
             if nodes is not None:
                 self._nodes_of[job_id] = {str(n) for n in nodes}
             return self._placement(job_id)
