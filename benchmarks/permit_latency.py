@@ -47,6 +47,7 @@ from typing import Any, Callable
 import numpy as np
 
 from rollmux.live.client import RayPermitClient
+from rollmux.live.codec import live_job_record
 from rollmux.live.service import SchedulerCore, start_service
 from rollmux.shim import PhaseTimings
 from rollmux.spec import default_cluster
@@ -56,10 +57,8 @@ WARMUP = 20  # unrecorded permits of the lone job first
 
 
 def _profile(job_id: str, rollout: float, train: float, slo: float) -> dict:
-    """A job record like `rollmux.live.demo._profile`: one rollout node, one training node."""
-    return {"job_id": job_id, "arrival_s": 0.0, "duration_s": 3600.0, "slo": slo,
-            "rollout_gpus": 8, "train_gpus": 8, "rollout_s": {"median": rollout, "sigma": 0.0, "max": rollout},
-            "tail_frac": 0.0, "train_s": train, "sync_s": 1.0, "host_gb": {"rollout": 1.0, "train": 1.0}}
+    """A live job record with a 1 s sync: one rollout node, one training node."""
+    return live_job_record(job_id, rollout, train, slo, sync_s=1.0)
 
 
 # -- the service, behind one adapter -------------------------------------------------------------

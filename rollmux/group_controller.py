@@ -149,10 +149,6 @@ class GroupController:
         self._migrating.discard(job_id)
         self._dispatch()
 
-    def pending(self, job_id: str) -> list[str]:
-        """The phases the job has asked for and not yet been granted."""
-        return [ph for (j, ph) in self._pending if j == job_id]
-
     def export_state(self) -> dict:
         """Turn order, holders and tails as JSON-native data (pending requests are not state:
         their callers ask again)."""

@@ -28,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from rollmux.live.codec import live_job_record
 from rollmux.shim import PHASES, JobShim
 
 _files = itertools.count()
@@ -36,9 +37,7 @@ _files = itertools.count()
 def job_record(job_id: str, phase_s: float, slo: float = 5.0) -> dict:
     """A synthetic job's profile as it runs: `phase_s` per phase, 1 ms sync, one node per pool, an hour
     of work (SLO 5 on the chaos cluster: up to 5 share a group; SLO 1: nobody joins it)."""
-    return {"job_id": job_id, "arrival_s": 0.0, "duration_s": 3600.0, "slo": slo,
-            "rollout_gpus": 8, "train_gpus": 8, "rollout_s": {"median": phase_s, "sigma": 0.0, "max": phase_s},
-            "tail_frac": 0.0, "train_s": phase_s, "sync_s": 0.001, "host_gb": {"rollout": 1.0, "train": 1.0}}
+    return live_job_record(job_id, phase_s, phase_s, slo)
 
 
 class PhaseLog:

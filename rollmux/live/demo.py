@@ -37,6 +37,7 @@ from pathlib import Path
 import ray
 
 from rollmux.live.client import RayPermitClient
+from rollmux.live.codec import live_job_record
 from rollmux.live.service import start_service
 from rollmux.shim import JobShim
 from rollmux.spec import default_cluster
@@ -99,12 +100,6 @@ def _spawn(size: str, seed: int, rollout_node: str, train_node: str):
     r = actor.options(num_cpus=0, resources={rollout_node: 0.01}).remote(size, seed, "rollout")
     t = actor.options(num_cpus=0, resources={train_node: 0.01}).remote(size, seed, "trainer")
     return r, t
-
-
-def _profile(job_id: str, rollout: float, train: float, slo: float) -> dict:
-    return {"job_id": job_id, "arrival_s": 0.0, "duration_s": 3600.0, "slo": slo,
-            "rollout_gpus": 8, "train_gpus": 8, "rollout_s": {"median": rollout, "sigma": 0.0, "max": rollout},
-            "tail_frac": 0.0, "train_s": train, "sync_s": 0.001, "host_gb": {"rollout": 1.0, "train": 1.0}}
 
 
 def _drive(job_id: str, r, t, iterations: int, log: list, lock: threading.Lock, nodes: tuple[str, str],
@@ -225,7 +220,7 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         node_of: dict[str, dict[str, str]] = {}
         index: dict[str, dict[tuple[int, int], int]] = {"rollout": {}, "train": {}}
         for jid, (_, r_ms, t_ms) in JOBS.items():
-            p = client.submit(_profile(jid, r_ms, t_ms, slo))
+            p = client.submit(live_job_record(jid, r_ms, t_ms, slo))
             node_of[jid] = {}
             for pool in ("rollout", "train"):
                 key = (p["group_id"], p[f"{pool}_nodes"][0])

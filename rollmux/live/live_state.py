@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from rollmux.cluster_state import ClusterState, SchedulerConfig
 from rollmux.env import Environment
+from rollmux.group import Group
 from rollmux.inter_group import RollMuxPlacement
 from rollmux.group_controller import GroupController
 from rollmux.live.codec import group_from_dict, group_to_dict, job_to_dict, plan_from_dict
@@ -67,14 +68,16 @@ class LiveState:
         self.cluster = ClusterState(env, cluster, RollMuxPlacement(cfg.intra), cfg)
         self.jobs: dict[str, LiveJob] = {}
         self.grants = 0      # permits granted so far (for status)
-        self.last_rest = None  # what the last departure left of its group (for departure-time repairs)
 
-    def apply(self, kind: str, payload: dict, replay: bool = False) -> None:
-        """Apply one journal record (live: after journaling it; replay: from the journal)."""
+    def apply(self, kind: str, payload: dict, replay: bool = False) -> Group | None:
+        """Apply one journal record (live: after journaling it; replay: from the journal).
+
+        A departure (`move_out`, `leave`) returns what is left of the job's group, for the
+        service's departure-time repairs; other records return None."""
         handler = getattr(self, f"_apply_{kind}", None)
         if handler is None:
             raise ReplayError(f"unknown journal record kind {kind!r}")
-        handler(payload, replay)
+        return handler(payload, replay)
 
     # -- records ----------------------------------------------------------------------
     def _apply_submit(self, p: dict, replay: bool) -> None:
@@ -120,24 +123,24 @@ class LiveState:
         for jid in p["job_ids"]:
             self.jobs[jid].migrate = True
 
-    def _apply_move_out(self, p: dict, replay: bool) -> None:
-        job = self._out_of_group(p["job_id"])
-        job.status = "moving"
+    def _apply_move_out(self, p: dict, replay: bool) -> Group | None:
+        self.jobs[p["job_id"]].status = "moving"
+        return self._out_of_group(p["job_id"])
 
-    def _apply_leave(self, p: dict, replay: bool) -> None:
-        job = self._out_of_group(p["job_id"])
+    def _apply_leave(self, p: dict, replay: bool) -> Group | None:
+        job = self.jobs[p["job_id"]]
         job.status, job.reason = p["status"], p.get("reason")
+        return self._out_of_group(p["job_id"])
 
-    def _out_of_group(self, job_id: str) -> LiveJob:
-        """Reclaim the job's permits and take it out of its group (if it has one)."""
+    def _out_of_group(self, job_id: str) -> Group | None:
+        """Reclaim the job's permits and take it out of its group; what is left of the group."""
         job = self.jobs[job_id]
+        rest = None
         if job.group_id is not None:
             self.cluster.controllers[job.group_id].withdraw(job_id)
-            self.last_rest = self.cluster.leave(job_id, job.group_id)
-        else:
-            self.last_rest = None
+            rest = self.cluster.leave(job_id, job.group_id)
         job.group_id, job.held, job.migrate = None, {}, False
-        return job
+        return rest
 
     # -- snapshots --------------------------------------------------------------------
     def dump(self) -> dict:

@@ -38,12 +38,12 @@ from rollmux.intra_group import IntraConfig
 from rollmux.live.codec import job_to_dict, plan_to_dict
 from rollmux.live.journal import open_store
 from rollmux.live.live_state import LiveState
+from rollmux.shim import PHASES
 from rollmux.spec import ClusterSpec, JobSpec
 from rollmux.trace_io import unknown_fields
 
 NAMESPACE = "rollmux"
 ACTOR_NAME = "scheduler"
-PHASES = ("rollout", "train")
 TIMING_FIELDS = ("wait_s", "onload_s", "run_s", "offload_s")
 log = logging.getLogger("rollmux.service")
 
@@ -111,11 +111,8 @@ class SchedulerCore:
         snap = self.journal.snapshot()
         records = self.journal.records(after=snap[0] if snap else 0)
         self.recovered_records = (snap[0] if snap else 0) + len(records)
-        if snap or records:  # a restart: the journal's cluster and knobs win
-            config = snap[1]["config"] if snap else records.pop(0)
-            if not snap and config.kind != "config":
-                raise ServiceError(f"journal {self.journal.url}: first record is {config.kind!r}, not 'config'")
-            config = config if snap else config.payload
+        config = snap[1]["config"] if snap else (self._first_config(records.pop(0)) if records else None)
+        if config is not None:  # a restart: the journal's cluster and knobs win
             spec, cfg = _config_from(config)
             if cluster is not None and ClusterSpec.model_validate(cluster) != spec:
                 raise ServiceError(f"journal {self.journal.url} was written for another cluster; "
@@ -158,6 +155,12 @@ class SchedulerCore:
         if watch_ray_nodes:
             threading.Thread(target=self._watch_ray_nodes, args=(check_every_s,), daemon=True).start()
 
+    def _first_config(self, first) -> dict:
+        """The payload of a journal's first record, which must be its 'config'."""
+        if first.kind != "config":
+            raise ServiceError(f"journal {self.journal.url}: first record is {first.kind!r}, not 'config'")
+        return first.payload
+
     # -- plumbing -----------------------------------------------------------------------
     def _on_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run fn on the scheduler thread and return its result (or raise its error)."""
@@ -171,18 +174,19 @@ class SchedulerCore:
         self.env.call_at(self.env.now(), call)
         return fut.result()
 
-    def _record(self, kind: str, payload: dict) -> None:
-        """Journal a decision, then carry it out (the write-ahead rule)."""
+    def _record(self, kind: str, payload: dict) -> Any:
+        """Journal a decision, then carry it out (the write-ahead rule); returns what `apply` does."""
         self._last_seq = self.journal.append(kind, payload)
         self._depth += 1
         try:
-            self.state.apply(kind, payload)
+            result = self.state.apply(kind, payload)
         finally:
             self._depth -= 1
         if self._depth == 0 and self.snapshot_every and self._last_seq - self._snap_seq >= self.snapshot_every:
             # Compaction: a restart loads this and replays only the records after it.
             self.journal.save_snapshot(self._last_seq, {"config": self._config, **self.state.dump()})
             self._snap_seq = self._last_seq
+        return result
 
     def _refuse(self, op: str, job_id: Any, why: str, exc: type[ServiceError] = ServiceError) -> ServiceError:
         log.warning("refused %s for job %r: %s", op, job_id, why)
@@ -190,14 +194,14 @@ class SchedulerCore:
         del self.refused[:-1000]
         return exc(f"{op} for job {job_id!r}: {why}")
 
-    def _job(self, op: str, job_id: Any, token: Any, active: bool = True):
+    def _job(self, op: str, job_id: Any, token: Any):
         """The job, once its token checks out (the error names what is wrong)."""
         job = self.state.jobs.get(job_id) if isinstance(job_id, str) else None
         if job is None:
             raise self._refuse(op, job_id, "unknown job id")
         if not isinstance(token, str) or not hmac.compare_digest(_hash(token), job.token_hash):
             raise self._refuse(op, job_id, "missing or wrong token", AuthError)
-        if active and not job.active:
+        if not job.active:
             raise self._refuse(op, job_id, f"job is {job.status}" + (f" ({job.reason})" if job.reason else ""), JobGone)
         self._seen[job_id] = time.monotonic()
         return job
@@ -397,20 +401,20 @@ class SchedulerCore:
 
     def _move(self, job_id: str, why: str) -> None:
         log.info("job %s leaves its group (%s)", job_id, why)
-        self._record("move_out", {"job_id": job_id, "why": why})
+        rest = self._record("move_out", {"job_id": job_id, "why": why})
         for phase in PHASES:  # its permits were reclaimed: overtaking acquires go ahead
             self._resume_after_release(job_id, phase)
-        self._repair(self.state.last_rest)
+        self._repair(rest)
         self._queue.appendleft(job_id)
         self._drain()
 
     def _depart(self, job_id: str, status: str, reason: str | None) -> None:
-        self._record("leave", {"job_id": job_id, "status": status, "reason": reason})
+        rest = self._record("leave", {"job_id": job_id, "status": status, "reason": reason})
         for phase in PHASES:
             fut = self._waiting.pop((job_id, phase), None) or self._after_release.pop((job_id, phase), None)
             if fut is not None:
                 fut.set_exception(JobGone(f"job {job_id!r} is {status}" + (f" ({reason})" if reason else "")))
-        self._repair(self.state.last_rest)
+        self._repair(rest)
         self._drain()
 
     def _repair(self, rest) -> None:
