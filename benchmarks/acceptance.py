@@ -10,10 +10,10 @@ cost, and the placement-case shares of rollmux.
 
 import argparse
 
-from rollmux.baselines import solo_d_cost
-from rollmux.runner import compare
-from rollmux.simulator import SimConfig
-from rollmux.spec import default_cluster
+from rollmux.core.spec import default_cluster
+from rollmux.sim.baselines import solo_d_cost
+from rollmux.sim.runner import compare
+from rollmux.sim.simulator import SimConfig
 from rollmux.workload import available_vcs, find_traces_dir, synthesize_philly
 
 

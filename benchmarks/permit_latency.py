@@ -46,11 +46,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rollmux.core.spec import default_cluster
 from rollmux.live.client import RayPermitClient
 from rollmux.live.codec import live_job_record
 from rollmux.live.service import SchedulerCore, start_service
 from rollmux.shim import PhaseTimings
-from rollmux.spec import default_cluster
 
 PHASES = ("rollout", "train")
 WARMUP = 20  # unrecorded permits of the lone job first

@@ -8,7 +8,7 @@ placement decisions against that state and reports p50 / p99 in milliseconds.
 import argparse
 import json
 
-from rollmux.bench import placement_latency
+from rollmux.study.placement_bench import placement_latency
 
 
 def main() -> None:

@@ -15,12 +15,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rollmux.core.intra_group import IntraConfig
+from rollmux.core.trace_io import dump_jobs, load_cluster, load_jobs, parse_jobs
 from rollmux.errors import InputError
-from rollmux.intra_group import IntraConfig
-from rollmux.report import comparison_table
-from rollmux.runner import DEFAULT_POLICIES, compare
-from rollmux.simulator import SimConfig
-from rollmux.trace_io import dump_jobs, load_cluster, load_jobs, parse_jobs
+from rollmux.sim.report import comparison_table
+from rollmux.sim.runner import DEFAULT_POLICIES, compare
+from rollmux.sim.simulator import SimConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RollMux: multiplex RL post-training jobs across rollout and training pools.")
@@ -141,7 +141,7 @@ def optimal(
     max_group_size: int = typer.Option(5, "--max-group-size", min=1),
 ) -> None:
     """Offline optimum of a static job set vs RollMux and the busy-time bound ($/h)."""
-    from rollmux.offline_optimum_cli import optimal_command
+    from rollmux.study.offline_optimum_cli import optimal_command
     try:
         optimal_command(jobs, cluster, json_out, max_group_size)
     except InputError as exc:
@@ -155,7 +155,7 @@ def study(
     traces: Optional[Path] = typer.Option(None, "--traces", help="Trace folder (default: ../shared/traces)."),
 ) -> None:
     """Regenerate the paper's scheduling study: tables and plots under --out."""
-    from rollmux.study import StudyConfig, run_study
+    from rollmux.study.experiments import StudyConfig, run_study
     from rollmux.workload import find_traces_dir
     try:
         traces = find_traces_dir(traces)  # fail on a bad folder before any work starts
@@ -217,6 +217,7 @@ def serve(
 
 def _service(address: str):
     import ray
+
     from rollmux.live.service import ACTOR_NAME, NAMESPACE
     try:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
@@ -258,6 +259,7 @@ def status(address: str = typer.Option("auto", "--address", help="Ray cluster of
            as_json: bool = typer.Option(False, "--json", help="Print the raw status as JSON.")) -> None:
     """Groups, members, whose turn it is on each node, and iteration times vs SLO."""
     import ray
+
     from rollmux.live.status_view import groups_table, jobs_table, summary_line
     try:
         st = ray.get(_service(address).status.remote())
@@ -317,7 +319,7 @@ def bench_placement(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write {jobs, p50_ms, p99_ms} here."),
 ) -> None:
     """Latency of one RollMux placement decision with N active jobs."""
-    from rollmux.bench import placement_latency
+    from rollmux.study.placement_bench import placement_latency
     try:
         r = placement_latency(n_jobs, probes=probes, seed=seed)
         out.print(f"{r['jobs']} active jobs in {r['groups']} groups: placement p50 {r['p50_ms']:.2f} ms, "

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
-from rollmux.env import WallClockEnvironment
-from rollmux.group_controller import Grant, GroupController
+from rollmux.core.env import WallClockEnvironment
+from rollmux.core.group_controller import Grant, GroupController
 
 PHASES = ("rollout", "train")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from rollmux.group import Group, Member
-from rollmux.intra_group import IntraConfig, PhaseTimes
-from rollmux.spec import ClusterSpec, JobSpec, PoolSpec, Pools
+from rollmux.core.group import Group, Member
+from rollmux.core.intra_group import IntraConfig, PhaseTimes
+from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec
 
 
 def make_job(job_id: str = "j0", *, rollout: float = 100.0, train: float = 100.0,

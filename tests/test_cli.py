@@ -7,10 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from rollmux.baselines import solo_d_cost
 from rollmux.cli import app
-from rollmux.spec import default_cluster
-from rollmux.trace_io import load_jobs
+from rollmux.core.spec import default_cluster
+from rollmux.core.trace_io import load_jobs
+from rollmux.sim.baselines import solo_d_cost
 from rollmux.workload import find_traces_dir
 
 runner = CliRunner()
@@ -113,7 +113,7 @@ def test_unplaceable_job_is_rejected_not_dropped(tmp_path, small_trace):
 
 
 def test_optimal_command_writes_the_documented_keys(tmp_path):
-    from rollmux.trace_io import dump_jobs
+    from rollmux.core.trace_io import dump_jobs
     from rollmux.workload import paper_jobs
     trace, out = tmp_path / "set.jsonl", tmp_path / "opt.json"
     dump_jobs(paper_jobs(6, seed=4), trace)

@@ -6,11 +6,11 @@ import threading
 import time
 
 import pytest
-
 from factories import make_group, make_job, most_running_at_once, run_threads
-from rollmux.env import WallClockEnvironment
-from rollmux.group_controller import GroupController
-from rollmux.intra_group import IntraConfig
+
+from rollmux.core.env import WallClockEnvironment
+from rollmux.core.group_controller import GroupController
+from rollmux.core.intra_group import IntraConfig
 from rollmux.shim import JobShim, LocalPermitClient
 
 

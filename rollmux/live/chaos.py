@@ -53,8 +53,15 @@ import ray
 
 from rollmux.errors import InputError
 from rollmux.live.chaos_checks import double_grants, phase_intervals, read_log
-from rollmux.live.chaos_run import (ACTOR, CHAOS_NAMESPACE, CLUSTER, HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, Chaos,
-                                    run_scenario)
+from rollmux.live.chaos_run import (
+    ACTOR,
+    CHAOS_NAMESPACE,
+    CLUSTER,
+    HEARTBEAT_S,
+    HEARTBEAT_TIMEOUT_S,
+    Chaos,
+    run_scenario,
+)
 from rollmux.live.chaos_scenarios import plan
 from rollmux.live.service import start_service
 

@@ -20,12 +20,19 @@ from typing import Any, Callable
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
-from rollmux.live.chaos_checks import (double_grants, lost_jobs, miscounted, phase_intervals, read_log,
-                                       settled_state, state_diff)
+from rollmux.core.spec import default_cluster
+from rollmux.live.chaos_checks import (
+    double_grants,
+    lost_jobs,
+    miscounted,
+    phase_intervals,
+    read_log,
+    settled_state,
+    state_diff,
+)
 from rollmux.live.chaos_job import PhaseLog, job_record, run_job
 from rollmux.live.client import RayPermitClient
 from rollmux.live.service import ServiceError
-from rollmux.spec import default_cluster
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 CHAOS_NAMESPACE = "rollmux-chaos"

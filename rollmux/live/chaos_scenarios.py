@@ -12,8 +12,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from rollmux.live.chaos_checks import read_log, settled_state
 from rollmux.live.chaos_job import PhaseLog, load_checkpoint
-from rollmux.live.chaos_run import (HEARTBEAT_TIMEOUT_S, ITERATIONS, PHASE_S, RESTART_GRACE_S, TIMINGS, WAIT_S,
-                                    Run)
+from rollmux.live.chaos_run import HEARTBEAT_TIMEOUT_S, ITERATIONS, PHASE_S, RESTART_GRACE_S, TIMINGS, WAIT_S, Run
 from rollmux.live.service import AuthError, ServiceError
 from rollmux.shim import PHASES
 

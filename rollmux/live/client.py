@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from rollmux.group_controller import Grant
+from rollmux.core.group_controller import Grant
 from rollmux.shim import PhaseTimings
 
 _GRANT_FIELDS = set(Grant.__dataclass_fields__)

@@ -7,10 +7,10 @@ the policy reads wall-clock progress, which a replay cannot reproduce.
 
 from __future__ import annotations
 
-from rollmux.group import Group, Member
-from rollmux.intra_group import IntraConfig, plan_group
-from rollmux.placement import Case, PlacementPlan
-from rollmux.spec import JobSpec
+from rollmux.core.group import Group, Member
+from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.placement import Case, PlacementPlan
+from rollmux.core.spec import JobSpec
 
 
 def job_to_dict(job: JobSpec) -> dict:

@@ -36,11 +36,11 @@ from pathlib import Path
 
 import ray
 
+from rollmux.core.spec import default_cluster
 from rollmux.live.client import RayPermitClient
 from rollmux.live.codec import live_job_record
 from rollmux.live.service import start_service
 from rollmux.shim import JobShim
-from rollmux.spec import default_cluster
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 DEMO_NAMESPACE = "rollmux-demo"

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rollmux.cluster_state import ClusterState, SchedulerConfig
-from rollmux.env import Environment
-from rollmux.group import Group
-from rollmux.inter_group import RollMuxPlacement
-from rollmux.group_controller import GroupController
+from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.env import Environment
+from rollmux.core.group import Group
+from rollmux.core.group_controller import GroupController
+from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.live.codec import group_from_dict, group_to_dict, job_to_dict, plan_from_dict
-from rollmux.spec import ClusterSpec, JobSpec
 
 EWMA = 0.3  # weight of the newest phase measurement in a job's profile
 

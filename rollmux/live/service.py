@@ -32,15 +32,15 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from rollmux.cluster_state import SchedulerConfig
-from rollmux.env import WallClockEnvironment
-from rollmux.intra_group import IntraConfig
+from rollmux.core.cluster_state import SchedulerConfig
+from rollmux.core.env import WallClockEnvironment
+from rollmux.core.intra_group import IntraConfig
+from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.trace_io import unknown_fields
 from rollmux.live.codec import job_to_dict, plan_to_dict
 from rollmux.live.journal import open_store
 from rollmux.live.live_state import LiveState
 from rollmux.shim import PHASES
-from rollmux.spec import ClusterSpec, JobSpec
-from rollmux.trace_io import unknown_fields
 
 NAMESPACE = "rollmux"
 ACTOR_NAME = "scheduler"

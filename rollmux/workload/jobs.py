@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rollmux.spec import HostGB, JobSpec, RolloutDist
+from rollmux.core.spec import HostGB, JobSpec, RolloutDist
 
 # A job shorter than this many solo iterations is not a post-training run; its
 # lifetime is stretched to this many iterations (documented in docs/workload.md).

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rollmux.core.spec import JobSpec
 from rollmux.errors import InputError
-from rollmux.spec import JobSpec
 from rollmux.workload.jobs import Profile, job_id, make_job
 
 PROFILES = ("balanced", "rollout-heavy", "train-heavy")

@@ -5,7 +5,7 @@ the weight shard plus the KV cache of every live response. Training on H800s is
 compute bound. Weight sync sends one bf16 model copy over the slow
 inter-cluster link (topology-aware sync, DESIGN §8). The constants below are
 calibrated once against the paper's six production profiles (PAPER_PROFILES);
-tests/test_workload_catalog.py keeps the model within 25% of each of them.
+tests/workload/test_workload_catalog.py keeps the model within 25% of each of them.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from rollmux.core.spec import JobSpec
+from rollmux.core.trace_io import dump_jobs
 from rollmux.errors import InputError
-from rollmux.spec import JobSpec
-from rollmux.trace_io import dump_jobs
 from rollmux.workload.philly import find_traces_dir
 from rollmux.workload.synth import synthesize_philly
 

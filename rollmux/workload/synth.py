@@ -8,13 +8,12 @@ from typing import Literal
 
 import numpy as np
 
+from rollmux.core.spec import JobSpec
 from rollmux.errors import InputError
-from rollmux.spec import JobSpec
 from rollmux.workload.catalog import draw_catalog_profile
 from rollmux.workload.jobs import job_id, make_job
 from rollmux.workload.paper import check_options, check_seed, draw_paper_profile, draw_slo
-from rollmux.workload.philly import (DAY, load_arrivals, load_durations, sample_lifetimes,
-                                     select_arrivals)
+from rollmux.workload.philly import DAY, load_arrivals, load_durations, sample_lifetimes, select_arrivals
 
 MODES = ("paper", "catalog")
 

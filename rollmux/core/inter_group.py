@@ -1,0 +1,169 @@
+"""Inter-group scheduler (DESIGN §5, the paper's Algorithm 1): cost-minimizing placement.
+
+For each arrival, every group that is neither saturated/full nor at the max
+size is tried with direct packing (Δ = 0), then rollout scaling (Δ = price of
+the added rollout nodes); isolated provisioning is the always-valid fallback.
+A candidate is valid when residency holds and, under the planning estimate
+(worst-case rollout by default), every member's co-execution iteration time
+stays within its SLO: planned period <= min_j slo_j * solo_iter_j.
+Candidates are tried in order of increasing Δ, so the first valid one is the
+cheapest and ties go to the first found.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from rollmux.core.group import Group, Member, isolated_group
+from rollmux.core.intra_group import IntraConfig, group_planning_times, plan_group, planning_times, t_cycle, t_load
+from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
+from rollmux.core.spec import ClusterSpec, JobSpec
+
+
+def rollout_node_loads(group: Group, quantile: float) -> list[float]:
+    """Planned rollout seconds per meta-iteration on each of the group's rollout nodes."""
+    loads = [0.0] * group.n_rollout
+    for m in group.members:
+        r = m.job.rollout_s.quantile(quantile)
+        for n in m.rollout_nodes:
+            loads[n] += r
+    return loads
+
+
+def pin_into(group: Group, job: JobSpec, cluster: ClusterSpec, new_nodes: int,
+             node_order: list[int]) -> Group | None:
+    """`group` with `job` appended, pinned to existing nodes taken in `node_order` plus
+    `new_nodes` fresh rollout nodes; None if residency or training nodes rule it out."""
+    k = cluster.pools.rollout.nodes_for(job.rollout_gpus)
+    kt = cluster.pools.train.nodes_for(job.train_gpus)
+    if new_nodes > k or kt > group.n_train:
+        return None
+    t_used = group.train_host_gb()
+    t_cap = cluster.pools.train.host_gb_per_node
+    if any(t_used[n] + job.host_gb.train > t_cap + 1e-9 for n in range(kt)):
+        return None
+    r_used = group.rollout_host_gb()
+    r_cap = cluster.pools.rollout.host_gb_per_node
+    fits = [n for n in node_order if r_used[n] + job.host_gb.rollout <= r_cap + 1e-9]
+    if len(fits) < k - new_nodes:
+        return None
+    pins = tuple(sorted(fits[:k - new_nodes])) + tuple(range(group.n_rollout, group.n_rollout + new_nodes))
+    member = Member(job, pins, tuple(range(kt)))
+    return Group(group.group_id, group.n_rollout + new_nodes, group.n_train, group.members + (member,))
+
+
+def period_budget(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> float:
+    """Longest meta-iteration a job can accept from now on and still meet its SLO.
+
+    Its mean iteration time must stay within slo * solo_iter_s over its whole
+    life: what it already spent counts, and a membership change may cost up to
+    one extra meta-iteration of transient, so the remaining iterations plus one
+    must fit in what is left of its time budget.
+    """
+    done, elapsed = progress.get(job.job_id, (0, 0.0))
+    budget = job.slo * job.solo_iter_s * job.iterations - elapsed
+    # A live job may run past its declared iterations: it then has one to go, whatever its count.
+    return budget / (max(job.iterations - done, 0) + 1)
+
+
+def isolated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig) -> PlacementPlan | None:
+    """A new group for the job alone, or None if the node caps forbid it."""
+    g = plan_group(isolated_group(view.next_group_id, job, view.cluster), cfg)
+    if ((view.free_rollout_nodes is not None and g.n_rollout > view.free_rollout_nodes)
+            or (view.free_train_nodes is not None and g.n_train > view.free_train_nodes)):
+        return None
+    return PlacementPlan(job.job_id, Case.ISOLATED, g, g.n_rollout, g.n_train, g.cost_per_hour(view.cluster))
+
+
+def joined_plan(group: Group, cand: Group, new_nodes: int, job: JobSpec,
+                view: ClusterView) -> PlacementPlan:
+    """The plan that turns `group` into `cand` (already planned)."""
+    case = Case.DIRECT if new_nodes == 0 else Case.SCALING
+    delta = new_nodes * view.cluster.pools.rollout.node_price_per_hour
+    return PlacementPlan(job.job_id, case, cand, new_nodes, 0, delta)
+
+
+def _fit_score(g: Group, slack: float, how: str) -> float:
+    """How tightly a candidate group is packed (higher = tighter)."""
+    if how == "slo":
+        return g.shape.period_s / slack
+    return g.shape.t_load_s / g.shape.period_s
+
+
+class RollMuxPlacement(PlacementPolicy):
+    """Algorithm 1 with worst-case (or quantile) SLO admission."""
+
+    name = "rollmux"
+    regroups = True  # its SLO admission makes departure-time re-placement safe
+
+    def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,
+                 best_fit: str = "") -> None:
+        """`prune_saturated`: the paper's pruning of saturated/full groups (off: the exact
+        SLO check decides, which also lets rollout scaling relieve a saturated group);
+        `best_fit` ("util" or "slo"): among equal-Δ candidates take the tightest instead
+        of the first found (the paper)."""
+        self.cfg = cfg or IntraConfig()
+        self.prune_saturated = prune_saturated
+        self.best_fit = best_fit
+
+    def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
+        """The cheapest valid placement for `job`; isolated if nothing else fits."""
+        q = self.cfg.plan_quantile
+        k = view.cluster.pools.rollout.nodes_for(job.rollout_gpus)
+        slack_new = period_budget(job, view.progress)  # a migrating job brings its past
+        own = planning_times(job, q)
+        own_cycle = own.rollout + own.train + own.sync
+        candidates = [(g, s) for g in view.groups if (s := self._group_slack(g, job, view, slack_new)) is not None]
+        for new_nodes in range(0, k + 1):
+            if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
+                break
+            best, best_fit = None, -1.0
+            for g, slack in candidates:
+                if own_cycle > slack:
+                    continue  # the newcomer alone already breaks someone's SLO
+                plan = self._try(g, job, new_nodes, slack, view, q)
+                if plan is None:
+                    continue
+                if not self.best_fit:
+                    return plan  # the paper: ties go to the first candidate found
+                fit = _fit_score(plan.group, slack, self.best_fit)
+                if fit > best_fit + 1e-12:
+                    best, best_fit = plan, fit
+            if best is not None:
+                return best
+        return isolated_plan(job, view, self.cfg)
+
+    def _group_slack(self, g: Group, job: JobSpec, view: ClusterView, slack_new: float) -> float | None:
+        """The period budget the group would have with `job`, or None if it is pruned.
+
+        Pruned: full-size, saturated or full groups (Algorithm 1), groups whose slowest
+        member alone breaks the newcomer's SLO, and groups whose training nodes are too
+        few or too full for it; the cheap checks run first.
+        """
+        if g.size >= view.max_group_size or g.shape is None or (self.prune_saturated and g.shape.status != "unsaturated"):
+            return None
+        if g.shape.t_cycle_s > slack_new:
+            return None
+        kt = view.cluster.pools.train.nodes_for(job.train_gpus)
+        t_cap = view.cluster.pools.train.host_gb_per_node
+        if kt > g.n_train or any(u + job.host_gb.train > t_cap + 1e-9 for u in g.train_host_gb()[:kt]):
+            return None
+        return min([slack_new] + [period_budget(m.job, view.progress) for m in g.members])
+
+    def _try(self, g: Group, job: JobSpec, new_nodes: int, slack: float,
+             view: ClusterView, q: float) -> PlacementPlan | None:
+        loads = rollout_node_loads(g, q)
+        order = sorted(range(g.n_rollout), key=lambda n: (loads[n], n))
+        cand = pin_into(g, job, view.cluster, new_nodes, order)
+        if cand is None:
+            return None
+        times = group_planning_times(cand.members, self.cfg)
+        # Closed-form lower bound first: the exact schedule can only be slower.
+        bound = max(t_cycle(cand.members, times),
+                    t_load(cand.members, cand.n_rollout, cand.n_train, times, self.cfg.warm_switch_s))
+        if bound > slack * (1 + 1e-9):
+            return None
+        cand = plan_group(cand, self.cfg)
+        if cand.shape.period_s > slack * (1 + 1e-9):
+            return None
+        return joined_plan(g, cand, new_nodes, job, view)

@@ -1,0 +1,333 @@
+"""Intra-group scheduler (DESIGN §4): round-robin meta-iterations of one group.
+
+`schedule` is the exact event-driven schedule of a group for given phase
+durations: each node serves the phases pinned to it one at a time in the
+group's cyclic order, a job's train waits for its rollout, its next rollout
+for its own sync, and a node that changes job pays the warm-switch cost.
+With long-tail migration a rollout's stragglers move to a fraction of its
+workers once it is tail-bound, so the next rollout on those nodes may start
+while the tail finishes (slowed by the workers the tail still holds).
+
+The runtime controller (core/group_controller.py) implements the same rules
+event by event; a test checks both give identical timings.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from rollmux.core.group import Group, GroupShape, Member
+from rollmux.core.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class IntraConfig:
+    """Knobs of the intra-group schedule."""
+
+    warm_switch_s: float = 2.0
+    migration: bool = True
+    tail_worker_frac: float = 0.25   # share of a node's workers a migrated tail keeps
+    start_ratio: float = 0.5         # a rollout starts when this share of workers is free
+    migration_overhead_s: float = 1.0  # stragglers are aborted and recomputed
+    plan_quantile: float = 1.0       # 1.0 = worst case (every response at the cap)
+    best_order_max: int = 6          # search the best cyclic order up to this size
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.warm_switch_s >= 0, "warm_switch_s must be >= 0"),
+            (0 < self.start_ratio <= 1, "start_ratio must be in (0, 1]"),
+            (0 < self.tail_worker_frac <= 1, "tail_worker_frac must be in (0, 1]"),
+            (self.migration_overhead_s >= 0, "migration_overhead_s must be >= 0"),
+            (0 < self.plan_quantile <= 1, "plan_quantile must be in (0, 1]"),
+            (self.best_order_max >= 0, "best_order_max must be >= 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"IntraConfig: {msg}")
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Durations of one iteration's phases."""
+
+    rollout: float
+    train: float
+    sync: float
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """One phase as scheduled: who, where, and when (grant, head end, end)."""
+
+    job_id: str
+    phase: str
+    iteration: int
+    pool: str
+    nodes: tuple[int, ...]
+    start: float
+    head_end: float
+    end: float
+
+
+def planning_times(job: JobSpec, quantile: float) -> PhaseTimes:
+    """Phase durations used for planning: rollout at `quantile` (1.0 = max)."""
+    r = job.rollout_s.quantile(quantile)
+    return PhaseTimes(r, job.train_time(r), job.sync_s)
+
+
+def group_planning_times(members: Sequence[Member], cfg: "IntraConfig") -> list[PhaseTimes]:
+    """Planning durations of a group's members.
+
+    Migration only ever lets the next rollout start earlier, except that the
+    migrating job pays the straggler recompute: that overhead is added to the
+    planned rollout of every member that may migrate, so the plan stays an
+    upper bound of the run.
+    """
+    shared = _shared_rollout_nodes(members)
+    out = []
+    for m in members:
+        pt = planning_times(m.job, cfg.plan_quantile)
+        if tail_share(m.job, any(i in shared for i in m.rollout_nodes), cfg) > 0:
+            pt = PhaseTimes(pt.rollout + cfg.migration_overhead_s, pt.train, pt.sync)
+        out.append(pt)
+    return out
+
+
+def _shared_rollout_nodes(members: Sequence[Member]) -> set[int]:
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for m in members:
+        for i in m.rollout_nodes:
+            (shared if i in seen else seen).add(i)
+    return shared
+
+
+class _Node:
+    __slots__ = ("free", "last", "tails")
+
+    def __init__(self) -> None:
+        self.free = 0.0
+        self.last: str | None = None
+        self.tails: list[tuple[float, float]] = []  # (tail end, worker share held)
+
+
+def earliest_start(node_tails: list[list[tuple[float, float]]], t0: float, cap: float) -> float:
+    """Earliest t >= t0 at which every node's tail load (sum of shares still running) is <= cap."""
+    t = t0
+    for tails in node_tails:
+        for end in sorted(e for e, _ in tails):
+            if sum(f for e, f in tails if e > t) <= cap + 1e-12:
+                break
+            t = max(t, end)
+    return t
+
+
+def head_finish(node_tails: list[list[tuple[float, float]]], start: float, work: float) -> float:
+    """Time `work` seconds of rollout finish when progress runs at 1 - (max tail load)."""
+    if work <= 0:
+        return start
+    t = start
+    for p in sorted({e for tails in node_tails for e, _ in tails if e > start}):
+        rate = 1.0 - max(sum(f for e, f in tails if e > t) for tails in node_tails)
+        if rate * (p - t) >= work:
+            return t + work / rate
+        work -= rate * (p - t)
+        t = p
+    return t + work
+
+
+def tail_share(job: JobSpec, shared: bool, cfg: "IntraConfig") -> float:
+    """Tail fraction migrated: only when migration is on and someone else shares the nodes."""
+    return job.tail_frac if cfg.migration and shared else 0.0
+
+
+def schedule(members: Sequence[Member], n_rollout: int, n_train: int,
+             times: Sequence[Sequence[PhaseTimes]], cfg: IntraConfig,
+             record: bool = False) -> tuple[list[list[float]], list[PhaseRecord]]:
+    """Run meta-iterations; times[m][j] are member j's durations in meta-iteration m.
+
+    Returns each meta-iteration's sync-end time per member and, if asked, every phase.
+    """
+    rnodes = [_Node() for _ in range(n_rollout)]
+    tnodes = [_Node() for _ in range(n_train)]
+    ready = [0.0] * len(members)
+    ends: list[list[float]] = []
+    records: list[PhaseRecord] = []
+    share = cfg.tail_worker_frac
+    pinned = [0] * n_rollout
+    for mem in members:
+        for i in mem.rollout_nodes:
+            pinned[i] += 1
+    shared = [c > 1 for c in pinned]
+    for m, row in enumerate(times):
+        for j, (mem, pt) in enumerate(zip(members, row)):
+            jid = mem.job_id
+            tail = tail_share(mem.job, any(shared[i] for i in mem.rollout_nodes), cfg)
+            rn = [rnodes[i] for i in mem.rollout_nodes]
+            t0 = max([ready[j]] + [n.free for n in rn])
+            for n in rn:
+                n.tails = [x for x in n.tails if x[0] > t0]
+            t0 = earliest_start([n.tails for n in rn], t0, 1.0 - cfg.start_ratio)
+            sw = cfg.warm_switch_s if any(n.last not in (None, jid) for n in rn) else 0.0
+            head = head_finish([n.tails for n in rn], t0 + sw, (1.0 - tail) * pt.rollout)
+            r_end = head + tail * pt.rollout + (cfg.migration_overhead_s if tail > 0 else 0.0)
+            for n in rn:
+                n.last = jid
+                n.free = head
+                if tail > 0:
+                    n.tails.append((r_end, share))
+            tn = [tnodes[i] for i in mem.train_nodes]
+            t1 = max([r_end] + [n.free for n in tn])
+            sw = cfg.warm_switch_s if any(n.last not in (None, jid) for n in tn) else 0.0
+            t_end = t1 + sw + pt.train
+            for n in tn:
+                n.last = jid
+                n.free = t_end
+            ready[j] = t_end + pt.sync
+            if record:
+                records.append(PhaseRecord(jid, "rollout", m, "rollout", mem.rollout_nodes, t0, head, r_end))
+                records.append(PhaseRecord(jid, "train", m, "train", mem.train_nodes, t1, t_end, t_end))
+        ends.append(list(ready))
+    return ends, records
+
+
+def t_cycle(members: Sequence[Member], times: Sequence[PhaseTimes]) -> float:
+    """Natural cycle: the slowest member's solo iteration time."""
+    return max(t.rollout + t.train + t.sync for t in times) if members else 0.0
+
+
+def t_load(members: Sequence[Member], n_rollout: int, n_train: int,
+           times: Sequence[PhaseTimes], warm_switch_s: float) -> float:
+    """Bottleneck load: the busiest node's work per meta-iteration, switches included."""
+    r_load = [0.0] * n_rollout
+    r_cnt = [0] * n_rollout
+    t_ld = [0.0] * n_train
+    t_cnt = [0] * n_train
+    for mem, t in zip(members, times):
+        for n in mem.rollout_nodes:
+            r_load[n] += t.rollout
+            r_cnt[n] += 1
+        for n in mem.train_nodes:
+            t_ld[n] += t.train
+            t_cnt[n] += 1
+    loads = [ld + (warm_switch_s * c if c > 1 else 0.0) for ld, c in zip(r_load + t_ld, r_cnt + t_cnt)]
+    return max(loads, default=0.0)
+
+
+def meta_matrix(members: Sequence[Member], n_rollout: int, n_train: int,
+                times: Sequence[PhaseTimes], warm_switch_s: float) -> np.ndarray:
+    """Max-plus matrix A of one steady-state meta-iteration without migration.
+
+    State x = (ready time of each member, free time of each rollout node, of each
+    training node); one meta-iteration maps x to A (x) x, with A[i, k] the longest
+    path from variable k to variable i (-inf: none). Mirrors `schedule`.
+    """
+    n = len(members)
+    d = n + n_rollout + n_train
+    forms = np.full((d, d), -np.inf)
+    np.fill_diagonal(forms, 0.0)
+    var = [forms[i].copy() for i in range(d)]
+    r0, t0 = n, n + n_rollout
+    r_count = np.bincount([i for m in members for i in m.rollout_nodes], minlength=n_rollout)
+    t_count = np.bincount([i for m in members for i in m.train_nodes], minlength=n_train)
+    for j, (mem, pt) in enumerate(zip(members, times)):
+        sw = warm_switch_s if any(r_count[i] > 1 for i in mem.rollout_nodes) else 0.0
+        start = var[j]
+        for i in mem.rollout_nodes:
+            start = np.maximum(start, var[r0 + i])
+        r_end = start + sw + pt.rollout
+        for i in mem.rollout_nodes:
+            var[r0 + i] = r_end
+        sw = warm_switch_s if any(t_count[i] > 1 for i in mem.train_nodes) else 0.0
+        start = r_end
+        for i in mem.train_nodes:
+            start = np.maximum(start, var[t0 + i])
+        t_end = start + sw + pt.train
+        for i in mem.train_nodes:
+            var[t0 + i] = t_end
+        var[j] = t_end + pt.sync
+    return np.array(var)
+
+
+def max_cycle_mean(a: np.ndarray) -> float:
+    """Karp's maximum cycle mean of a max-plus matrix: its asymptotic growth rate per step."""
+    d = a.shape[0]
+    walks = [np.zeros(d)]
+    for _ in range(d):
+        walks.append(np.max(a + walks[-1][None, :], axis=1))
+    last = walks[d]
+    best = -np.inf
+    for v in range(d):
+        if last[v] == -np.inf:
+            continue
+        means = [(last[v] - walks[k][v]) / (d - k) for k in range(d) if walks[k][v] > -np.inf]
+        best = max(best, min(means))
+    return float(best)
+
+
+def period(members: Sequence[Member], n_rollout: int, n_train: int,
+           times: Sequence[PhaseTimes], cfg: IntraConfig) -> float:
+    """Exact steady-state meta-iteration time for fixed durations (no migration).
+
+    Every member runs once per meta-iteration, so this is every member's
+    co-execution iteration time in the long run.
+    """
+    if not members:
+        return 0.0
+    return max_cycle_mean(meta_matrix(members, n_rollout, n_train, times, cfg.warm_switch_s))
+
+
+def _lower_bound(members: Sequence[Member], n_rollout: int, n_train: int,
+                 times: Sequence[PhaseTimes], cfg: IntraConfig) -> float:
+    return max(t_cycle(members, times), t_load(members, n_rollout, n_train, times, cfg.warm_switch_s))
+
+
+def best_order(members: Sequence[Member], n_rollout: int, n_train: int,
+               times: Sequence[PhaseTimes], cfg: IntraConfig) -> tuple[tuple[int, ...], float]:
+    """The cyclic order (indices into members) with the shortest period, and that period.
+
+    Orders are searched only when the given order misses the closed-form bound
+    max(T_cycle, T_load) (then it is already optimal) and the group has at most
+    cfg.best_order_max members. The paper's Theorem 1 says round-robin reaches
+    T_cycle on unsaturated groups; in this exact model that holds for the best
+    order of one-node-per-phase members, not for every order (tests show both).
+    """
+    base = tuple(range(len(members)))
+    best = period(members, n_rollout, n_train, times, cfg)
+    bound = _lower_bound(members, n_rollout, n_train, times, cfg)
+    if best <= bound * (1 + 1e-9) or len(members) > cfg.best_order_max or len(members) < 3:
+        return base, best
+    for rest in itertools.permutations(base[1:]):
+        order = (0,) + rest
+        p = period([members[i] for i in order], n_rollout, n_train, [times[i] for i in order], cfg)
+        if p < best - 1e-9:
+            base, best = order, p
+            if best <= bound * (1 + 1e-9):
+                break
+    return base, best
+
+
+def plan_group(group: Group, cfg: IntraConfig, reorder: bool = True) -> Group:
+    """Attach a group's planning shape, first moving it to its best cyclic order if asked."""
+    members = group.members
+    if not members:
+        return Group(group.group_id, group.n_rollout, group.n_train, (), None)
+    times = group_planning_times(members, cfg)
+    # Planning is conservative: no migration credit, worst-case durations.
+    plan_cfg = IntraConfig(**{**cfg.__dict__, "migration": False})
+    if reorder:
+        order, per = best_order(members, group.n_rollout, group.n_train, times, plan_cfg)
+    else:
+        order, per = tuple(range(len(members))), period(members, group.n_rollout, group.n_train, times, plan_cfg)
+    members = tuple(members[i] for i in order)
+    times = [times[i] for i in order]
+    shape = GroupShape(
+        period_s=per,
+        t_cycle_s=t_cycle(members, times),
+        t_load_s=t_load(members, group.n_rollout, group.n_train, times, cfg.warm_switch_s),
+    )
+    return Group(group.group_id, group.n_rollout, group.n_train, members, shape)

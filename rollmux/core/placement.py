@@ -1,0 +1,123 @@
+"""The placement seam: immutable cluster views in, validated placement plans out.
+
+A placement policy is pure: it gets a frozen `ClusterView` and returns a
+`PlacementPlan` (or None to make the job wait). The executor (simulator or
+live service) applies a plan only after `validate_plan` has checked it
+against the invariants written below, whatever policy produced it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping
+
+from rollmux.core.group import Group, residency_ok
+from rollmux.core.spec import ClusterSpec, JobSpec
+
+
+class Case(str, Enum):
+    """Which case of Algorithm 1 placed a job."""
+
+    DIRECT = "direct_packing"
+    SCALING = "rollout_scaling"
+    ISOLATED = "isolated"
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What a policy sees: groups (frozen), node headroom per pool, and limits."""
+
+    cluster: ClusterSpec
+    groups: tuple[Group, ...]
+    free_rollout_nodes: int | None   # None = uncapped
+    free_train_nodes: int | None
+    max_group_size: int
+    next_group_id: int
+    # job_id -> (iterations done, seconds since it started); jobs absent have not started.
+    progress: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+
+    def group(self, group_id: int) -> Group | None:
+        """The group with this id, if any."""
+        return next((g for g in self.groups if g.group_id == group_id), None)
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    """A policy's decision for one job: the group as it will be after placement."""
+
+    job_id: str
+    case: Case
+    group: Group
+    added_rollout_nodes: int
+    added_train_nodes: int
+    delta_cost_per_hour: float
+
+
+class PlacementPolicy(ABC):
+    """Decides where an arriving job goes."""
+
+    name: str = "policy"
+
+    @abstractmethod
+    def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
+        """A plan for `job`, or None when it cannot be placed now (it waits)."""
+
+
+class PlanInvalid(ValueError):
+    """A plan broke one of the written invariants."""
+
+
+def validate_plan(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
+    """Check a plan's invariants; raise PlanInvalid naming the one broken.
+
+    Invariants:
+      I1 the job is a member exactly once; no other member was added, removed or re-pinned;
+      I2 an existing group keeps its training nodes and only gains rollout nodes;
+      I3 the job is pinned to as many distinct rollout nodes as it needs, to the group's
+         first training nodes, and all pins name real nodes;
+      I4 residency: every node's pinned members fit in its host DRAM;
+      I5 the group has at most max_group_size members;
+      I6 added nodes fit in the pools' node caps;
+      I7 the recorded Δ equals the price of the added nodes.
+    """
+    g, cluster = plan.group, view.cluster
+    old = view.group(g.group_id)
+    ids = [m.job_id for m in g.members]
+    if ids.count(job.job_id) != 1 or plan.job_id != job.job_id:
+        raise PlanInvalid(f"I1: job {job.job_id} must appear exactly once in group {g.group_id}")
+    others = {m.job_id: m for m in g.members if m.job_id != job.job_id}
+    before = {m.job_id: m for m in old.members} if old else {}
+    if others != before:
+        raise PlanInvalid(f"I1: plan changes other members of group {g.group_id}")
+    if old is not None and (g.n_train != old.n_train or g.n_rollout != old.n_rollout + plan.added_rollout_nodes
+                            or plan.added_train_nodes):
+        raise PlanInvalid(f"I2: group {g.group_id} node counts changed inconsistently")
+    if old is None and (g.n_rollout != plan.added_rollout_nodes or g.n_train != plan.added_train_nodes):
+        raise PlanInvalid(f"I2: new group {g.group_id} must be provisioned by the plan")
+    _check_pins(g, job, cluster)
+    if not residency_ok(g, cluster):
+        raise PlanInvalid(f"I4: residency exceeded in group {g.group_id}")
+    if g.size > view.max_group_size:
+        raise PlanInvalid(f"I5: group {g.group_id} has {g.size} > {view.max_group_size} members")
+    for free, added, pool in ((view.free_rollout_nodes, plan.added_rollout_nodes, "rollout"),
+                              (view.free_train_nodes, plan.added_train_nodes, "train")):
+        if free is not None and added > free:
+            raise PlanInvalid(f"I6: {added} new {pool} nodes exceed the {free} left")
+    delta = (plan.added_rollout_nodes * cluster.pools.rollout.node_price_per_hour
+             + plan.added_train_nodes * cluster.pools.train.node_price_per_hour)
+    if abs(delta - plan.delta_cost_per_hour) > 1e-6 * max(1.0, delta):
+        raise PlanInvalid(f"I7: Δ {plan.delta_cost_per_hour} != price of added nodes {delta}")
+
+
+def _check_pins(g: Group, job: JobSpec, cluster: ClusterSpec) -> None:
+    m = g.member(job.job_id)
+    need_r = cluster.pools.rollout.nodes_for(job.rollout_gpus)
+    need_t = cluster.pools.train.nodes_for(job.train_gpus)
+    if len(set(m.rollout_nodes)) != need_r or len(m.rollout_nodes) != need_r:
+        raise PlanInvalid(f"I3: {job.job_id} needs {need_r} distinct rollout nodes, got {m.rollout_nodes}")
+    if not all(0 <= n < g.n_rollout for n in m.rollout_nodes):
+        raise PlanInvalid(f"I3: {job.job_id} pinned to a rollout node the group lacks")
+    if m.train_nodes != tuple(range(need_t)) or need_t > g.n_train:
+        raise PlanInvalid(f"I3: {job.job_id} must use the group's first {need_t} training nodes")

@@ -1,0 +1,109 @@
+"""Per-policy results (DESIGN §7) and their JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rollmux.core.accounting import POOLS, Ledger
+from rollmux.core.placement import Case
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How one job fared: its co-execution time vs solo on the same draws."""
+
+    job_id: str
+    iterations: int
+    start_s: float
+    finish_s: float
+    solo_s: float      # the same iterations run solo (same sampled rollouts)
+    slo: float
+    solo_iter_s: float  # the profile's expected solo iteration time
+
+    @property
+    def slowdown(self) -> float:
+        """Mean iteration time under the policy / mean iteration time solo."""
+        return (self.finish_s - self.start_s) / self.solo_s
+
+    @property
+    def mean_iter_s(self) -> float:
+        """Mean iteration time under the policy."""
+        return (self.finish_s - self.start_s) / self.iterations
+
+    @property
+    def slo_met(self) -> bool:
+        """Mean iteration time within slo x solo iteration time (DESIGN §7).
+
+        The solo iteration time is the profile's expectation (solo_iter_s) or,
+        when the job's own draws were slower, its realized solo mean: a job is
+        never charged for its own rollout lengths, only for sharing.
+        """
+        solo = max(self.solo_iter_s, self.solo_s / self.iterations)
+        return self.mean_iter_s <= self.slo * solo * (1 + 1e-9)
+
+
+@dataclass
+class PolicyResult:
+    """Everything measured for one policy on one trace."""
+
+    policy: str
+    cost_usd: float
+    span_s: float
+    jobs_total: int
+    outcomes: list[JobOutcome]
+    idle_share: dict[str, float]
+    peak_gpus: dict[str, int]
+    placements: dict[str, int] | None = None
+    decision_ms: list[float] = field(default_factory=list)
+    cost_timeline: list[tuple[float, float]] = field(default_factory=list)
+
+    @classmethod
+    def from_ledger(cls, policy: str, ledger: Ledger, jobs_total: int, outcomes: list[JobOutcome],
+                    **extra) -> "PolicyResult":
+        """Collect a result from a closed ledger."""
+        return cls(policy=policy, cost_usd=ledger.cost_usd(), span_s=ledger.span_s(),
+                   jobs_total=jobs_total, outcomes=outcomes,
+                   idle_share={p: ledger.idle_share(p) for p in POOLS},
+                   peak_gpus={p: ledger.peak_gpus(p) for p in POOLS},
+                   cost_timeline=list(ledger.rate_changes), **extra)
+
+    @property
+    def cost_per_hour(self) -> float:
+        """Mean cost rate over the span the policy held nodes."""
+        return self.cost_usd / (self.span_s / 3600) if self.span_s > 0 else 0.0
+
+    @property
+    def slo_attainment(self) -> float:
+        """Share of all jobs that finished within their SLO (unfinished jobs count as misses)."""
+        return sum(o.slo_met for o in self.outcomes) / self.jobs_total if self.jobs_total else 1.0
+
+    @property
+    def slowdowns(self) -> np.ndarray:
+        """Per-job slowdowns of finished jobs."""
+        return np.array([o.slowdown for o in self.outcomes])
+
+    def placement_shares(self) -> dict[str, float] | None:
+        """Share of placements won by each case of Algorithm 1."""
+        if self.placements is None:
+            return None
+        total = sum(self.placements.values()) or 1
+        return {c.value: self.placements.get(c.value, 0) / total for c in Case}
+
+    def to_json(self) -> dict:
+        """The JSON form required by `rollmux simulate --json`."""
+        s = self.slowdowns
+        out = {
+            "cost_usd": self.cost_usd,
+            "cost_per_hour": self.cost_per_hour,
+            "slo_attainment": self.slo_attainment,
+            "jobs_finished": len(self.outcomes),
+            "mean_slowdown": float(s.mean()) if len(s) else None,
+            "max_slowdown": float(s.max()) if len(s) else None,
+            "idle_share": dict(self.idle_share),
+            "peak_gpus": dict(self.peak_gpus),
+        }
+        if self.placements is not None:
+            out["placements"] = self.placement_shares()
+        return out

@@ -1,0 +1,49 @@
+"""Human-readable reports (rich tables) of policy comparisons."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.table import Table
+
+from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.sim.baselines import solo_d_cost
+from rollmux.sim.runner import Comparison
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _latency(ms: list[float]) -> str:
+    if not ms:
+        return "-"
+    p50, p99 = np.percentile(ms, [50, 99])
+    return f"{p50:.2f} / {p99:.2f}"
+
+
+def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec, source: str) -> Table:
+    """The table `rollmux simulate` prints: one row per policy."""
+    solo = cmp.results.get("solo-d")
+    solo_cost = solo.cost_usd if solo else solo_d_cost(jobs, cluster)
+    basis = "simulated" if solo else "closed form"
+    span_d = max((j.arrival_s for j in jobs), default=0) / 86400
+    t = Table(title=f"{len(jobs)} jobs from {source} (arrivals over {span_d:.1f} days)",
+              caption=f"gain = Solo-D cost ({basis}) / policy cost; slowdown = mean iteration time vs "
+                      f"solo, mean and max over jobs; R / T = rollout / training pool; peaks in GPUs; "
+                      f"placements = direct packing / "
+                      f"rollout scaling / isolated; decision ms = placement latency p50 / p99; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
+    for col in ("policy", "cost $", "$/h", "gain", "SLO met", "slowdown", "max", "idle R",
+                "idle T", "peak R", "peak T", "placements", "decide ms"):
+        t.add_column(col, justify="left" if col in ("policy", "placements") else "right", no_wrap=True)
+    for name, r in cmp.results.items():
+        j = r.to_json()
+        p = j.get("placements")
+        places = "-" if p is None else " / ".join(f"{100 * p[k]:.0f}%" for k in
+                                                  ("direct_packing", "rollout_scaling", "isolated"))
+        t.add_row(name, f"{r.cost_usd:,.0f}", f"{r.cost_per_hour:,.1f}",
+                  f"{cmp.gain_vs_solo(name, solo_cost):.2f}x", _pct(r.slo_attainment),
+                  f"{j['mean_slowdown']:.3f}", f"{j['max_slowdown']:.3f}",
+                  _pct(r.idle_share["rollout"]) if r.peak_gpus["rollout"] else "-",
+                  _pct(r.idle_share["train"]), str(r.peak_gpus["rollout"]), str(r.peak_gpus["train"]),
+                  places, _latency(r.decision_ms))
+    return t

@@ -1,0 +1,188 @@
+"""Trace-driven discrete-event simulator of a disaggregated RL cluster (DESIGN §5).
+
+The simulator is one executor of the scheduler: it owns a `SimEnvironment`,
+feeds arrivals and departures to the shared `ClusterState` (placement through
+a pure policy, validated plans, one `GroupController` per group — the same
+classes the live plane uses) and plays each job as a simulated process that
+asks for permits, runs its sampled phase durations and releases them. With
+node caps, arrivals queue FIFO.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.env import SimEnvironment
+from rollmux.core.group_controller import ROLLOUT, TRAIN, Grant
+from rollmux.core.intra_group import head_finish
+from rollmux.core.placement import PlacementPolicy
+from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.errors import InputError
+from rollmux.sim.draws import rollout_draws, solo_seconds
+from rollmux.sim.metrics import JobOutcome, PolicyResult
+
+SimConfig = SchedulerConfig  # the simulator runs the scheduler with its own knobs
+
+
+class SimulationStalled(RuntimeError):
+    """The event queue emptied while jobs were unfinished (a scheduling deadlock)."""
+
+
+@dataclass
+class _JobRun:
+    job: JobSpec
+    group_id: int
+    rollouts: np.ndarray
+    start_s: float
+    done: int = 0
+    migrate: bool = False  # leave the group at the next iteration boundary and be re-placed
+
+
+class Simulation:
+    """One policy on one trace, from the first arrival to the last departure."""
+
+    def __init__(self, jobs: list[JobSpec], cluster: ClusterSpec, policy: PlacementPolicy,
+                 cfg: SimConfig | None = None) -> None:
+        for job in jobs:
+            reason = cluster.job_unplaceable_reason(job)
+            if reason is not None:
+                raise InputError(f"job {job.job_id}", f"can never be placed: {reason}")
+        self.jobs, self.cluster, self.policy = jobs, cluster, policy
+        self.cfg = cfg or SimConfig()
+        self.env = SimEnvironment()
+        self.state = ClusterState(self.env, cluster, policy, self.cfg)
+        self.ledger = self.state.ledger
+        self.runs: dict[str, _JobRun] = {}
+        self.tail_end: dict[str, float] = {}
+        self.queue: deque[JobSpec] = deque()
+        self.outcomes: list[JobOutcome] = []
+        self._batch: list[JobSpec] = []
+        self.migrations = 0
+
+    # -- driver ---------------------------------------------------------------------
+    def run(self, progress=None) -> PolicyResult:
+        """Simulate the whole trace; `progress(done, total)` is called as jobs finish."""
+        self._progress = progress
+        for job in self.jobs:
+            self.env.call_at(job.arrival_s, self._arrive, job)
+        self.env.run()
+        if len(self.outcomes) != len(self.jobs):
+            stuck = sorted(set(j.job_id for j in self.jobs) - {o.job_id for o in self.outcomes})
+            raise SimulationStalled(f"{self.policy.name}: {len(stuck)} jobs never finished, e.g. {stuck[:5]}")
+        self.ledger.close(self.env.now())
+        return PolicyResult.from_ledger(self.policy.name, self.ledger, len(self.jobs), self.outcomes,
+                                        placements=dict(self.state.cases), decision_ms=self.state.decision_ms)
+
+    # -- placement ------------------------------------------------------------------
+    def progress(self) -> dict[str, tuple[int, float]]:
+        """Each running job's (iterations done, seconds since it started)."""
+        now = self.env.now()
+        return {jid: (run.done, now - run.start_s) for jid, run in self.runs.items()}
+
+    def _arrive(self, job: JobSpec) -> None:
+        if not self.cfg.batch_order:
+            self.queue.append(job)
+            self._drain()
+            return
+        # Collect every arrival of this instant, then place them together: shortest
+        # cycle first packs like first-fit bin packing instead of file order.
+        if not self._batch:
+            self.env.call_at(self.env.now(), self._flush_batch)
+        self._batch.append(job)
+
+    def _flush_batch(self) -> None:
+        self.queue.extend(sorted(self._batch, key=lambda j: j.solo_iter_s))
+        self._batch = []
+        self._drain()
+
+    def _drain(self) -> None:
+        while self.queue:
+            job = self.queue[0]
+            plan = self.state.place(job, self.progress(), arrival=job.job_id not in self.runs)
+            if plan is None:
+                return  # FIFO: the head waits for nodes, and so does everyone behind it
+            self.queue.popleft()
+            self._start(job, plan.group.group_id)
+
+    # -- simulated job process ------------------------------------------------------------
+    def _start(self, job: JobSpec, gid: int) -> None:
+        run = self.runs.get(job.job_id)
+        if run is None:
+            self.runs[job.job_id] = _JobRun(job, gid, rollout_draws(job, self.cfg.seed), self.env.now())
+        else:  # a migrated job resumes where it stopped
+            run.group_id, run.migrate = gid, False
+        self._request(job.job_id, ROLLOUT)
+
+    def _request(self, jid: str, phase: str) -> None:
+        ctl = self.state.controllers[self.runs[jid].group_id]
+        ctl.request(jid, phase, self._on_rollout_grant if phase == ROLLOUT else self._on_train_grant)
+
+    def _on_rollout_grant(self, g: Grant) -> None:
+        run, now = self.runs[g.job_id], self.env.now()
+        r = float(run.rollouts[run.done])
+        ctl = self.state.controllers[g.group_id]
+        tails = [[(self.tail_end[j], f) for j, f in ctl.tails_on(n).items()] for n in g.nodes]
+        head = head_finish(tails, now + g.switch_s, (1.0 - g.tail_share) * r)
+        gpus = run.job.rollout_gpus
+        self.ledger.busy("rollout", gpus, head - now)
+        end = head
+        if g.tail_share > 0:
+            end = head + g.tail_share * r + self.cfg.intra.migration_overhead_s
+            self.tail_end[g.job_id] = end
+            self.ledger.busy("rollout", gpus * self.cfg.intra.tail_worker_frac, end - head)
+            self.env.call_at(head, ctl.tail_started, g.job_id)
+        self.env.call_at(end, self._rollout_done, g.job_id)
+
+    def _rollout_done(self, jid: str) -> None:
+        self.state.controllers[self.runs[jid].group_id].release(jid, ROLLOUT)
+        self._request(jid, TRAIN)
+
+    def _on_train_grant(self, g: Grant) -> None:
+        run = self.runs[g.job_id]
+        dur = g.switch_s + run.job.train_time(float(run.rollouts[run.done]))
+        self.ledger.busy("train", run.job.train_gpus, dur)
+        self.env.call_later(dur, self._train_done, g.job_id)
+
+    def _train_done(self, jid: str) -> None:
+        self.state.controllers[self.runs[jid].group_id].release(jid, TRAIN)
+        self.env.call_later(self.runs[jid].job.sync_s, self._sync_done, jid)
+
+    def _sync_done(self, jid: str) -> None:
+        run = self.runs[jid]
+        run.done += 1
+        if run.done >= run.job.iterations:
+            self._depart(run)
+        elif run.migrate:
+            self.migrations += 1
+            self.state.leave(jid, run.group_id)
+            self.env.call_later(self.cfg.migration_stall_s, self._rearrive, run.job)
+        else:
+            self._request(jid, ROLLOUT)
+
+    def _rearrive(self, job: JobSpec) -> None:
+        self.queue.appendleft(job)  # it was admitted before: it does not queue behind new arrivals
+        self._drain()
+
+    # -- departures ---------------------------------------------------------------------
+    def _depart(self, run: _JobRun) -> None:
+        job, now = run.job, self.env.now()
+        self.outcomes.append(JobOutcome(job.job_id, job.iterations, run.start_s, now,
+                                        solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s))
+        del self.runs[job.job_id]
+        self.tail_end.pop(job.job_id, None)
+        rest = self.state.leave(job.job_id, run.group_id)
+        for jid in self.state.after_departure(rest, self.progress()):
+            self.runs[jid].migrate = True
+        if self._progress is not None:
+            self._progress(len(self.outcomes), len(self.jobs))
+        self._drain()
+
+
+def simulate(jobs: list[JobSpec], cluster: ClusterSpec, policy: PlacementPolicy,
+             cfg: SimConfig | None = None, progress=None) -> PolicyResult:
+    """Run one group-based policy over a trace."""
+    return Simulation(jobs, cluster, policy, cfg).run(progress)

@@ -1,0 +1,190 @@
+"""`rollmux study`: the paper's scheduling study, regenerated with fixed seeds.
+
+Three parts, each a markdown table (and plots):
+  A. small job sets (all jobs arrive together) — each policy's steady cost rate
+     normalized to the offline optimum, and SLO attainment, for workloads
+     balanced / rollout-heavy / train-heavy / mixed, SLO 1.2 / 1.5 / 2.0 / U(1,2),
+     and max group size 2-5;
+  B. Philly-driven traces — every policy's cost normalized to the busy-time
+     bound, gain over Solo-D and SLO attainment;
+  C. ablations of what goes beyond the paper, on the same traces;
+plus a cost-over-time plot of a Philly-driven trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.intra_group import IntraConfig
+from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
+from rollmux.sim.baseline_policies import GreedyPlacement, RandomPlacement
+from rollmux.sim.baselines import busy_time_bound
+from rollmux.sim.gavel import simulate_gavel
+from rollmux.sim.metrics import PolicyResult
+from rollmux.sim.runner import run_policy
+from rollmux.sim.simulator import SimConfig, simulate
+from rollmux.study.offline_optimum import optimal_partition
+from rollmux.study.report import write_report
+from rollmux.workload import find_traces_dir, paper_jobs, synthesize_philly
+
+WORKLOADS = ("balanced", "rollout-heavy", "train-heavy", "mixed")
+SLOS: tuple[float | None, ...] = (1.2, 1.5, 2.0, None)  # None: U(1, 2)
+SMALL_POLICIES = ("rollmux", "rollmux-paper", "random", "greedy", "gavel")
+PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "greedy", "gavel")
+STATIC = dict(shrink=False, regroup=False)
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """Sizes of the study; `quick` shrinks everything to run in under a minute."""
+
+    small_jobs: int = 8
+    instances: int = 3
+    group_sizes: tuple[int, ...] = (2, 3, 4, 5)
+    philly_jobs: int = 200
+    philly_days: float = 14.0
+    philly_vc: str = "0e4a51"
+    seed: int = 0
+    is_quick: bool = False
+
+    @classmethod
+    def quick(cls) -> "StudyConfig":
+        """Small instances, one of each, short traces."""
+        return cls(small_jobs=5, instances=1, group_sizes=(2, 5), philly_jobs=30, philly_days=2.0,
+                   is_quick=True)
+
+
+@dataclass
+class SmallCell:
+    """One (workload, SLO, max group size) cell of part A, averaged over instances."""
+
+    workload: str
+    slo: float | None
+    group_size: int
+    cost_vs_opt: dict[str, float]
+    slo_attainment: dict[str, float]
+    exact: bool
+
+
+def rate_at_start(result: PolicyResult) -> float:
+    """Cost rate ($/h) once every job of a set arriving at t=0 is placed."""
+    at_zero = [rate for t, rate in result.cost_timeline if t <= 0.0]
+    return at_zero[-1] if at_zero else 0.0
+
+
+def _small_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, size: int, seed: int) -> PolicyResult:
+    cfg = SimConfig(seed=seed, max_group_size=size, **STATIC)
+    if name == "rollmux-paper":  # Algorithm 1 as published: file order, pruning, first fit
+        return simulate(jobs, cluster, RollMuxPlacement(cfg.intra, prune_saturated=True),
+                        replace(cfg, batch_order=False))
+    if name == "gavel":
+        return simulate_gavel(jobs, cluster, seed=seed, max_pack=size)
+    policy = {"rollmux": lambda: RollMuxPlacement(cfg.intra),
+              "greedy": lambda: GreedyPlacement(cfg.intra),
+              "random": lambda: RandomPlacement(np.random.default_rng([seed, 7]), cfg.intra)}[name]()
+    return simulate(jobs, cluster, policy, cfg)
+
+
+def small_cell(workload: str, slo: float | None, size: int, sc: StudyConfig,
+               cluster: ClusterSpec) -> SmallCell:
+    """Part A for one cell: cost vs the exact optimum and SLO attainment per policy."""
+    costs = {p: [] for p in SMALL_POLICIES}
+    slos = {p: [] for p in SMALL_POLICIES}
+    exact = True
+    for i in range(sc.instances):
+        seed = sc.seed * 1000 + i
+        jobs = paper_jobs(sc.small_jobs, profile=workload, slo=slo, seed=seed)
+        opt = optimal_partition(jobs, cluster, IntraConfig(), size)
+        exact &= opt.exact
+        for p in SMALL_POLICIES:
+            res = _small_policy(p, jobs, cluster, size, seed)
+            costs[p].append(rate_at_start(res) / opt.cost_per_hour)
+            slos[p].append(res.slo_attainment)
+    return SmallCell(workload, slo, size, {p: float(np.mean(v)) for p, v in costs.items()},
+                     {p: float(np.mean(v)) for p, v in slos.items()}, exact)
+
+
+def philly_variants() -> dict[str, SimConfig]:
+    """Part C: rollmux variants, from the paper's static groups to the new defaults."""
+    default = SimConfig()
+    return {
+        "static groups (paper)": SimConfig(**STATIC),
+        "+ shrink": SimConfig(shrink=True, regroup=False),
+        "+ re-placement of the group a job left": SimConfig(shrink=False, regroup=True, consolidate=0),
+        "+ shrink + re-placement": SimConfig(consolidate=0),
+        "+ shrink + re-placement + consolidation of small groups (default)": default,
+        "default, fixed cyclic order": replace(default, intra=IntraConfig(best_order_max=0)),
+        "default, paper's pruning of saturated groups": default,
+        "default, best-fit tie-break": default,
+        "default, arrivals placed in file order": replace(default, batch_order=False),
+        "default, p95 planning": replace(default, intra=IntraConfig(plan_quantile=0.95)),
+        "default, no long-tail migration": replace(default, intra=IntraConfig(migration=False)),
+    }
+
+
+def variant_policy(label: str, cfg: SimConfig) -> RollMuxPlacement:
+    """The placement policy of a part-C variant."""
+    return RollMuxPlacement(cfg.intra, prune_saturated="pruning" in label,
+                            best_fit="util" if "best-fit" in label else "")
+
+
+def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path,
+                tick: Callable[[], None]) -> dict:
+    """Parts B and C on one Philly-driven trace."""
+    jobs = synthesize_philly(traces, sc.philly_vc, sc.philly_jobs, sc.philly_days, mode, sc.seed)
+    bound = busy_time_bound(jobs, cluster)
+    policies: dict[str, PolicyResult] = {}
+    for name in PHILLY_POLICIES:
+        if name == "rollmux-static":
+            res = simulate(jobs, cluster, RollMuxPlacement(), SimConfig(seed=sc.seed, **STATIC))
+            res.policy = name
+        elif name == "gavel":
+            res = simulate_gavel(jobs, cluster, seed=sc.seed)
+        else:
+            res = run_policy(name, jobs, cluster, SimConfig(seed=sc.seed))
+        policies[name] = res
+        tick()
+    variants = {}
+    for label, cfg in philly_variants().items():
+        cfg = replace(cfg, seed=sc.seed)
+        variants[label] = simulate(jobs, cluster, variant_policy(label, cfg), cfg)
+        tick()
+    return {"mode": mode, "jobs": len(jobs), "bound": bound, "policies": policies, "variants": variants}
+
+
+def study_cells(sc: StudyConfig) -> list[tuple[str, float | None, int]]:
+    """Part A's cells: every workload x SLO at the largest group size, and the group-size
+    sweep for every workload at SLO U(1,2)."""
+    big = max(sc.group_sizes)
+    cells = [(w, s, big) for w in WORKLOADS for s in SLOS]
+    cells += [(w, None, g) for w in WORKLOADS for g in sc.group_sizes if g != big]
+    return cells
+
+
+def run_study(sc: StudyConfig, out: Path, traces: Path | None = None,
+              progress: Callable[[str, int, int], None] | None = None) -> Path:
+    """Run every part and write the markdown report and plots under `out`."""
+    cluster = default_cluster()
+    traces = find_traces_dir(traces)
+    cells = study_cells(sc)
+    total = len(cells) + 2 * (len(PHILLY_POLICIES) + len(philly_variants()))
+    done = [0]
+
+    def tick(what: str = "") -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(what, done[0], total)
+
+    small = []
+    for w, s, g in cells:
+        small.append(small_cell(w, s, g, sc, cluster))
+        tick(f"small {w} slo={s or 'U(1,2)'} size={g}")
+    philly = [philly_runs(mode, sc, cluster, traces, lambda m=mode: tick(f"philly {m}"))
+              for mode in ("paper", "catalog")]
+    out.mkdir(parents=True, exist_ok=True)
+    return write_report(out, sc, small, philly)

@@ -1,0 +1,282 @@
+"""Trace (JSON Lines) and cluster (YAML) loading: errors name file, line and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rollmux.core.spec import JobSpec, default_cluster
+from rollmux.core.trace_io import dump_jobs, load_cluster, load_jobs, parse_cluster, parse_jobs, unknown_fields
+from rollmux.errors import InputError
+from tests.factories import job_record, make_job
+
+CLUSTER_YAML = """\
+# comment line
+pools:
+  rollout: {gpu: H20,  gpus_per_node: 8, host_gb_per_node: 2048, price_per_gpu_hour: 1.00, max_nodes: null}
+  train:   {gpu: H800, gpus_per_node: 8, host_gb_per_node: 2048, price_per_gpu_hour: 2.85, max_nodes: 4}
+warm_switch_s: 2.0
+cold_switch_s: 135.0
+"""
+
+BLOCK_YAML = """\
+pools:
+  rollout:
+    gpu: H20
+    price_per_gpu_hour: 1.0
+  train:
+    gpu: H800
+    price_per_gpu_hour: 2.85
+warm_switch_s: 2.0
+"""
+
+
+def lines(*records) -> list[str]:
+    return [r if isinstance(r, str) else json.dumps(r) for r in records]
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# -- trace: errors -------------------------------------------------------------------------
+
+def test_bad_json_names_file_and_line():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a"), '{"job_id": "b",'), "t.jsonl")
+    assert exc.value.place == "t.jsonl:2"
+    assert "JSON" in exc.value.reason
+
+
+def test_missing_field_names_line_and_field():
+    rec = job_record("b")
+    del rec["train_s"]
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a"), rec), "t.jsonl")
+    assert exc.value.place == "t.jsonl:2: field 'train_s'"
+    assert "required" in exc.value.reason.lower()
+
+
+def test_missing_nested_field_names_dotted_field():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a", rollout_s={"median": 10.0, "sigma": 0.1})), "t.jsonl")
+    assert exc.value.place == "t.jsonl:1: field 'rollout_s.max'"
+
+
+def test_invalid_value_names_line_field_and_value():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a"), job_record("b"), job_record("c", slo=0.5)), "t.jsonl")
+    assert exc.value.place == "t.jsonl:3: field 'slo'"
+    assert "0.5" in exc.value.reason
+
+
+def test_invalid_nested_value_names_dotted_field():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a", host_gb={"rollout": -1, "train": 10})), "t.jsonl")
+    assert exc.value.place == "t.jsonl:1: field 'host_gb.rollout'"
+
+
+def test_max_below_median_names_rollout_field():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a", rollout_s={"median": 10, "sigma": 0.1, "max": 5})), "t.jsonl")
+    assert exc.value.place == "t.jsonl:1: field 'rollout_s'"
+    assert "max" in exc.value.reason
+
+
+def test_infinite_duration_is_an_input_error_naming_the_field():
+    # 1e999 parses to inf in Python's json; it must not reach the scheduler.
+    text = json.dumps(job_record("a")).replace('"duration_s": 3600.0', '"duration_s": 1e999')
+    with pytest.raises(InputError) as exc:
+        parse_jobs([text], "t.jsonl")
+    assert exc.value.place == "t.jsonl:1: field 'duration_s'"
+
+
+def test_duplicate_job_id_names_both_lines():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a"), job_record("b"), job_record("a")), "t.jsonl")
+    assert exc.value.place == "t.jsonl:3: field 'job_id'"
+    assert "line 1" in exc.value.reason
+
+
+def test_non_object_line_is_an_error():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a"), "[1, 2, 3]"), "t.jsonl")
+    assert exc.value.place == "t.jsonl:2"
+    assert "object" in exc.value.reason
+
+
+def test_empty_trace_is_an_error():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(["", "# only a comment", "   "], "t.jsonl")
+    assert exc.value.place == "t.jsonl"
+
+
+def test_input_error_message_joins_place_and_reason():
+    err = InputError("t.jsonl:3: field 'slo'", "too small")
+    assert str(err) == "t.jsonl:3: field 'slo': too small"
+
+
+# -- trace: warnings and ordering ------------------------------------------------------------
+
+def test_unknown_top_level_field_warns_with_line():
+    trace = parse_jobs(lines(job_record("a"), job_record("b", colour="red")), "t.jsonl")
+    assert trace.warnings == ["t.jsonl:2: unknown field 'colour' ignored"]
+
+
+def test_unknown_nested_field_warns_with_dotted_name():
+    rec = job_record("a", rollout_s={"median": 10, "sigma": 0.1, "max": 20, "p99": 18})
+    trace = parse_jobs(lines(rec), "t.jsonl")
+    assert trace.warnings == ["t.jsonl:1: unknown field 'rollout_s.p99' ignored"]
+
+
+def test_unknown_fields_do_not_reject_the_job():
+    trace = parse_jobs(lines(job_record("a", colour="red")), "t.jsonl")
+    assert [j.job_id for j in trace.jobs] == ["a"]
+
+
+def test_blank_and_comment_lines_are_skipped_but_counted():
+    trace = parse_jobs(["# header", "", json.dumps(job_record("a")), "   ",
+                        json.dumps(job_record("b", colour=1))], "t.jsonl")
+    assert [j.job_id for j in trace.jobs] == ["a", "b"]
+    assert trace.warnings == ["t.jsonl:5: unknown field 'colour' ignored"]
+
+
+def test_jobs_are_sorted_by_arrival():
+    trace = parse_jobs(lines(job_record("late", arrival_s=50.0), job_record("early", arrival_s=10.0),
+                             job_record("mid", arrival_s=20.0)), "t.jsonl")
+    assert [j.job_id for j in trace.jobs] == ["early", "mid", "late"]
+
+
+def test_arrival_ties_keep_file_order():
+    trace = parse_jobs(lines(job_record("x", arrival_s=5.0), job_record("a", arrival_s=5.0),
+                             job_record("m", arrival_s=1.0)), "t.jsonl")
+    assert [j.job_id for j in trace.jobs] == ["m", "x", "a"]
+
+
+def test_unknown_fields_lists_top_level_and_nested_extras():
+    job = JobSpec.model_validate(job_record(
+        "a", colour="red", host_gb={"rollout": 1.0, "train": 2.0, "numa": 0}))
+    assert sorted(unknown_fields(job)) == ["colour", "host_gb.numa"]
+
+
+# -- trace: files ----------------------------------------------------------------------------
+
+def test_dump_load_round_trip(tmp_path):
+    jobs = [make_job("a", arrival=1.0, sigma=0.2, rollout_max=150.0, tail_frac=0.2),
+            make_job("b", arrival=2.0, model="qwen2.5-7b", slo=1.3, rollout_gpus=16)]
+    path = tmp_path / "trace.jsonl"
+    dump_jobs(jobs, path)
+    trace = load_jobs(path)
+    assert trace.jobs == jobs
+    assert trace.warnings == []
+    assert trace.source == str(path)
+
+
+def test_load_missing_trace_is_an_input_error(tmp_path):
+    missing = tmp_path / "nope.jsonl"
+    with pytest.raises(InputError) as exc:
+        load_jobs(missing)
+    assert exc.value.place == str(missing)
+
+
+def test_load_non_utf8_trace_is_an_input_error(tmp_path):
+    p = tmp_path / "bin.jsonl"
+    p.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputError) as exc:
+        load_jobs(p)
+    assert exc.value.place == str(p)
+
+
+def test_load_trace_errors_name_the_path(tmp_path):
+    p = write(tmp_path, "t.jsonl", json.dumps(job_record("a")) + "\nnot json\n")
+    with pytest.raises(InputError) as exc:
+        load_jobs(p)
+    assert exc.value.place == f"{p}:2"
+
+
+# -- cluster YAML ----------------------------------------------------------------------------
+
+def test_cluster_yaml_parses_values():
+    cluster, warnings = parse_cluster(CLUSTER_YAML, "c.yaml")
+    assert warnings == []
+    assert cluster.pools.train.max_nodes == 4
+    assert cluster.pools.rollout.max_nodes is None
+    assert cluster.pools.train.price_per_gpu_hour == 2.85
+    assert cluster.cold_switch_s == 135.0
+
+
+def test_cluster_invalid_value_names_line_and_dotted_field():
+    text = CLUSTER_YAML.replace("price_per_gpu_hour: 2.85", "price_per_gpu_hour: -1")
+    with pytest.raises(InputError) as exc:
+        parse_cluster(text, "c.yaml")
+    assert exc.value.place == "c.yaml:4: field 'pools.train.price_per_gpu_hour'"
+
+
+def test_cluster_invalid_block_value_names_its_own_line():
+    text = BLOCK_YAML.replace("price_per_gpu_hour: 2.85", "price_per_gpu_hour: lots")
+    with pytest.raises(InputError) as exc:
+        parse_cluster(text, "c.yaml")
+    assert exc.value.place == "c.yaml:7: field 'pools.train.price_per_gpu_hour'"
+
+
+def test_cluster_invalid_top_level_value_names_line():
+    text = CLUSTER_YAML.replace("warm_switch_s: 2.0", "warm_switch_s: -2.0")
+    with pytest.raises(InputError) as exc:
+        parse_cluster(text, "c.yaml")
+    assert exc.value.place == "c.yaml:5: field 'warm_switch_s'"
+
+
+def test_cluster_missing_pool_names_field():
+    text = "pools:\n  rollout: {gpu: H20, price_per_gpu_hour: 1.0}\n"
+    with pytest.raises(InputError) as exc:
+        parse_cluster(text, "c.yaml")
+    assert exc.value.place.startswith("c.yaml:")
+    assert exc.value.place.endswith("field 'pools.train'")
+
+
+def test_cluster_unknown_top_level_field_warns_with_line():
+    _, warnings = parse_cluster(CLUSTER_YAML + "region: eu\n", "c.yaml")
+    assert warnings == ["c.yaml:7: unknown field 'region' ignored"]
+
+
+def test_cluster_unknown_nested_field_warns_with_line_and_dotted_name():
+    text = BLOCK_YAML.replace("    gpu: H800\n", "    gpu: H800\n    colour: red\n")
+    _, warnings = parse_cluster(text, "c.yaml")
+    assert warnings == ["c.yaml:7: unknown field 'pools.train.colour' ignored"]
+
+
+def test_cluster_bad_yaml_names_line():
+    with pytest.raises(InputError) as exc:
+        parse_cluster("pools:\n  rollout: {gpu: H20\n  train: x\n", "c.yaml")
+    assert exc.value.place.startswith("c.yaml:")
+    assert "YAML" in exc.value.reason
+
+
+@pytest.mark.parametrize("text", ["", "- a\n- b\n", "just a string\n"])
+def test_cluster_non_mapping_is_an_error(text):
+    with pytest.raises(InputError) as exc:
+        parse_cluster(text, "c.yaml")
+    assert exc.value.place == "c.yaml"
+
+
+def test_load_missing_cluster_is_an_input_error(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(InputError) as exc:
+        load_cluster(missing)
+    assert exc.value.place == str(missing)
+
+
+def test_load_cluster_default_is_the_paper_cluster():
+    cluster, warnings = load_cluster(None)
+    assert cluster == default_cluster()
+    assert warnings == []
+
+
+def test_load_cluster_from_file(tmp_path):
+    cluster, warnings = load_cluster(write(tmp_path, "c.yaml", CLUSTER_YAML))
+    assert cluster.pools.train.max_nodes == 4
+    assert warnings == []

@@ -1,0 +1,52 @@
+"""A Ray node lost from the cluster: the jobs whose workers ran there are re-admitted."""
+
+from __future__ import annotations
+
+import time
+
+import ray
+from factories import make_job
+from ray.cluster_utils import Cluster
+
+from rollmux.core.spec import default_cluster
+from rollmux.live.client import RayPermitClient
+from rollmux.live.service import start_service
+
+
+@ray.remote(num_cpus=0)
+class _Worker:
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+def test_removing_a_ray_node_readmits_the_jobs_with_workers_on_it(tmp_path):
+    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, include_dashboard=False))
+    victim = cluster.add_node(num_cpus=1, resources={"rollout_node_0": 1})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="rollmux-node-loss", log_to_driver=False)
+    try:
+        head = next(n["NodeID"] for n in ray.nodes() if "node:__internal_head__" in n["Resources"])
+        handle = start_service(default_cluster().model_dump(), store=str(tmp_path / "journal.db"),
+                               name="scheduler-node-loss")  # on the head node
+        client = RayPermitClient(handle)
+        jobs = [make_job(j, rollout=100, train=100).model_dump(exclude_none=True) for j in "ab"]
+        for r in jobs:
+            client.submit(r)
+        worker = _Worker.options(resources={"rollout_node_0": 0.01}).remote()
+        client.set_nodes("a", [ray.get(worker.node.remote())])
+        client.set_nodes("b", [head])  # b's workers run on the head
+        held = client.acquire_dict("a", "rollout")
+        cluster.remove_node(victim)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status = ray.get(handle.status.remote())
+            if status["jobs"]["a"]["epoch"] > held["epoch"]:
+                break
+            time.sleep(0.2)
+        assert status["jobs"]["a"]["epoch"] == held["epoch"] + 1  # placed again, like a new arrival
+        assert status["jobs"]["a"]["held"] == [] and status["jobs"]["a"]["status"] == "running"
+        assert status["jobs"]["b"]["epoch"] == 1  # untouched
+        ray.kill(handle)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -1,0 +1,127 @@
+"""Imports run one way through the layers: every module's imports (lazy ones too) read with `ast`."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rollmux"
+
+# Which rollmux layers each layer may import (its own included). Bottom up: errors; core (the
+# scheduling model every executor shares); workload; sim (the simulator and what it prices); study;
+# on the side, shim (job-facing) and live (the service) sit on core only; cli sees everything.
+ALLOWED: dict[str, set[str]] = {
+    "errors": {"errors"},
+    "data": set(),
+    "__init__": set(),
+    "core": {"errors", "core"},
+    "workload": {"errors", "core", "workload"},
+    "sim": {"errors", "core", "sim"},
+    "study": {"errors", "core", "workload", "sim", "study"},
+    "shim": {"errors", "core", "shim"},
+    "live": {"errors", "core", "shim", "live"},
+    "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "cli"},
+}
+# Heavy or service frameworks the scheduling model and the simulator must run without.
+FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
+    "core": {"ray", "torch", "redis", "matplotlib"},
+    "sim": {"ray", "torch", "redis"},
+}
+
+
+def layer_of(module: str) -> str:
+    """The layer of a dotted rollmux module: its subpackage, or the top-level module's own name."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    return parts[1]
+
+
+def module_name(path: Path, root: Path) -> str:
+    """The dotted name of a source file under the package root."""
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import statement anywhere in the tree."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.append((node.lineno, target))
+            # `from rollmux import live` imports the subpackage itself.
+            if target == "rollmux":
+                found += [(node.lineno, f"rollmux.{alias.name}") for alias in node.names]
+    return found
+
+
+def violations(source: str, module: str, path: str, is_package: bool = False) -> list[str]:
+    """Every import in `source` that runs against the layer direction, as 'path:line: reason'."""
+    layer = layer_of(module)
+    lines = source.splitlines()
+    out = []
+    for lineno, target in imported_modules(ast.parse(source), module, is_package):
+        root = target.split(".")[0]
+        if root == "rollmux" and target != "rollmux":
+            to = layer_of(target)
+            if to not in ALLOWED[layer]:
+                out.append(f"{path}:{lineno}: {layer} may not import {to}: {lines[lineno - 1].strip()}")
+        elif root in FORBIDDEN_THIRD_PARTY.get(layer, set()):
+            out.append(f"{path}:{lineno}: {layer} may not import {root}: {lines[lineno - 1].strip()}")
+    return out
+
+
+def package_sources() -> list[Path]:
+    """Every Python source file of the package."""
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_module_belongs_to_a_known_layer():
+    unknown = {str(p) for p in package_sources() if layer_of(module_name(p, PACKAGE)) not in ALLOWED}
+    assert not unknown, f"modules outside every layer (add them to ALLOWED): {sorted(unknown)}"
+
+
+def test_imports_run_one_way():
+    found = []
+    for path in package_sources():
+        found += violations(path.read_text(), module_name(path, PACKAGE), str(path.relative_to(PACKAGE.parent)),
+                            is_package=path.name == "__init__.py")
+    assert not found, "imports against the layer direction:\n" + "\n".join(found)
+
+
+def test_top_level_holds_only_entry_points():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 5, top
+
+
+@pytest.mark.parametrize("module,source,expected", [
+    ("rollmux.core.group", "from rollmux.sim.simulator import simulate\n", "core may not import sim"),
+    ("rollmux.core.group", "def f():\n    import rollmux.live.service\n", "core may not import live"),
+    ("rollmux.core.group", "from ..study import experiments\n", "core may not import study"),
+    ("rollmux.sim.gavel", "from rollmux import live\n", "sim may not import live"),
+    ("rollmux.live.service", "from rollmux.sim.runner import compare\n", "live may not import sim"),
+    ("rollmux.live.service", "from rollmux.study.offline_optimum import x\n", "live may not import study"),
+    ("rollmux.sim.simulator", "from rollmux.study.report import x\n", "sim may not import study"),
+    ("rollmux.core.env", "import ray\n", "core may not import ray"),
+])
+def test_a_forbidden_import_is_reported_with_its_line(module, source, expected):
+    found = violations(source, module, "x.py")
+    assert len(found) == 1 and expected in found[0], found
+    assert found[0].startswith(f"x.py:{source.count(chr(10))}:"), found
+
+
+def test_allowed_imports_pass():
+    assert violations("from rollmux.core.spec import JobSpec\nimport numpy\n", "rollmux.sim.simulator", "x.py") == []
+    assert violations("from . import journal\n", "rollmux.live", "x.py", is_package=True) == []
