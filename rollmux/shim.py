@@ -89,21 +89,32 @@ class JobShim:
         grant = self.client.acquire(self.job_id, name)
         t1 = time.perf_counter()
         self._grant, self._tail_sent = grant, False
-        if self.epoch is not None and grant.epoch != self.epoch:
-            self._on_move(grant)  # re-placed (regrouping or re-admission): restart workers on the new nodes
-        self.epoch = grant.epoch
-        self._onload(name)
+        try:
+            if self.epoch is not None and grant.epoch != self.epoch:
+                self._on_move(grant)  # re-placed (regrouping or re-admission): restart workers on the new nodes
+            self.epoch = grant.epoch
+            self._onload(name)
+        except BaseException:
+            # A failed onload must not keep the nodes: release (nothing ran), then re-raise.
+            now = time.perf_counter()
+            self._release(PhaseTimings(self.job_id, name, t1 - t0, now - t1, 0.0, 0.0, grant.epoch))
+            raise
         t2 = time.perf_counter()
         try:
             yield grant
         finally:
             t3 = time.perf_counter()
-            self._offload(name)
-            t4 = time.perf_counter()
-            self._grant = None
-            timings = PhaseTimings(self.job_id, name, t1 - t0, t2 - t1, t3 - t2, t4 - t3, grant.epoch)
-            self.history.append(timings)
-            self.client.release(timings)
+            try:
+                self._offload(name)
+            finally:  # a failed offload still releases the permit; its error then propagates
+                t4 = time.perf_counter()
+                self._release(PhaseTimings(self.job_id, name, t1 - t0, t2 - t1, t3 - t2, t4 - t3, grant.epoch))
+
+    def _release(self, timings: PhaseTimings) -> None:
+        """Leave the phase and hand its permit back with what it cost."""
+        self._grant = None
+        self.history.append(timings)
+        self.client.release(timings)
 
     def phase(self, name: str):
         """Mark a phase: use as `with shim.phase(name):` or as a decorator `@shim.phase(name)`."""

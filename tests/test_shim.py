@@ -120,3 +120,45 @@ def test_unknown_phase_is_refused(plane):
     with pytest.raises(ValueError, match="unknown phase"):
         with JobShim("a", plane).phase("eval"):
             pass
+
+
+class _Recorder:
+    """A permit client that grants at once and records releases."""
+
+    def __init__(self) -> None:
+        self.released = []
+
+    def acquire(self, job_id, phase):
+        from rollmux.core.group_controller import Grant
+        return Grant(0, job_id, phase, "rollout" if phase == "rollout" else "train", (0,), 0.0, 0.0, 0.0)
+
+    def tail_started(self, job_id):
+        pass
+
+    def release(self, timings):
+        self.released.append(timings)
+
+
+def _boom(phase):
+    raise OSError(f"cannot load {phase}")
+
+
+def test_failed_onload_releases_the_permit_and_reraises():
+    client = _Recorder()
+    shim = JobShim("a", client, onload=_boom)
+    with pytest.raises(OSError, match="cannot load rollout"):
+        with shim.phase("rollout"):
+            pytest.fail("the phase body must not run after a failed onload")
+    assert [t.phase for t in client.released] == ["rollout"] and client.released[0].run_s == 0.0
+    with shim.phase("train"):  # not "entered inside phase": the failed phase was left
+        pass
+    assert [t.phase for t in client.released] == ["rollout", "train"]
+
+
+def test_failed_offload_still_releases_and_reraises():
+    client = _Recorder()
+    shim = JobShim("a", client, offload=_boom)
+    with pytest.raises(OSError, match="cannot load train"):
+        with shim.phase("train"):
+            pass
+    assert [t.phase for t in client.released] == ["train"]
