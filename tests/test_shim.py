@@ -145,7 +145,7 @@ def _boom(phase):
 
 def test_failed_onload_releases_the_permit_and_reraises():
     client = _Recorder()
-    shim = JobShim("a", client, onload=_boom)
+    shim = JobShim("a", client, onload=lambda phase: phase == "rollout" and _boom(phase))
     with pytest.raises(OSError, match="cannot load rollout"):
         with shim.phase("rollout"):
             pytest.fail("the phase body must not run after a failed onload")
