@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -170,69 +169,101 @@ def study(
         _fail(exc)
 
 
+DEFAULT_URL = "http://127.0.0.1:8470"
+
+
 @app.command()
 def serve(
-    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML)."),
-    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (default: start one here)."),
+    listen: str = typer.Option("127.0.0.1:8470", "--listen", help="HOST:PORT to serve the HTTP API on."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML; default: the embedded one)."),
     store: str = typer.Option("rollmux-journal.db", "--store",
                               help="Journal: a SQLite file path, or redis://host:port/db[?prefix=name]."),
+    admin_token_file: Path = typer.Option(Path("rollmux-admin.token"), "--admin-token-file",
+                                          help="The admin token (created with mode 0600 if missing)."),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="TLS certificate (PEM)."),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="TLS private key (PEM)."),
     heartbeat_timeout: float = typer.Option(30.0, "--heartbeat-timeout", min=0.1,
                                             help="Fail a job silent for this many seconds."),
+    lease_min: float = typer.Option(60.0, "--lease-min", min=0.1,
+                                    help="Shortest phase lease (s); a lease is 2x the declared worst case."),
+    watch_ray: Optional[str] = typer.Option(None, "--watch-ray",
+                                            help="Ray cluster whose dead nodes re-admit the jobs on them."),
 ) -> None:
-    """Start (or connect to) a Ray cluster and the scheduler service; runs until Ctrl-C.
+    """Serve the scheduler's authenticated HTTP API until SIGINT/SIGTERM.
 
     With a journal that already has records, the service recovers from it (the cluster
     file must then match the journal's, or be omitted)."""
+    import logging
+
     from rollmux.live.journal import JournalError, open_store
-    from rollmux.live.service import NAMESPACE, start_service
+    from rollmux.live.refusals import ServiceError
+    from rollmux.live.server import admin_token, parse_listen
+    from rollmux.live.server import serve as run_server
+    from rollmux.live.service import SchedulerCore
+    from rollmux.live.telemetry import Telemetry
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        where = parse_listen(listen)
+        if (tls_cert is None) != (tls_key is None):
+            raise InputError("--tls-cert/--tls-key", "give both or neither")
+        token = admin_token(admin_token_file)
         try:
             journal = open_store(store)
-            recovering = bool(journal.records())
-            journal.close()
         except JournalError as exc:
             raise InputError("--store", str(exc)) from None
-        spec, warnings = load_cluster(cluster)
-        for w in warnings:
-            err.print(f"[yellow]warning:[/] {w}", highlight=False)
-        import ray
-        # Ask Ray for loopback (recent Ray versions may still bind the host's own address).
-        local = {} if address else {"_node_ip_address": "127.0.0.1"}
-        ray.init(address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, **local)
-        store_url = store if "://" in store else str(Path(store).resolve())
-        handle = start_service(None if recovering and cluster is None else spec.model_dump(),
-                               store=store_url, heartbeat_timeout_s=heartbeat_timeout)
         try:
-            st = ray.get(handle.status.remote())
-        except ray.exceptions.RayActorError as exc:
-            raise InputError("--store", f"the scheduler could not start: {exc}") from None
-        out.print(f"rollmux scheduler serving in Ray namespace '{NAMESPACE}' "
-                  f"(Ray at {ray.get_runtime_context().gcs_address}); journal {st['journal']} "
-                  f"({st['recovered_records']} records recovered); Ctrl-C stops it")
-        while True:
-            time.sleep(3600)
+            recovering = bool(journal.records())
+            spec, warnings = load_cluster(cluster)
+            for w in warnings:
+                err.print(f"[yellow]warning:[/] {w}", highlight=False)
+            holder: dict = {}
+            telemetry = Telemetry(lambda: holder["core"].request("metrics").result(timeout=10))
+            core = SchedulerCore(None if recovering and cluster is None else spec.model_dump(), store=journal,
+                                 heartbeat_timeout_s=heartbeat_timeout, admin_token=token, lease_min_s=lease_min,
+                                 telemetry=telemetry, watch_ray_nodes=False)
+            holder["core"] = core
+        except (JournalError, ServiceError) as exc:
+            journal.close()
+            raise InputError("--store", str(exc)) from None
+        if watch_ray:
+            import ray
+            ray.init(address=watch_ray, log_to_driver=False)
+            core.watch_ray_nodes()
+        scheme = "https" if tls_cert else "http"
+        out.print(f"rollmux scheduler on {scheme}://{listen}; journal {journal.url} "
+                  f"({core.recovered_records} records recovered); admin token in {admin_token_file}; "
+                  "SIGINT/SIGTERM stops it", highlight=False)
+        run_server(core, where, telemetry, tls_cert, tls_key)
     except InputError as exc:
         _fail(exc)
 
 
-def _service(address: str):
-    import ray
+def _admin_client(url: str, admin_token_file: Path):
+    from rollmux.live.client import HttpPermitClient
+    from rollmux.live.server import admin_token
+    return HttpPermitClient(url, admin_token=admin_token(admin_token_file), retry_for_s=5.0)
 
-    from rollmux.live.service import ACTOR_NAME, NAMESPACE
+
+_URL = typer.Option(DEFAULT_URL, "--url", help="The scheduler's HTTP API.")
+_TOKEN_FILE = typer.Option(Path("rollmux-admin.token"), "--admin-token-file", help="The admin token.")
+
+
+def _api_call(fn, what: str):
+    """Run an API call; a refusal or an unreachable server is one line and exit 2."""
+    from rollmux.live.refusals import ServiceError
     try:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
-        return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
-    except (ConnectionError, ValueError) as exc:
-        raise InputError("--address", f"no rollmux scheduler reachable at {address!r} ({exc})") from None
+        return fn()
+    except ServiceError as exc:
+        raise InputError(what, str(exc)) from None
 
 
 @app.command()
 def submit(
     job_file: Path = typer.Argument(..., help="Job profile (YAML or JSON, the trace's fields)."),
-    address: str = typer.Option("auto", "--address", help="Ray cluster of the scheduler."),
+    url: str = _URL,
+    admin_token_file: Path = _TOKEN_FILE,
 ) -> None:
-    """Submit one job to the running scheduler; prints where it was placed."""
-    import ray
+    """Submit one job to the running scheduler; prints where it was placed and the job's token."""
     import yaml
     try:
         text = job_file.read_text() if job_file.exists() else None
@@ -243,11 +274,8 @@ def submit(
         except yaml.YAMLError as exc:
             raise InputError(str(job_file), f"not valid YAML/JSON ({exc})") from None
         parse_jobs([json.dumps(record)], str(job_file))  # same validation and messages as a trace line
-        handle = _service(address)
-        try:
-            placed = ray.get(handle.submit.remote(record))
-        except ray.exceptions.RayTaskError as exc:
-            raise InputError(str(job_file), str(exc.cause)) from None
+        client = _admin_client(url, admin_token_file)
+        placed = _api_call(lambda: client.submit(record), str(job_file))
         # The token is the job's credential for every later call: print it once, keep it secret.
         out.print_json(json.dumps(placed))
     except InputError as exc:
@@ -255,14 +283,25 @@ def submit(
 
 
 @app.command()
-def status(address: str = typer.Option("auto", "--address", help="Ray cluster of the scheduler."),
+def cancel(job_id: str = typer.Argument(..., help="The job to cancel."), url: str = _URL,
+           admin_token_file: Path = _TOKEN_FILE) -> None:
+    """Cancel a job: its permits are reclaimed and its group goes on."""
+    try:
+        client = _admin_client(url, admin_token_file)
+        _api_call(lambda: client.cancel(job_id), job_id)
+        out.print(f"cancelled {job_id}")
+    except InputError as exc:
+        _fail(exc)
+
+
+@app.command()
+def status(url: str = _URL, admin_token_file: Path = _TOKEN_FILE,
            as_json: bool = typer.Option(False, "--json", help="Print the raw status as JSON.")) -> None:
     """Groups, members, whose turn it is on each node, and iteration times vs SLO."""
-    import ray
-
     from rollmux.live.status_view import groups_table, jobs_table, summary_line
     try:
-        st = ray.get(_service(address).status.remote())
+        client = _admin_client(url, admin_token_file)
+        st = _api_call(client.status, url)
         if as_json:
             out.print_json(json.dumps(st))
             return
@@ -271,6 +310,37 @@ def status(address: str = typer.Option("auto", "--address", help="Ray cluster of
         out.print(summary_line(st))
     except InputError as exc:
         _fail(exc)
+
+
+journal_app = typer.Typer(help="Check or repair a journal store.", no_args_is_help=True)
+app.add_typer(journal_app, name="journal")
+
+
+@journal_app.command("check")
+def journal_check(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
+    """Read every record; one line on the first bad one (exit 1), else a summary."""
+    from rollmux.live.journal import JournalError, check_store
+    try:
+        report = check_store(store)
+    except JournalError as exc:
+        _fail(InputError("journal", str(exc)))
+    if report.ok:
+        out.print(f"{report.url}: {report.records} records, snapshot at "
+                  f"{report.snapshot_seq if report.snapshot_seq is not None else '-'}: ok", highlight=False)
+        return
+    err.print(f"{report.url}: {report.first_bad}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@journal_app.command("repair")
+def journal_repair(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
+    """Back the journal up, then truncate it after its last good record."""
+    from rollmux.live.journal import JournalError, repair_store
+    try:
+        report = repair_store(store)
+    except JournalError as exc:
+        _fail(InputError("journal", str(exc)))
+    out.print(f"kept {report.kept} records, dropped {report.dropped}; backup {report.backup}", highlight=False)
 
 
 @app.command()
@@ -336,3 +406,7 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,11 @@
-"""The job side of the live plane: the shim's permit client for the scheduler actor.
+"""The job side of the live plane: the shim's permit client over the scheduler's HTTP API.
 
-It carries each job's token on every call, sends heartbeats from a background
-thread, and rides out a restart of the scheduler actor: Ray restarts it, the
-new instance replays the journal, and the client resends what the old one may
-not have applied (releases are idempotent to resend: the service answers
-"holds no permit" for one it already applied) and then retries the call.
+It carries each job's bearer token on every call, sends heartbeats from a
+background thread, long-polls for permits (a 204 means "ask again"), and rides
+out a restart of the server: connection errors and 503s are retried until
+`retry_for_s`, a release the old instance already applied is recognised (409
+after a retry), and `last_grant` lets the server tell a lost reply from an
+acquire that overtook its release.
 """
 
 from __future__ import annotations
@@ -14,173 +15,171 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+import httpx
+
 from rollmux.core.group_controller import Grant
+from rollmux.live.refusals import (AuthError, BadRequest, Conflict, Forbidden, JobGone, NotFound, ServiceError,
+                                   Unavailable)
 from rollmux.shim import PhaseTimings
 
 _GRANT_FIELDS = set(Grant.__dataclass_fields__)
+_BY_STATUS = {400: BadRequest, 401: AuthError, 403: Forbidden, 404: NotFound, 409: Conflict, 410: JobGone,
+              503: Unavailable}
+MAX_WAIT_S = 30.0
 
 
 def _grant(d: dict) -> Grant:
     return Grant(**{**{k: v for k, v in d.items() if k in _GRANT_FIELDS}, "nodes": tuple(d["nodes"])})
 
 
-def _actor_died(exc: BaseException) -> bool:
-    """Is this the scheduler actor going away (retry), not a refusal by it (raise)?"""
-    import ray.exceptions as rex
-    return isinstance(exc, (rex.RayActorError, rex.ActorUnavailableError)) and not isinstance(exc, rex.RayTaskError)
+def _error(resp: httpx.Response) -> ServiceError:
+    """The server's refusal as the matching ServiceError (its message, never a token)."""
+    try:
+        body = resp.json()
+        msg, field = body.get("error", resp.text), body.get("field")
+    except ValueError:
+        msg, field = resp.text.strip() or resp.reason_phrase, None
+    return _BY_STATUS.get(resp.status_code, ServiceError)(f"{resp.request.method} {resp.request.url.path}: "
+                                                          f"{resp.status_code} {msg}", field)
 
 
-class RayPermitClient:
-    """Permits from the scheduler actor for the jobs registered here."""
+class HttpPermitClient:
+    """Permits from the scheduler's HTTP API for the jobs registered here (thread-safe)."""
 
-    def __init__(self, handle: Any, heartbeat_s: float | None = None, retry_for_s: float = 120.0) -> None:
-        self.handle = handle
+    def __init__(self, base_url: str, admin_token: str | None = None, heartbeat_s: float | None = None,
+                 retry_for_s: float = 120.0, verify: bool | str = True, wait_s: float = MAX_WAIT_S) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._admin = admin_token
         self.tokens: dict[str, str] = {}
-        self.nodes: dict[str, list[str]] = {}  # job -> Ray node ids its workers run on
-        self._last_grant: dict[str, int] = {}  # job -> newest grant_no received
-        self.retry_for_s = retry_for_s
-        self._releases: list[tuple[Any, tuple]] = []  # sent, not yet confirmed: (ref, args)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self.nodes: dict[str, list[str]] = {}     # job -> Ray node ids its workers run on
+        self._last_grant: dict[str, int] = {}     # job -> newest grant_no received
+        self._held: dict[tuple[str, str], int] = {}  # (job, phase) -> grant_no of the permit held
+        self.retry_for_s, self.wait_s = retry_for_s, wait_s
         self.retries = 0
+        self._http = httpx.Client(base_url=self.base_url, verify=verify, timeout=httpx.Timeout(wait_s + 30.0),
+                                  limits=httpx.Limits(max_connections=None, max_keepalive_connections=1000))
+        self._stop = threading.Event()
         if heartbeat_s:
             threading.Thread(target=self._beat, args=(heartbeat_s,), name="rollmux-heartbeat", daemon=True).start()
 
+    # -- admin ---------------------------------------------------------------------------
     def submit(self, record: dict) -> dict:
-        """Submit a job and keep its token; returns the service's answer."""
-        out = self._call("submit", record)
+        """Submit a job (admin token) and keep its token; returns the server's answer."""
+        out = self._call("POST", "/v1/jobs", self._admin, record)
         self.tokens[out["job_id"]] = out["token"]
         return out
 
+    def status(self) -> dict:
+        """The admin's status view."""
+        return self._call("GET", "/v1/status", self._admin)
+
+    def cancel(self, job_id: str) -> dict:
+        """Cancel a job (admin token if set, else the job's own)."""
+        return self._call("DELETE", f"/v1/jobs/{job_id}", self._admin or self.tokens.get(job_id))
+
+    # -- a job's calls -----------------------------------------------------------------------
     def register(self, job_id: str, token: str) -> None:
         """Act for a job submitted elsewhere."""
         self.tokens[job_id] = token
+
+    def job(self, job_id: str) -> dict:
+        """The job's own status."""
+        return self._call("GET", f"/v1/jobs/{job_id}", self.tokens.get(job_id))
 
     def acquire(self, job_id: str, phase: str) -> Grant:
         """Block until the permit is granted."""
         return _grant(self.acquire_dict(job_id, phase))
 
-    def set_nodes(self, job_id: str, node_ids: list[str]) -> None:
-        """The Ray nodes the job's workers run on (sent with heartbeats: if one dies, the
-        service re-admits the job); sent at once as well."""
-        self.nodes[job_id] = list(node_ids)
-        self._call("heartbeat", job_id, self.tokens.get(job_id), self.nodes[job_id])
-
     def acquire_dict(self, job_id: str, phase: str) -> dict:
-        """The permit as the service sent it (with the job's placement and epoch)."""
-        # last_grant lets the service tell a lost reply from an acquire that overtook its release.
-        d = self._call("acquire", job_id, phase, self.tokens.get(job_id), self._last_grant.get(job_id))
+        """The permit as the server sent it (with the job's placement, epoch and lease)."""
+        while True:
+            body = {"phase": phase, "last_grant": self._last_grant.get(job_id), "wait_s": self.wait_s}
+            d = self._call("POST", f"/v1/jobs/{job_id}/acquire", self.tokens.get(job_id), body)
+            if d is not None:  # None: 204, the long poll ran out; ask again
+                break
         self._last_grant[job_id] = max(d.get("grant_no", 0), self._last_grant.get(job_id, 0))
+        self._held[(job_id, phase)] = d.get("grant_no")
         return d
 
+    def set_nodes(self, job_id: str, node_ids: list[str]) -> None:
+        """The Ray nodes the job's workers run on (sent with every heartbeat, and at once)."""
+        self.nodes[job_id] = list(node_ids)
+        self.heartbeat(job_id)
+
+    def heartbeat(self, job_id: str, readmit: str | None = None) -> dict:
+        """Tell the server the job is alive (and where its workers run)."""
+        body: dict[str, Any] = {"nodes": self.nodes.get(job_id)}
+        if readmit is not None:
+            body["readmit"] = readmit
+        return self._call("POST", f"/v1/jobs/{job_id}/heartbeat", self.tokens.get(job_id), body)
+
+    def progress(self, job_id: str, done: int, total: int) -> dict:
+        """Finished/total responses of the running rollout."""
+        return self._call("POST", f"/v1/jobs/{job_id}/progress", self.tokens.get(job_id),
+                          {"done": done, "total": total})
+
     def tail_started(self, job_id: str) -> None:
-        """Report a tail-bound rollout."""
-        self._call("tail_started", job_id, self.tokens.get(job_id))
+        """The shim saw its rollout become tail-bound."""
+        self.progress(job_id, 1, 1)
 
     def release(self, timings: PhaseTimings) -> None:
-        """Release without waiting for the round trip: no later request of this job depends
-        on it (the service orders it before the job's next grant); `drain` before `finish`."""
-        args = (timings.job_id, timings.phase, asdict(timings), self.tokens.get(timings.job_id))
-        ref = self.handle.release.remote(*args)
-        with self._lock:
-            self._releases.append((ref, args))
+        """Hand the permit back with the measured timings."""
+        key = (timings.job_id, timings.phase)
+        body = {"grant_no": self._held.pop(key, None), "phase": timings.phase,
+                "timings": {k: v for k, v in asdict(timings).items() if k not in ("job_id", "phase")}}
+        self._call("POST", f"/v1/jobs/{timings.job_id}/release", self.tokens.get(timings.job_id), body,
+                   resent_ok=True)
 
     def drain(self) -> None:
-        """Wait until every release sent so far has been applied (raises a refusal, if any)."""
-        import ray
-        with self._lock:
-            sent, self._releases = self._releases, []
-        for ref, args in sent:
-            try:
-                ray.get(ref)
-            except Exception as exc:
-                if not _actor_died(exc):
-                    raise
-                self._resend(args)
+        """Releases are confirmed when `release` returns: nothing to wait for."""
 
     def finish(self, job_id: str) -> None:
-        """Leave the scheduler: drain releases, then tell the service the job is done."""
-        self.drain()
-        self._call("finish", job_id, self.tokens.get(job_id))
+        """The job is done: it leaves its group."""
+        self._call("POST", f"/v1/jobs/{job_id}/finish", self.tokens.get(job_id), {})
         self.tokens.pop(job_id, None)
 
     def readmit(self, job_id: str, reason: str) -> dict:
         """The job lost its workers: be placed again like a new arrival."""
-        self.drain()
-        return self._call("readmit", job_id, reason, self.tokens.get(job_id))
+        return self.heartbeat(job_id, readmit=reason)
 
     def close(self) -> None:
-        """Stop heartbeats."""
+        """Stop heartbeats and close the connections."""
         self._stop.set()
+        self._http.close()
 
     # -- internals ------------------------------------------------------------------------
-    def _call(self, method: str, *args: Any) -> Any:
-        import ray
+    def _call(self, method: str, path: str, token: str | None, body: dict | None = None,
+              resent_ok: bool = False) -> Any:
+        """One API call, retried through a restarting server; raises the server's refusal."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + self.retry_for_s
+        retried = False
         while True:
             try:
-                return ray.get(getattr(self.handle, method).remote(*args))
-            except Exception as exc:
-                if not _actor_died(exc) or time.monotonic() > deadline:
-                    raise
+                resp = self._http.request(method, path, json=body, headers=headers)
+            except httpx.TransportError:
+                resp = None
+            if resp is not None and resp.status_code not in (502, 503, 504):
+                if resp.status_code == 204:
+                    return None
+                if resp.is_success:
+                    return resp.json()
+                if resent_ok and retried and resp.status_code == 409:
+                    return None  # the first attempt was applied before the connection broke
+                raise _error(resp)
+            if time.monotonic() > deadline:
+                raise Unavailable(f"{method} {path}: the scheduler did not answer for {self.retry_for_s:g}s")
+            retried = True
             self.retries += 1
-            time.sleep(0.2)  # Ray is restarting the actor; it replays its journal
-            self.drain()      # releases the old instance may have lost go first
-
-    def _resend(self, args: tuple) -> None:
-        from rollmux.live.service import ServiceError
-        try:
-            self._call("release", *args)
-        except ServiceError as exc:
-            if "holds no" not in str(exc):  # applied before the restart: nothing to do
-                raise
+            time.sleep(0.1)  # the server is restarting (it replays its journal) or busy committing
 
     def _beat(self, every_s: float) -> None:
-        import ray
         wait = every_s
         while not self._stop.wait(wait):
             wait = every_s
             for job_id, token in list(self.tokens.items()):
                 try:
-                    ray.get(self.handle.heartbeat.remote(job_id, token, self.nodes.get(job_id)),
-                            timeout=every_s * 4)
-                except Exception:  # noqa: BLE001 -- a restarting service: beat again soon
+                    self._http.post(f"/v1/jobs/{job_id}/heartbeat", json={"nodes": self.nodes.get(job_id)},
+                                    headers={"Authorization": f"Bearer {token}"}, timeout=every_s * 4)
+                except httpx.HTTPError:  # a restarting server: beat again soon
                     wait = min(every_s, 0.1)
-
-
-class CorePermitClient:
-    """The same calls on an in-process `SchedulerCore` (tests, benchmarks, `rollmux chaos`)."""
-
-    def __init__(self, core: Any) -> None:
-        self.core = core
-        self.tokens: dict[str, str] = {}
-
-    def submit(self, record: dict) -> dict:
-        """Submit a job and keep its token."""
-        out = self.core.submit(record)
-        self.tokens[out["job_id"]] = out["token"]
-        return out
-
-    def acquire(self, job_id: str, phase: str) -> Grant:
-        """Block until the permit is granted."""
-        return _grant(self.core.acquire(job_id, phase, self.tokens.get(job_id)))
-
-    def tail_started(self, job_id: str) -> None:
-        """Report a tail-bound rollout."""
-        self.core.tail_started(job_id, self.tokens.get(job_id))
-
-    def release(self, timings: PhaseTimings) -> None:
-        """Release with the measured timings."""
-        self.core.release(timings.job_id, timings.phase, asdict(timings), self.tokens.get(timings.job_id))
-
-    def heartbeat(self, job_id: str, nodes: list[str] | None = None) -> dict:
-        """Tell the service the job is alive (and where its workers run)."""
-        return self.core.heartbeat(job_id, self.tokens.get(job_id), nodes)
-
-    def finish(self, job_id: str) -> None:
-        """The job is done."""
-        self.core.finish(job_id, self.tokens.get(job_id))
-
-    def readmit(self, job_id: str, reason: str) -> dict:
-        """The job lost its workers: be placed again."""
-        return self.core.readmit(job_id, reason, self.tokens.get(job_id))

@@ -1,19 +1,23 @@
-"""The scheduler service of the live plane: one detached, named Ray actor (DESIGN §8).
+"""The scheduler service's core (DESIGN §8): the live `ClusterState`, free of HTTP and Ray.
 
 It runs the simulator's scheduler unchanged: `LiveState` wraps the same
 `ClusterState` (placement policy, plan validation, one `GroupController` per
 group, departures, regrouping). `SchedulerCore` adds what a live service
 needs around it:
 
-- one scheduler thread (`WallClockEnvironment`) owns the state; Ray's call
-  threads hand it their work and wait;
-- every decision is journaled (SQLite or Redis, `rollmux.live.journal`)
-  before it takes effect; a restarted service replays the journal, and the
-  permits jobs still hold stay held, so none is granted twice;
-- each job gets a token at submission; every later call must carry it;
-- heartbeats: a job silent for `heartbeat_timeout_s` is failed, its permits
-  reclaimed, and its group goes on without it;
-- long-tail regrouping: members of a dissolved group move at their next
+- one scheduler thread (`WallClockEnvironment`) owns the state; callers (the
+  HTTP server's event loop, tests) hand it their work as futures;
+- **write-ahead, group commit**: every decision is staged in the journal
+  before memory changes; a batch of decisions is committed (one fsync) before
+  any of their replies goes out. A failed stage or commit rolls the batch
+  back and rebuilds memory from the journal, so memory always equals a
+  replay of what is committed, and the batch's callers get `Unavailable`;
+- tokens: an admin token, and one per job (stored only as SHA-256 hashes);
+  every operation is authorized for its caller (`caller`, `_authorize`);
+- heartbeats (a silent job is failed) and **phase leases** (a phase that
+  outlives its lease is hung: the job is failed), both reclaiming permits so
+  the group goes on;
+- departure-time regrouping: members of a dissolved group move at their next
   iteration boundary (their next permit carries the new placement).
 """
 
@@ -38,26 +42,24 @@ from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
 from rollmux.live.codec import job_to_dict, plan_to_dict
-from rollmux.live.journal import open_store
+from rollmux.live.journal import JournalError, Store, open_store
 from rollmux.live.live_state import LiveState
+from rollmux.live.refusals import (AuthError, BadRequest, Conflict, Forbidden, JobGone, NotFound, ServiceError,
+                                   Unavailable)
+from rollmux.live.views import job_view, metrics_snapshot, status_view
 from rollmux.shim import PHASES
 
-NAMESPACE = "rollmux"
-ACTOR_NAME = "scheduler"
 TIMING_FIELDS = ("wait_s", "onload_s", "run_s", "offload_s")
+ADMIN = "<admin>"  # the caller identity of the admin token (never a job id: job ids are validated names)
 log = logging.getLogger("rollmux.service")
 
-
-class ServiceError(Exception):
-    """A request the service refused; nothing changed."""
-
-
-class AuthError(ServiceError):
-    """Missing or wrong job token."""
+__all__ = ["ADMIN", "AuthError", "BadRequest", "Conflict", "Forbidden", "JobGone", "NotFound", "SchedulerCore",
+           "ServiceError", "Unavailable", "hash_token"]
 
 
-class JobGone(ServiceError):
-    """The job is no longer scheduled (finished, or failed: the message says why)."""
+def hash_token(token: str) -> str:
+    """How a token is stored and compared: its SHA-256, hex."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class _NoJournal:
@@ -66,13 +68,29 @@ class _NoJournal:
     url = "memory:"
 
     def __init__(self) -> None:
-        self.seq = 0
+        self.seq = self._staged = 0
+
+    def stage(self, kind: str, payload: dict) -> int:
+        self._staged += 1
+        return self.seq + self._staged
+
+    def commit(self) -> None:
+        self.seq, self._staged = self.seq + self._staged, 0
+
+    def rollback(self) -> None:
+        self._staged = 0
+
+    def pending(self) -> int:
+        return self._staged
 
     def append(self, kind: str, payload: dict) -> int:
-        self.seq += 1
+        self.stage(kind, payload)
+        self.commit()
         return self.seq
 
     def records(self, after: int = 0) -> list:
+        if self.seq:  # memory only: there is nothing to rebuild from
+            raise JournalError("memory: an in-memory journal cannot be replayed")
         return []
 
     def snapshot(self) -> None:
@@ -83,10 +101,6 @@ class _NoJournal:
 
     def close(self) -> None:
         pass
-
-
-def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _config_record(cluster: ClusterSpec, cfg: SchedulerConfig) -> dict:
@@ -100,14 +114,49 @@ def _config_from(d: dict) -> tuple[ClusterSpec, SchedulerConfig]:
 
 
 class SchedulerCore:
-    """The service's logic, free of Ray (so it is testable in-process)."""
+    """The service's logic, free of HTTP and Ray (so it is testable in-process)."""
 
     def __init__(self, cluster: dict | None = None, cfg: SchedulerConfig | None = None,
-                 store: str | None = None, heartbeat_timeout_s: float | None = None,
-                 check_every_s: float = 0.5, watch_ray_nodes: bool = False,
-                 snapshot_every: int = 2000) -> None:
+                 store: str | Store | None = None, heartbeat_timeout_s: float | None = None,
+                 check_every_s: float = 0.5, watch_ray_nodes: bool = False, snapshot_every: int = 2000,
+                 admin_token: str | None = None, lease_factor: float = 2.0, lease_min_s: float = 60.0,
+                 telemetry: Any = None, tail_threshold: float = 0.8) -> None:
         self.env = WallClockEnvironment()
-        self.journal = open_store(store) if store else _NoJournal()
+        self.journal = (open_store(store) if isinstance(store, str) else store) if store else _NoJournal()
+        self._admin_hash = hash_token(admin_token) if admin_token else None
+        self.telemetry = telemetry
+        self.lease_factor, self.lease_min_s, self.tail_threshold = lease_factor, lease_min_s, tail_threshold
+        self.snapshot_every = snapshot_every
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.refused: deque[dict] = deque(maxlen=1000)  # refused requests (auth and bad input), newest last
+        self.refused_count = 0
+        self._waiting: dict[tuple[str, str], Future] = {}  # permits asked for, not yet granted
+        self._after_release: dict[tuple[str, str], Future] = {}  # acquires that overtook their release
+        self._replies: list[tuple[Future, Any, BaseException | None]] = []  # held until their batch commits
+        self._flush_due = False
+        self._gen = 0  # bumped by a rebuild: callbacks of the old controllers are void
+        self._timeline: deque[dict] = deque(maxlen=5000)  # phase intervals per node (observability only)
+        self._open: dict[tuple[str, str], list[dict]] = {}
+        self._tail_sent: set[str] = set()
+        self._nodes_of: dict[str, set[str]] = {}  # job -> Ray node ids of its workers (heartbeats)
+        self._load(cluster, cfg)
+        # A restart grants every job a grace period: its heartbeats were failing while the
+        # service was down, and failing a live job would hand its held nodes to others.
+        self._started = time.time()
+        grace = time.monotonic() + 2 * (heartbeat_timeout_s or 0.0)
+        self._seen = {j: grace for j, r in self.state.jobs.items() if r.active}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self.env.serve, name="rollmux-scheduler", daemon=True)
+        self._thread.start()
+        self._check_every = check_every_s
+        self.request("drain").result()
+        self.env.call_later(check_every_s, self._watchdog)
+        if watch_ray_nodes:
+            self.watch_ray_nodes()
+
+    # -- state from the journal -------------------------------------------------------------
+    def _load(self, cluster: dict | None, cfg: SchedulerConfig | None) -> None:
+        """Build memory from the journal (snapshot, then later records); a fresh store gets its config."""
         snap = self.journal.snapshot()
         records = self.journal.records(after=snap[0] if snap else 0)
         self.recovered_records = (snap[0] if snap else 0) + len(records)
@@ -126,34 +175,16 @@ class SchedulerCore:
                                          migration_stall_s=spec.cold_switch_s)
             config = _config_record(spec, cfg)
             self.journal.append("config", config)
+            self.recovered_records = 1
         self._config = config
-        self.snapshot_every = snapshot_every
-        self._depth = 0     # nesting of _record (a release's apply may grant): snapshot only at 0
         self._last_seq = self._snap_seq = self.recovered_records
         self.state = LiveState(self.env, spec, cfg)
         if snap:
             self.state.load(snap[1])
         for r in records:
             self.state.apply(r.kind, r.payload, replay=True)
-        self.heartbeat_timeout_s = heartbeat_timeout_s
-        self.refused: list[dict] = []         # refused requests (auth and bad input), newest last
-        self._waiting: dict[tuple[str, str], Future] = {}  # permits asked for, not yet granted
-        self._after_release: dict[tuple[str, str], Future] = {}  # acquires that overtook their release
+        self._token_of = {r.token_hash: j for j, r in self.state.jobs.items()}
         self._queue: deque[str] = deque(j for j, r in self.state.jobs.items() if r.status in ("queued", "moving"))
-        # A restart grants every job a grace period: its heartbeats were failing while the
-        # service was down, and failing a live job would hand its held nodes to others.
-        grace = time.monotonic() + 2 * (heartbeat_timeout_s or 0.0)
-        self._seen = {j: grace for j, r in self.state.jobs.items() if r.active}
-        self._nodes_of: dict[str, set[str]] = {}  # job -> Ray node ids of its workers (heartbeats)
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self.env.serve, name="rollmux-scheduler", daemon=True)
-        self._thread.start()
-        self._on_loop(self._drain)
-        if heartbeat_timeout_s is not None:
-            self._check_every = check_every_s
-            self.env.call_later(check_every_s, self._watchdog)
-        if watch_ray_nodes:
-            threading.Thread(target=self._watch_ray_nodes, args=(check_every_s,), daemon=True).start()
 
     def _first_config(self, first) -> dict:
         """The payload of a journal's first record, which must be its 'config'."""
@@ -161,54 +192,156 @@ class SchedulerCore:
             raise ServiceError(f"journal {self.journal.url}: first record is {first.kind!r}, not 'config'")
         return first.payload
 
+    def _rebuild(self, why: BaseException) -> None:
+        """A journal write failed: drop the batch, rebuild memory from the journal, fail its callers."""
+        log.error("journal write failed, rolling memory back to the journal: %s", why)
+        try:
+            self.journal.rollback()
+        except JournalError as exc:  # the batch is lost either way; the rebuild reads what is committed
+            log.error("journal rollback failed: %s", exc)
+        self._gen += 1
+        failed, self._replies = self._replies, []
+        self._load(None, None)
+        self._open.clear()
+        err = Unavailable(f"the journal could not record the decision; nothing changed, ask again ({why})")
+        for fut, _, _ in failed:
+            if not fut.done():
+                fut.set_exception(err)
+        for (jid, phase), fut in list(self._waiting.items()):  # still waiting: ask the new controllers
+            job = self.state.jobs.get(jid)
+            if fut.done() or job is None or not job.active:
+                self._waiting.pop((jid, phase))
+                if not fut.done():
+                    fut.set_exception(err)
+            elif phase in job.held:  # the rebuild kept a grant it had (its reply was lost)
+                self._waiting.pop((jid, phase))
+                fut.set_result(job.held[phase])
+            elif job.group_id is not None:
+                self._request(jid, phase)
+        self._drain()
+
     # -- plumbing -----------------------------------------------------------------------
-    def _on_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run fn on the scheduler thread and return its result (or raise its error)."""
+    def request(self, op: str, *args: Any) -> Future:
+        """Run `_op_<op>(*args)` on the scheduler thread; its result arrives once its records commit."""
+        fn = getattr(self, f"_op_{op}")
         fut: Future = Future()
 
         def call() -> None:
             try:
-                fut.set_result(fn(*args))
-            except Exception as exc:  # handed back to the caller's thread
+                result = fn(*args)
+            except ServiceError as exc:  # refused before any change
                 fut.set_exception(exc)
+                return
+            except JournalError as exc:
+                self._replies.append((fut, None, None))
+                self._rebuild(exc)
+                return
+            except Exception as exc:  # a bug: memory may be half-changed, so rebuild it from the journal
+                log.exception("operation %s failed", op)
+                self._replies.append((fut, None, None))
+                self._rebuild(exc)
+                return
+            self._reply(fut, result)
         self.env.call_at(self.env.now(), call)
-        return fut.result()
+        return fut
 
-    def _record(self, kind: str, payload: dict) -> Any:
-        """Journal a decision, then carry it out (the write-ahead rule); returns what `apply` does."""
-        self._last_seq = self.journal.append(kind, payload)
-        self._depth += 1
+    def _reply(self, fut: Future, value: Any) -> None:
+        """Answer once everything journaled so far is committed (group commit)."""
+        self._replies.append((fut, value, None))
+        if not self._flush_due:
+            self._flush_due = True
+            self.env.call_at(self.env.now(), self._flush)
+
+    def _flush(self) -> None:
+        """Commit the batch (one fsync for every decision since the last), then send its replies."""
+        self._flush_due = False
+        staged = self.journal.pending()
+        if staged:
+            try:
+                self.journal.commit()
+            except JournalError as exc:
+                self._rebuild(exc)
+                return
+            if self.telemetry is not None:
+                self.telemetry.journal_records(staged)
+            self._maybe_snapshot()
+        replies, self._replies = self._replies, []
+        for fut, value, _ in replies:
+            if not fut.done():
+                fut.set_result(value)
+
+    def _maybe_snapshot(self) -> None:
+        """Compaction: a restart loads the snapshot and replays only later records. Not fatal."""
+        if not self.snapshot_every or self._last_seq - self._snap_seq < self.snapshot_every:
+            return
         try:
-            result = self.state.apply(kind, payload)
-        finally:
-            self._depth -= 1
-        if self._depth == 0 and self.snapshot_every and self._last_seq - self._snap_seq >= self.snapshot_every:
-            # Compaction: a restart loads this and replays only the records after it.
             self.journal.save_snapshot(self._last_seq, {"config": self._config, **self.state.dump()})
             self._snap_seq = self._last_seq
+        except JournalError as exc:  # the records are all there: a restart just replays more of them
+            log.warning("snapshot failed (the journal is intact; will retry): %s", exc)
+            self._snap_seq = self._last_seq
+
+    def _record(self, kind: str, payload: dict) -> Any:
+        """Stage a decision in the journal, then carry it out (the write-ahead rule)."""
+        self._last_seq = self.journal.stage(kind, payload)
+        result = self.state.apply(kind, payload)
+        if kind == "submit":
+            self._token_of[payload["token_hash"]] = payload["job"]["job_id"]
         return result
 
-    def _refuse(self, op: str, job_id: Any, why: str, exc: type[ServiceError] = ServiceError) -> ServiceError:
+    def _refuse(self, op: str, job_id: Any, why: str, exc: type[ServiceError] = BadRequest,
+                field: str | None = None) -> ServiceError:
         log.warning("refused %s for job %r: %s", op, job_id, why)
         self.refused.append({"op": op, "job_id": str(job_id), "why": why, "at": time.time()})
-        del self.refused[:-1000]
-        return exc(f"{op} for job {job_id!r}: {why}")
+        self.refused_count += 1
+        if self.telemetry is not None:
+            self.telemetry.refused(exc.reason)
+        return exc(f"{op} for job {job_id!r}: {why}", field)
 
-    def _job(self, op: str, job_id: Any, token: Any):
-        """The job, once its token checks out (the error names what is wrong)."""
+    # -- who is calling ---------------------------------------------------------------------
+    def identify(self, token: Any) -> str | None:
+        """The identity a bearer token proves: ADMIN, a job id, or None (no or unknown token)."""
+        if not isinstance(token, str) or not token:
+            return None
+        h = hash_token(token)
+        if self._admin_hash is not None and hmac.compare_digest(h, self._admin_hash):
+            return ADMIN
+        jid = self._token_of.get(h)
+        job = self.state.jobs.get(jid) if jid is not None else None
+        # The dict lookup found the candidate; the stored hash is still compared in constant time.
+        return jid if job is not None and hmac.compare_digest(h, job.token_hash) else None
+
+    def caller(self, token: Any, job_id: Any = None) -> str:
+        """The identity of `token`, or AuthError (401) naming the job it was meant for."""
+        who = self.identify(token)
+        if who is None:
+            raise self._refuse("auth", job_id, "no bearer token" if not token else "missing or wrong token",
+                               AuthError)
+        return who
+
+    def _authorize(self, op: str, caller: str, job_id: Any, admin_ok: bool = False):
+        """The job `caller` may act on with `op`, or the refusal (403 / 404)."""
+        if caller == ADMIN and not admin_ok:
+            raise self._refuse(op, job_id, "the admin token cannot act as a job", Forbidden)
+        if caller != ADMIN and caller != job_id:
+            raise self._refuse(op, job_id, "this token belongs to another job", Forbidden)
         job = self.state.jobs.get(job_id) if isinstance(job_id, str) else None
         if job is None:
-            raise self._refuse(op, job_id, "unknown job id")
-        if not isinstance(token, str) or not hmac.compare_digest(_hash(token), job.token_hash):
-            raise self._refuse(op, job_id, "missing or wrong token", AuthError)
+            raise self._refuse(op, job_id, "unknown job id", NotFound)
+        if caller != ADMIN and job.active:
+            self._seen[job_id] = time.monotonic()
+        return job
+
+    def _active(self, op: str, job):
+        """Refuse (410) an operation on a job that is no longer scheduled."""
         if not job.active:
-            raise self._refuse(op, job_id, f"job is {job.status}" + (f" ({job.reason})" if job.reason else ""), JobGone)
-        self._seen[job_id] = time.monotonic()
+            raise self._refuse(op, job.spec.job_id,
+                               f"job is {job.status}" + (f" ({job.reason})" if job.reason else ""), JobGone)
         return job
 
     # -- submission and placement -----------------------------------------------------------
-    def submit(self, record: dict) -> dict:
-        """Validate and place a job; returns its token and where it went (group None: queued)."""
+    def parse_job(self, record: Any) -> JobSpec:
+        """Validate a job record (DESIGN §2): BadRequest naming the first bad field."""
         if not isinstance(record, dict):
             raise self._refuse("submit", None, f"a job record must be a mapping, not {type(record).__name__}")
         try:
@@ -217,21 +350,26 @@ class SchedulerCore:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(record)"
             raise self._refuse("submit", record.get("job_id"),
-                               f"field {where}: {first['msg']} ({exc.error_count()} error(s))") from None
+                               f"field {where}: {first['msg']} ({exc.error_count()} error(s))",
+                               field=where) from None
         extra = unknown_fields(job)
         if extra:  # a typo in a live submission is refused, not guessed at
-            raise self._refuse("submit", job.job_id, f"unknown field(s) {', '.join(extra)}")
+            raise self._refuse("submit", job.job_id, f"unknown field(s) {', '.join(extra)}", field=extra[0])
         reason = self.state.cluster.cluster.job_unplaceable_reason(job)
         if reason is not None:
             raise self._refuse("submit", job.job_id, f"can never be placed: {reason}")
-        return self._on_loop(self._submit, job)
+        return job
 
-    def _submit(self, job: JobSpec) -> dict:
+    def _op_submit(self, caller: str, job: JobSpec) -> dict:
+        if caller != ADMIN:
+            raise self._refuse("submit", job.job_id, "only the admin may submit jobs", Forbidden)
         old = self.state.jobs.get(job.job_id)
         if old is not None and old.active:
-            raise self._refuse("submit", job.job_id, "already submitted and still running")
+            raise self._refuse("submit", job.job_id, "already submitted and still running", Conflict)
         token = secrets.token_urlsafe(24)
-        self._record("submit", {"job": job_to_dict(job), "token_hash": _hash(token), "at": time.time()})
+        if old is not None:
+            self._token_of.pop(old.token_hash, None)
+        self._record("submit", {"job": job_to_dict(job), "token_hash": hash_token(token), "at": time.time()})
         self._seen[job.job_id] = time.monotonic()
         self._queue.append(job.job_id)
         self._drain()
@@ -239,11 +377,16 @@ class SchedulerCore:
 
     def _placement(self, job_id: str) -> dict:
         job = self.state.jobs[job_id]
-        out = {"group_id": job.group_id, "epoch": job.epoch, "status": job.status}
+        out = {"group_id": job.group_id, "group": job.group_id, "epoch": job.epoch, "status": job.status,
+               "case": job.case, "nodes": None}
         if job.group_id is not None:
             m = self.state.cluster.groups[job.group_id].member(job_id)
-            out.update(rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes), case=job.case)
+            out.update(rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes),
+                       nodes={"rollout": list(m.rollout_nodes), "train": list(m.train_nodes)})
         return out
+
+    def _op_drain(self) -> None:
+        self._drain()
 
     def _drain(self) -> None:
         """Place queued and moving jobs, first come first served (a mover goes first)."""
@@ -256,117 +399,161 @@ class SchedulerCore:
             plan = self.state.cluster.decide(job.spec, self.state.progress(time.time()))
             if plan is None:
                 return  # FIFO: the head waits for nodes, and so does everyone behind it
-            self._queue.popleft()
             self._record("place", {"job_id": jid, "plan": plan_to_dict(plan), "arrival": job.epoch == 0})
+            self._queue.popleft()
+            if self.telemetry is not None and job.epoch == 1:
+                self.telemetry.admitted(job.case)
             for phase in PHASES:  # permits asked for while it had no group
                 if (jid, phase) in self._waiting and self.state.jobs[jid].group_id is not None:
                     self._request(jid, phase)
 
     # -- permits --------------------------------------------------------------------------
-    def acquire(self, job_id: str, phase: str, token: str | None = None, last_grant: int | None = None) -> dict:
-        """Block until the job may run `phase`; returns the permit (with the job's placement).
+    def _op_acquire(self, caller: str, job_id: str, phase: Any, last_grant: Any = None) -> Future:
+        """A future permit. Asking again while waiting re-attaches to the same request (long polls).
 
         `last_grant`: the newest `grant_no` the caller has received. If the job still holds
         this phase, a newer held permit means the reply was lost (it is returned again); an
-        older one means its release is still on the way (calls may overtake each other in a
-        threaded actor), so the request waits for that release."""
-        return self._on_loop(self._acquire, job_id, phase, token, last_grant).result()
-
-    def _acquire(self, job_id: str, phase: str, token: Any, last_grant: Any = None) -> Future:
-        job = self._job("acquire", job_id, token)
+        older one means its release is still on the way, so the request waits for it."""
+        job = self._active("acquire", self._authorize("acquire", caller, job_id))
         if phase not in PHASES:
-            raise self._refuse("acquire", job_id, f"unknown phase {phase!r}; use one of {PHASES}")
-        fut: Future = Future()
-        if (job_id, phase) in self._waiting or (job_id, phase) in self._after_release:
-            raise self._refuse("acquire", job_id, f"already waiting for a {phase} permit")
+            raise self._refuse("acquire", job_id, f"unknown phase {phase!r}; use one of {PHASES}", field="phase")
+        if last_grant is not None and (isinstance(last_grant, bool) or not isinstance(last_grant, int)):
+            raise self._refuse("acquire", job_id, "last_grant must be an integer or null", field="last_grant")
+        fut = self._waiting.get((job_id, phase)) or self._after_release.get((job_id, phase))
+        if fut is not None:
+            return fut
+        fut = Future()
         if phase in job.held:
-            if not isinstance(last_grant, int) or job.held[phase].get("grant_no", 0) > last_grant:
+            if last_grant is None or job.held[phase].get("grant_no", 0) > last_grant:
                 fut.set_result(job.held[phase])  # a retry whose first reply was lost
             else:
                 self._after_release[(job_id, phase)] = fut
             return fut
         self._waiting[(job_id, phase)] = fut
+        fut.asked_at = time.monotonic()
         if job.group_id is not None:
             self._request(job_id, phase)
         return fut
 
+    def lease_s(self, spec: JobSpec, phase: str, switch_s: float) -> float:
+        """How long a permit may be held: the declared worst-case phase time with a margin."""
+        worst = spec.rollout_s.max if phase == "rollout" else spec.train_s * spec.rollout_s.max / spec.rollout_s.median
+        return max(self.lease_min_s, self.lease_factor * worst + switch_s)
+
     def _request(self, job_id: str, phase: str) -> None:
         job = self.state.jobs[job_id]
         ctl = self.state.cluster.controllers[job.group_id]
+        gen = self._gen
 
         def on_grant(grant) -> None:
+            if gen != self._gen:  # a controller from before a rebuild
+                return
             fut = self._waiting.pop((job_id, phase))
             m = ctl.group.member(job_id)
-            payload = {**asdict(grant), "nodes": list(grant.nodes), "epoch": job.epoch, "at": time.time(),
-                       "grant_no": self.state.grants + 1,
+            at = time.time()
+            payload = {**asdict(grant), "nodes": list(grant.nodes), "epoch": job.epoch, "at": at,
+                       "grant_no": self.state.grants + 1, "lease_s": self.lease_s(job.spec, phase, grant.switch_s),
                        "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes)}
-            try:
-                self._record("grant", payload)
-            except Exception as exc:  # not journaled: undo it, so it was never granted
-                ctl.release(job_id, phase)
-                fut.set_exception(exc)
-                return
-            fut.set_result(payload)
+            self._record("grant", payload)  # a JournalError unwinds to `request`, which rebuilds
+            self._opened(payload)
+            if self.telemetry is not None and hasattr(fut, "asked_at"):
+                self.telemetry.permit_wait(time.monotonic() - fut.asked_at)
+            self._reply(fut, payload)
         ctl.request(job_id, phase, on_grant)
 
-    def release(self, job_id: str, phase: str, timings: dict, token: str | None = None) -> None:
-        """The job ended a phase with these measured timings; a train phase ends an iteration."""
-        self._on_loop(self._release, job_id, phase, timings, token)
+    def _opened(self, grant: dict) -> None:
+        """A phase interval per node starts (the dashboard's timeline)."""
+        rows = [{"group_id": grant["group_id"], "pool": grant["pool"], "node": n, "job_id": grant["job_id"],
+                 "phase": grant["phase"], "start": grant["at"], "end": None} for n in grant["nodes"]]
+        self._timeline.extend(rows)
+        self._open[(grant["job_id"], grant["phase"])] = rows
 
-    def _release(self, job_id: str, phase: str, timings: Any, token: Any) -> None:
-        job = self._job("release", job_id, token)
+    def _closed(self, job_id: str, phase: str) -> None:
+        for row in self._open.pop((job_id, phase), []):
+            row["end"] = time.time()
+
+    def _op_release(self, caller: str, job_id: str, phase: Any, timings: Any, grant_no: Any = None) -> dict:
+        job = self._active("release", self._authorize("release", caller, job_id))
+        if phase not in PHASES:
+            raise self._refuse("release", job_id, f"unknown phase {phase!r}; use one of {PHASES}", field="phase")
         epoch = timings.get("epoch") if isinstance(timings, dict) else None
         if isinstance(epoch, int) and 0 < epoch < job.epoch:
             log.info("stale release of %s by %s (epoch %d < %d): ignored", phase, job_id, epoch, job.epoch)
-            return  # its permit was reclaimed when it was re-admitted: nothing left to free
-        if phase not in job.held:
-            raise self._refuse("release", job_id, f"holds no {phase!r} permit (double release?)")
+            return {"stale": True}  # its permit was reclaimed when it was re-admitted: nothing left to free
+        held = job.held.get(phase)
+        if held is None or (isinstance(grant_no, int) and grant_no != held.get("grant_no")):
+            raise self._refuse("release", job_id, f"holds no {phase!r} permit"
+                               + (f" numbered {grant_no}" if grant_no is not None else "") + " (double release?)",
+                               Conflict)
         if not isinstance(timings, dict) or any(
-                not isinstance(timings.get(k), (int, float)) or not timings[k] >= 0 for k in TIMING_FIELDS):
-            raise self._refuse("release", job_id, f"timings must give {', '.join(TIMING_FIELDS)} as numbers >= 0")
+                isinstance(timings.get(k), bool) or not isinstance(timings.get(k), (int, float))
+                or not timings[k] >= 0 for k in TIMING_FIELDS):
+            raise self._refuse("release", job_id, f"timings must give {', '.join(TIMING_FIELDS)} as numbers >= 0",
+                               field="timings")
         self._record("release", {"job_id": job_id, "phase": phase,
                                  "timings": {k: float(timings[k]) for k in TIMING_FIELDS}})
+        self._closed(job_id, phase)
+        if self.telemetry is not None:
+            self.telemetry.phase_done(phase, float(timings["run_s"]))
+            self.telemetry.context_switch("cold" if held.get("switch_s", 0) > self.state.cfg.intra.warm_switch_s
+                                          else "warm", float(timings["onload_s"]))
+        if phase == "rollout":
+            self._tail_sent.discard(job_id)
         self._resume_after_release(job_id, phase)
         if phase == "train" and self.state.jobs[job_id].migrate:
             self._move(job_id, "regroup")
+        return {}
 
     def _resume_after_release(self, job_id: str, phase: str) -> None:
         """An acquire that overtook this release may now ask for its permit."""
         fut = self._after_release.pop((job_id, phase), None)
         if fut is not None:
             self._waiting[(job_id, phase)] = fut
+            fut.asked_at = time.monotonic()
             if self.state.jobs[job_id].group_id is not None:
                 self._request(job_id, phase)
 
-    def tail_started(self, job_id: str, token: str | None = None) -> None:
-        """Forward a tail-bound rollout to its group's controller."""
-        def tail() -> None:
-            job = self._job("tail_started", job_id, token)
-            if "rollout" in job.held:
-                self._record("tail", {"job_id": job_id})
-        self._on_loop(tail)
+    def _op_progress(self, caller: str, job_id: str, done: Any, total: Any) -> dict:
+        """Finished/total responses of the running rollout; past the threshold it is tail-bound."""
+        job = self._active("progress", self._authorize("progress", caller, job_id))
+        for name, v in (("done", done), ("total", total)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise self._refuse("progress", job_id, f"{name} must be an integer >= 0", field=name)
+        if done > total:
+            raise self._refuse("progress", job_id, "done must not exceed total", field="done")
+        grant = job.held.get("rollout")
+        tail = (grant is not None and total > 0 and done / total >= self.tail_threshold
+                and job_id not in self._tail_sent and grant.get("tail_share", 0) > 0)
+        if tail:
+            self._tail_sent.add(job_id)
+            self._record("tail", {"job_id": job_id})
+        return {"tail": tail}
 
-    def heartbeat(self, job_id: str, token: str | None = None, nodes: list[str] | None = None) -> dict:
-        """The job is alive (and its workers run on these Ray nodes); returns its placement."""
-        def beat() -> dict:
-            self._job("heartbeat", job_id, token)
-            if nodes is not None and (not isinstance(nodes, (list, tuple))
-                                      or not all(isinstance(n, str) for n in nodes)):
-                raise self._refuse("heartbeat", job_id, "nodes must be a list of Ray node id strings")
-            if nodes is not None:
-                self._nodes_of[job_id] = {str(n) for n in nodes}
-            return self._placement(job_id)
-        return self._on_loop(beat)
+    def _op_heartbeat(self, caller: str, job_id: str, nodes: Any = None, readmit: Any = None) -> dict:
+        """The job is alive (its workers run on these Ray nodes); `readmit`: it lost them, place it again."""
+        self._active("heartbeat", self._authorize("heartbeat", caller, job_id))
+        if nodes is not None and (not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) for n in nodes)):
+            raise self._refuse("heartbeat", job_id, "nodes must be a list of Ray node id strings", field="nodes")
+        if readmit is not None and not isinstance(readmit, str):
+            raise self._refuse("heartbeat", job_id, "readmit must be a reason string", field="readmit")
+        if nodes is not None:
+            self._nodes_of[job_id] = {str(n) for n in nodes}
+        if readmit is not None:
+            self._move(job_id, f"readmit: {readmit[:200]}")
+        return self._placement(job_id)
 
-    def nodes_lost(self, dead: set[str]) -> list[str]:
+    def _op_nodes_lost(self, dead: set[str]) -> list[str]:
         """Ray nodes died: every job with workers there is re-admitted (placed again)."""
-        def lost() -> list[str]:
-            hit = [j for j, ns in self._nodes_of.items() if ns & dead and self.state.jobs[j].active]
-            for jid in hit:
-                gone = sorted(self._nodes_of.pop(jid) & dead)
-                self._move(jid, f"readmit: Ray node(s) {', '.join(gone)} lost")
-            return hit
-        return self._on_loop(lost)
+        hit = [j for j, ns in self._nodes_of.items() if ns & dead and self.state.jobs[j].active]
+        for jid in hit:
+            gone = sorted(self._nodes_of.pop(jid) & dead)
+            self._move(jid, f"readmit: Ray node(s) {', '.join(gone)} lost")
+        return hit
+
+    def watch_ray_nodes(self) -> None:
+        """Poll the Ray cluster this process is connected to for dead nodes (single-cluster mode)."""
+        threading.Thread(target=self._watch_ray_nodes, args=(self._check_every,), name="rollmux-ray-watch",
+                         daemon=True).start()
 
     def _watch_ray_nodes(self, every_s: float) -> None:
         """Poll Ray for dead nodes (off the scheduler thread: it is a GCS call)."""
@@ -380,29 +567,30 @@ class SchedulerCore:
             if dead:
                 known_dead |= dead
                 log.warning("Ray nodes lost: %s", sorted(dead))
-                self.nodes_lost(dead)
+                self.request("nodes_lost", dead).result()
 
     # -- leaving ------------------------------------------------------------------------
-    def finish(self, job_id: str, token: str | None = None) -> None:
-        """The job is done: it leaves its group (an empty group releases its nodes)."""
-        def finish() -> None:
-            self._job("finish", job_id, token)
-            self._depart(job_id, "done", None)
-        self._on_loop(finish)
+    def _op_finish(self, caller: str, job_id: str) -> dict:
+        self._active("finish", self._authorize("finish", caller, job_id))
+        self._depart(job_id, "done", None)
+        return {}
 
-    def readmit(self, job_id: str, reason: str, token: str | None = None) -> dict:
-        """The job lost its workers (e.g. a node died): reclaim its permits and place it again
-        like a new arrival; its next permit carries the new placement."""
-        def readmit() -> dict:
-            self._job("readmit", job_id, token)
-            self._move(job_id, f"readmit: {reason}")
-            return self._placement(job_id)
-        return self._on_loop(readmit)
+    def _op_cancel(self, caller: str, job_id: str) -> dict:
+        """Cancel a job (admin or the job itself): its permits are reclaimed, its group goes on."""
+        self._active("cancel", self._authorize("cancel", caller, job_id, admin_ok=True))
+        self._depart(job_id, "cancelled", "cancelled by " + ("the admin" if caller == ADMIN else "the job"))
+        return {}
+
+    def _op_readmit(self, caller: str, job_id: str, reason: str) -> dict:
+        self._active("readmit", self._authorize("readmit", caller, job_id))
+        self._move(job_id, f"readmit: {reason}")
+        return self._placement(job_id)
 
     def _move(self, job_id: str, why: str) -> None:
         log.info("job %s leaves its group (%s)", job_id, why)
         rest = self._record("move_out", {"job_id": job_id, "why": why})
         for phase in PHASES:  # its permits were reclaimed: overtaking acquires go ahead
+            self._closed(job_id, phase)
             self._resume_after_release(job_id, phase)
         self._repair(rest)
         self._queue.appendleft(job_id)
@@ -410,12 +598,22 @@ class SchedulerCore:
 
     def _depart(self, job_id: str, status: str, reason: str | None) -> None:
         rest = self._record("leave", {"job_id": job_id, "status": status, "reason": reason})
+        self._seen.pop(job_id, None)
+        self._nodes_of.pop(job_id, None)
         for phase in PHASES:
+            self._closed(job_id, phase)
             fut = self._waiting.pop((job_id, phase), None) or self._after_release.pop((job_id, phase), None)
             if fut is not None:
-                fut.set_exception(JobGone(f"job {job_id!r} is {status}" + (f" ({reason})" if reason else "")))
+                self._fail_later(fut, JobGone(f"job {job_id!r} is {status}" + (f" ({reason})" if reason else "")))
         self._repair(rest)
         self._drain()
+
+    def _fail_later(self, fut: Future, exc: BaseException) -> None:
+        """Fail a waiter once the batch that decided it commits."""
+        self._replies.append((fut, None, exc))
+        if not self._flush_due:
+            self._flush_due = True
+            self.env.call_at(self.env.now(), self._flush)
 
     def _repair(self, rest) -> None:
         """Departure-time regrouping, as in the simulator: movers go at their next boundary."""
@@ -423,12 +621,18 @@ class SchedulerCore:
         if movers:
             self._record("movers", {"job_ids": movers, "group_ids": sorted(self.state.cluster.dissolving)})
 
+    # -- heartbeats and leases -------------------------------------------------------------
     def _watchdog(self) -> None:
         try:
-            self._check_heartbeats()
+            if self.heartbeat_timeout_s is not None:
+                self._check_heartbeats()
+            self._check_leases()
+        except JournalError as exc:
+            self._rebuild(exc)
         except Exception:  # noqa: BLE001 -- a bug here must not stop the scheduler thread
-            log.exception("heartbeat check failed")
-        self.env.call_later(self._check_every, self._watchdog)
+            log.exception("heartbeat or lease check failed")
+        if not self._stopping.is_set():
+            self.env.call_later(self._check_every, self._watchdog)
 
     def _check_heartbeats(self) -> None:
         now = time.monotonic()
@@ -440,50 +644,96 @@ class SchedulerCore:
             if not job.active:
                 self._seen.pop(jid, None)
 
+    def _check_leases(self) -> None:
+        """A phase past its lease is hung (e.g. a deadlocked collective): the job is failed."""
+        now = time.time()
+        for jid, job in list(self.state.jobs.items()):
+            for phase, grant in list(job.held.items()):
+                # After a restart a lease runs at least the heartbeat grace from the service start.
+                due = max(grant["at"] + grant.get("lease_s", float("inf")),
+                          self._started + 2 * (self.heartbeat_timeout_s or 0.0))
+                if job.active and now > due:
+                    log.warning("job %s held its %s permit past its lease of %.0fs: failed as hung",
+                                jid, phase, grant.get("lease_s"))
+                    self._depart(jid, "failed", f"hung: {phase} phase outlived its lease of {grant['lease_s']:.0f}s")
+                    break
+        if self.journal.pending() and not self._flush_due:
+            self._flush_due = True
+            self.env.call_at(self.env.now(), self._flush)
+
     # -- inspection ---------------------------------------------------------------------
+    def _op_job(self, caller: str, job_id: str) -> dict:
+        return job_view(self._authorize("job", caller, job_id, admin_ok=True), time.time())
+
+    def _op_status(self, caller: str) -> dict:
+        if caller != ADMIN:
+            raise self._refuse("status", None, "only the admin may read the whole status", Forbidden)
+        return status_view(self, time.time())
+
+    def _op_metrics(self) -> dict:
+        return metrics_snapshot(self)
+
+    def _op_stop_waiting(self) -> int:
+        """Shutting down: every long poll is answered now (it will ask the next instance)."""
+        waiting = list(self._waiting.values()) + list(self._after_release.values())
+        for fut in waiting:
+            self._fail_later(fut, Unavailable("the scheduler is stopping; ask again"))
+        self._waiting.clear()
+        self._after_release.clear()
+        return len(waiting)
+
+    # -- the synchronous API (in-process callers: tests, benchmarks, chaos) ---------------------
+    def submit(self, record: dict, token: str | None = None) -> dict:
+        """Validate and place a job as the admin; returns its token and where it went."""
+        return self.request("submit", self._sync_caller(token, None, admin=True), self.parse_job(record)).result()
+
+    def acquire(self, job_id: str, phase: str, token: str | None = None, last_grant: int | None = None) -> dict:
+        """Block until the job may run `phase`; returns the permit (with the job's placement)."""
+        return self.request("acquire", self._sync_caller(token, job_id), job_id, phase, last_grant).result().result()
+
+    def release(self, job_id: str, phase: str, timings: dict, token: str | None = None) -> dict:
+        """The job ended a phase with these measured timings; a train phase ends an iteration."""
+        return self.request("release", self._sync_caller(token, job_id), job_id, phase, timings,
+                            timings.get("grant_no") if isinstance(timings, dict) else None).result()
+
+    def tail_started(self, job_id: str, token: str | None = None) -> None:
+        """The job's rollout is tail-bound."""
+        self.request("progress", self._sync_caller(token, job_id), job_id, 1, 1).result()
+
+    def heartbeat(self, job_id: str, token: str | None = None, nodes: list[str] | None = None) -> dict:
+        """The job is alive (and its workers run on these Ray nodes); returns its placement."""
+        return self.request("heartbeat", self._sync_caller(token, job_id), job_id, nodes).result()
+
+    def finish(self, job_id: str, token: str | None = None) -> None:
+        """The job is done: it leaves its group (an empty group releases its nodes)."""
+        self.request("finish", self._sync_caller(token, job_id), job_id).result()
+
+    def readmit(self, job_id: str, reason: str, token: str | None = None) -> dict:
+        """The job lost its workers: reclaim its permits and place it again like a new arrival."""
+        return self.request("readmit", self._sync_caller(token, job_id), job_id, reason).result()
+
+    def nodes_lost(self, dead: set[str]) -> list[str]:
+        """Ray nodes died: every job with workers there is re-admitted."""
+        return self.request("nodes_lost", set(dead)).result()
+
     def status(self) -> dict:
         """Groups, members, whose turn it is on each node, and each job's iteration time vs SLO."""
-        return self._on_loop(self._status)
+        return self.request("status", ADMIN).result()
 
-    def _status(self) -> dict:
-        now, cs = time.time(), self.state.cluster
-        groups = [{"group_id": g.group_id, "members": list(g.job_ids()), "rollout_nodes": g.n_rollout,
-                   "train_nodes": g.n_train, "period_s": g.shape.period_s if g.shape else None,
-                   "turn": cs.controllers[g.group_id].whose_turn()} for g in cs.groups.values()]
-        jobs = {}
-        for jid, r in self.state.jobs.items():
-            mean = (now - r.started_at) / r.iterations if r.iterations else None
-            jobs[jid] = {"status": r.status, "group_id": r.group_id, "iterations": r.iterations,
-                         "mean_iter_s": mean, "slo_iter_s": r.spec.slo * r.spec.solo_iter_s,
-                         "profile": {"declared": {"rollout": r.spec.rollout_s.median, "train": r.spec.train_s},
-                                     "measured": dict(r.profile)},
-                         "held": sorted(r.held), "epoch": r.epoch, "reason": r.reason}
-        return {"groups": groups, "jobs": jobs, "cost_per_hour": cs.ledger.rate_per_hour(),
-                "grants": self.state.grants, "refused": len(self.refused), "journal": self.journal.url,
-                "recovered_records": self.recovered_records}
+    def _sync_caller(self, token: Any, job_id: Any, admin: bool = False) -> str:
+        """In-process callers: a job passes its token; the admin (the embedding program) none."""
+        if admin and token is None:
+            return ADMIN
+        return self.caller(token, job_id)
 
     def shutdown(self) -> None:
-        """Stop the scheduler thread and close the journal."""
-        self._stopping.set()
-        self.env.stop()
-        self._thread.join(timeout=5)
-        self.journal.close()
-
-
-def start_service(cluster: dict | None, cfg: SchedulerConfig | None = None, store: str | None = None,
-                  heartbeat_timeout_s: float | None = None, name: str = ACTOR_NAME,
-                  node_id: str | None = None) -> Any:
-    """Start (or connect to) the detached, named scheduler actor; Ray must be initialized.
-
-    Ray restarts the actor if its process dies; the new instance replays the journal.
-    It runs on `node_id` if given, else on the head node.
-    """
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    # On the head node, not on a worker node that may be lost (if the head dies, so does Ray).
-    where = ({"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)} if node_id
-             else {"resources": {"node:__internal_head__": 0.001}})
-    actor = ray.remote(SchedulerCore).options(
-        name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_concurrency=512, num_cpus=0, max_restarts=-1, **where)
-    return actor.remote(cluster, cfg, store, heartbeat_timeout_s, watch_ray_nodes=True)
+        """Answer every waiter, commit what is staged, stop the scheduler thread, close the journal."""
+        if not self._stopping.is_set():
+            self._stopping.set()
+            try:
+                self.request("stop_waiting").result(timeout=5)
+            except Exception:  # noqa: BLE001 -- stopping anyway
+                log.exception("could not answer waiters before stopping")
+            self.env.stop()
+            self._thread.join(timeout=5)
+            self.journal.close()

@@ -1,0 +1,104 @@
+"""`rollmux serve`: the HTTP control plane in one process (uvicorn around `create_app`).
+
+Start-up failures (a store another server holds, a torn journal, a bad admin
+token file) are one line and a non-zero exit; SIGINT and SIGTERM answer every
+long poll at once (503: ask the next instance), let in-flight requests finish
+for up to `GRACE_S`, then commit and close the journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from rollmux.errors import InputError
+from rollmux.live.app import create_app
+from rollmux.live.service import SchedulerCore
+
+GRACE_S = 2.0  # in-flight requests get this long after a stop signal (the whole stop stays within 5 s)
+log = logging.getLogger("rollmux.server")
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where the server listens."""
+
+    host: str
+    port: int
+
+
+def parse_listen(text: str) -> Listen:
+    """HOST:PORT (IPv6 as [::1]:PORT); InputError naming the flag otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or not host:
+        raise InputError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:8470")
+    return Listen(host.strip("[]"), int(port))
+
+
+def admin_token(path: Path) -> str:
+    """The admin token in `path`, created (mode 0600) with a fresh random token if missing."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise InputError(f"--admin-token-file {path}: cannot create ({exc.strerror})") from None
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+        log.info("created admin token file %s (mode 0600)", path)
+    try:
+        mode = path.stat().st_mode
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise InputError(f"--admin-token-file {path}: cannot read ({exc.strerror})") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise InputError(f"--admin-token-file {path}: readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
+    if len(token) < 16:
+        raise InputError(f"--admin-token-file {path}: the token must be at least 16 characters")
+    return token
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, plus: a stop signal answers every long poll at once instead of waiting it out."""
+
+    core: SchedulerCore
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        # Not uvicorn's: it re-raises the signal after shutting down, which would kill the
+        # process before the journal is committed and closed (and exit non-zero).
+        self.stopped_by = signal.Signals(sig).name
+        if not self.should_exit:
+            self.core.request("stop_waiting")  # posted to the scheduler thread; never blocks here
+            self.should_exit = True
+        elif sig == signal.SIGINT:
+            self.force_exit = True
+
+
+def serve(core: SchedulerCore, listen: Listen, telemetry: Any = None, tls_cert: Path | None = None,
+          tls_key: Path | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then stop cleanly (journal committed and closed)."""
+    app = create_app(core, telemetry, secure_cookies=tls_cert is not None)
+    config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", access_log=False,
+                            ssl_certfile=str(tls_cert) if tls_cert else None,
+                            ssl_keyfile=str(tls_key) if tls_key else None,
+                            timeout_graceful_shutdown=GRACE_S, backlog=4096, limit_concurrency=None)
+    server = _Server(config)
+    server.core, server.stopped_by = core, None
+    try:
+        server.run()
+    finally:
+        core.shutdown()
+    if server.stopped_by:
+        log.warning("stopped on %s; journal committed and closed", server.stopped_by)
+    if not server.started:
+        raise InputError(f"--listen {listen.host}:{listen.port}: the server could not start (port in use?)")
+

@@ -1,0 +1,71 @@
+"""Read-only views of the scheduler's state: the job and admin status, the metrics snapshot.
+
+Pure functions of the state, called on the scheduler thread (so each view is one
+consistent snapshot). No token or token hash ever appears in a view.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rollmux.core.accounting import POOLS
+
+TIMELINE_S = 600.0  # the dashboard's timeline shows the last ten minutes
+STATES = ("queued", "running", "moving", "done", "failed", "cancelled")
+
+
+def job_view(job: Any, now: float) -> dict:
+    """One job: status, placement, iterations and mean iteration time vs its SLO."""
+    mean = (now - job.started_at) / job.iterations if job.iterations else None
+    solo = job.spec.solo_iter_s
+    return {"job_id": job.spec.job_id, "status": job.status, "group_id": job.group_id,
+            "iterations": job.iterations, "mean_iter_s": mean, "slo_iter_s": job.spec.slo * solo,
+            "slowdown": None if mean is None else mean / solo,
+            "profile": {"declared": {"rollout": job.spec.rollout_s.median, "train": job.spec.train_s},
+                        "measured": dict(job.profile)},
+            "held": sorted(job.held), "epoch": job.epoch, "reason": job.reason, "case": job.case}
+
+
+def _pools(core: Any) -> dict:
+    cs = core.state.cluster
+    busy = {p: 0 for p in POOLS}
+    for job in core.state.jobs.values():
+        for grant in job.held.values():
+            busy[grant["pool"]] += len(grant["nodes"])
+    out = {}
+    for p in POOLS:
+        spec = getattr(cs.cluster.pools, p)
+        nodes = cs.ledger.nodes[p]
+        out[p] = {"nodes": nodes, "gpus": nodes * spec.gpus_per_node, "busy_gpus": busy[p] * spec.gpus_per_node,
+                  "cost_per_hour": nodes * spec.node_price_per_hour}
+    return out
+
+
+def status_view(core: Any, now: float) -> dict:
+    """The admin's view: groups (whose turn per node), jobs, pools, cost and a phase timeline."""
+    cs = core.state.cluster
+    groups = [{"group_id": g.group_id, "members": list(g.job_ids()), "rollout_nodes": g.n_rollout,
+               "train_nodes": g.n_train, "period_s": g.shape.period_s if g.shape else None,
+               "turn": cs.controllers[g.group_id].whose_turn()} for g in cs.groups.values()]
+    jobs = {jid: job_view(r, now) for jid, r in core.state.jobs.items()}
+    timeline = [dict(row) for row in core._timeline if row["end"] is None or row["end"] > now - TIMELINE_S]
+    return {"now": now, "groups": groups, "jobs": jobs, "pools": _pools(core),
+            "cost_per_hour": cs.ledger.rate_per_hour(), "timeline": timeline,
+            "grants": core.state.grants, "refused": core.refused_count, "journal": core.journal.url,
+            "recovered_records": core.recovered_records}
+
+
+def metrics_snapshot(core: Any) -> dict:
+    """The state gauges of one scrape (telemetry's collector reads this)."""
+    by_state = {s: 0 for s in STATES}
+    slowdown = {}
+    now = time.time()
+    for jid, r in core.state.jobs.items():
+        by_state[r.status] = by_state.get(r.status, 0) + 1
+        if r.status == "running" and r.iterations:
+            slowdown[jid] = (now - r.started_at) / r.iterations / r.spec.solo_iter_s
+    pools = _pools(core)
+    return {"jobs_by_state": by_state, "groups": len(core.state.cluster.groups),
+            "pool_gpus": {p: {"busy": v["busy_gpus"], "idle": v["gpus"] - v["busy_gpus"]} for p, v in pools.items()},
+            "cost_per_hour": {p: v["cost_per_hour"] for p, v in pools.items()}, "slowdown": slowdown}
