@@ -670,6 +670,9 @@ class SchedulerCore:
             raise self._refuse("status", None, "only the admin may read the whole status", Forbidden)
         return status_view(self, time.time())
 
+    def _op_dump(self) -> dict:
+        return self.state.dump()
+
     def _op_metrics(self) -> dict:
         return metrics_snapshot(self)
 
@@ -719,6 +722,10 @@ class SchedulerCore:
     def status(self) -> dict:
         """Groups, members, whose turn it is on each node, and each job's iteration time vs SLO."""
         return self.request("status", ADMIN).result()
+
+    def dump(self) -> dict:
+        """The whole state as a journal snapshot would hold it (JSON-native)."""
+        return self.request("dump").result()
 
     def _sync_caller(self, token: Any, job_id: Any, admin: bool = False) -> str:
         """In-process callers: a job passes its token; the admin (the embedding program) none."""

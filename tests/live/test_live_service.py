@@ -1,4 +1,4 @@
-"""The scheduler service: in-process, and as a detached named Ray actor."""
+"""The scheduler service: its core in-process, and served over HTTP."""
 
 from __future__ import annotations
 
@@ -6,15 +6,16 @@ import threading
 import time
 
 import pytest
-import ray
 from factories import job_record, make_job, most_running_at_once, run_threads
 
 from rollmux.core.spec import default_cluster
-from rollmux.live.client import RayPermitClient
-from rollmux.live.service import ACTOR_NAME, NAMESPACE, SchedulerCore, ServiceError, start_service
+from rollmux.live.client import HttpPermitClient
+from rollmux.live.local import ThreadServer
+from rollmux.live.service import SchedulerCore, ServiceError
 from rollmux.shim import JobShim
 
 CLUSTER = default_cluster().model_dump()
+ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 
 
 def _two_jobs():
@@ -59,34 +60,58 @@ def _drive(shim: JobShim, iterations: int, log: list, lock: threading.Lock) -> N
                     log.append((shim.job_id, phase, "end", time.perf_counter()))
 
 
-def test_ray_actor_serves_permits_round_robin_without_overlap():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE,
-             _node_ip_address="127.0.0.1")
-    try:
-        handle = start_service(CLUSTER)
-        client = RayPermitClient(handle)
+def test_http_server_serves_permits_round_robin_without_overlap():
+    with ThreadServer(SchedulerCore(CLUSTER, admin_token=ADMIN_TOKEN)) as server:
+        client = HttpPermitClient(server.url, admin_token=ADMIN_TOKEN)
         for r in _two_jobs():
             client.submit(r)
-        assert ray.get_actor(ACTOR_NAME, namespace=NAMESPACE) is not None
         log, lock = [], threading.Lock()
         run_threads([(_drive, (JobShim(j, client), 3, log, lock)) for j in "ab"])
         for phase in ("rollout", "train"):
             assert most_running_at_once([(t, kind) for _, ph, kind, t in log if ph == phase]) == 1
         starts = [e[0] for e in sorted(log, key=lambda e: e[3]) if e[1] == "rollout" and e[2] == "start"]
         assert starts == ["a", "b"] * 3
-        client.drain()
-        status = ray.get(handle.status.remote())
+        status = client.status()
         assert {j: s["iterations"] for j, s in status["jobs"].items()} == {"a": 3, "b": 3}
-        ray.kill(handle)
-    finally:
-        ray.shutdown()
+        client.close()
 
 
 # -- tokens, refusals, heartbeats, re-admission, regrouping (in-process core) --------------------
 
-from rollmux.live.client import CorePermitClient  # noqa: E402
-from rollmux.live.service import AuthError, JobGone  # noqa: E402
+from rollmux.live.service import ADMIN, AuthError, Forbidden, JobGone, NotFound  # noqa: E402
 from rollmux.shim import PhaseTimings  # noqa: E402
+
+
+class CorePermitClient:
+    """The shim's permit client on an in-process core (each job uses its own token)."""
+
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core, self.tokens = core, {}
+
+    def submit(self, record: dict) -> dict:
+        out = self.core.submit(record)
+        self.tokens[out["job_id"]] = out["token"]
+        return out
+
+    def acquire(self, job_id: str, phase: str):
+        from rollmux.live.client import _grant
+        return _grant(self.core.acquire(job_id, phase, self.tokens.get(job_id)))
+
+    def tail_started(self, job_id: str) -> None:
+        self.core.tail_started(job_id, self.tokens.get(job_id))
+
+    def release(self, timings: PhaseTimings) -> None:
+        from dataclasses import asdict
+        self.core.release(timings.job_id, timings.phase, asdict(timings), self.tokens.get(timings.job_id))
+
+    def heartbeat(self, job_id: str, nodes=None) -> dict:
+        return self.core.heartbeat(job_id, self.tokens.get(job_id), nodes)
+
+    def finish(self, job_id: str) -> None:
+        self.core.finish(job_id, self.tokens.get(job_id))
+
+    def readmit(self, job_id: str, reason: str) -> dict:
+        return self.core.readmit(job_id, reason, self.tokens.get(job_id))
 
 TIMINGS = {"wait_s": 0.0, "onload_s": 0.0, "run_s": 0.01, "offload_s": 0.0}
 
@@ -98,9 +123,9 @@ def _submit(core, *jobs):
 def test_submit_returns_a_token_that_every_later_call_needs(core):
     tok = _submit(core, *_two_jobs())
     assert all(len(t) >= 24 for t in tok.values()) and tok["a"] != tok["b"]
-    with pytest.raises(AuthError, match="missing or wrong token"):
+    with pytest.raises(AuthError, match="no bearer token"):
         core.acquire("a", "rollout", None)
-    with pytest.raises(AuthError):
+    with pytest.raises(Forbidden, match="another job"):
         core.acquire("a", "rollout", tok["b"])  # another job's token
     with pytest.raises(AuthError):
         core.heartbeat("a", "forged")
@@ -111,7 +136,7 @@ def test_submit_returns_a_token_that_every_later_call_needs(core):
 def test_a_job_cannot_release_another_jobs_permit(core):
     tok = _submit(core, *_two_jobs())
     core.acquire("a", "rollout", tok["a"])
-    with pytest.raises(AuthError):
+    with pytest.raises(Forbidden):
         core.release("a", "rollout", TIMINGS, tok["b"])
     assert core.status()["jobs"]["a"]["held"] == ["rollout"]
 
@@ -130,8 +155,10 @@ def test_double_release_is_refused_and_changes_nothing(core):
 
 def test_unknown_job_ids_and_phases_and_bad_timings_are_refused(core):
     tok = _submit(core, *_two_jobs())
-    with pytest.raises(ServiceError, match="unknown job id"):
+    with pytest.raises(Forbidden, match="another job"):  # a job learns nothing of other ids
         core.acquire("nope", "rollout", tok["a"])
+    with pytest.raises(NotFound, match="unknown job id"):  # the admin does
+        core.request("job", ADMIN, "nope").result()
     with pytest.raises(ServiceError, match="unknown phase"):
         core.acquire("a", "eval", tok["a"])
     core.acquire("a", "rollout", tok["a"])
@@ -258,8 +285,10 @@ def test_an_acquire_that_overtakes_its_own_release_waits_for_it(core):
     got = []
     t = threading.Thread(target=lambda: got.append(core.acquire("a", "rollout", tok["a"], first["grant_no"])))
     t.start()
-    time.sleep(0.2)
-    assert got == []  # the old permit is not handed back: its release is still on the way
+    deadline = time.monotonic() + 10
+    while ("a", "rollout") not in core._after_release and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the service has parked the request behind its release
+    assert got == [] and ("a", "rollout") in core._after_release  # the old permit is not handed back
     core.release("a", "rollout", TIMINGS, tok["a"])
     core.acquire("b", "rollout", tok["b"])  # b's turn comes first on the shared node
     core.release("b", "rollout", TIMINGS, tok["b"])
