@@ -19,6 +19,7 @@ run: $(STAMP)
 ## Install, then run the whole test suite.
 test: $(STAMP)
 	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/python -m pytest
 
 ## Install, then run the benchmarks (see benchmarks/README.md).

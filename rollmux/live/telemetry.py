@@ -1,0 +1,194 @@
+"""Prometheus metrics of the live control plane, all in this one module (STYLE: Kueue's metrics.go).
+
+Every metric lives on a `CollectorRegistry` of the `Telemetry` instance's own, never on
+prometheus_client's global one, so two services (or two tests) in one process never collide.
+Event metrics are written only through the typed helpers below (`admitted`, `refused`, ...);
+state metrics are read at scrape time by one Collector from ONE call of the `snapshot()`
+callback, so a scrape never mixes two moments (client_python's custom-collector pattern).
+
+| metric                              | type      | labels          | meaning                                        |
+|-------------------------------------|-----------|-----------------|------------------------------------------------|
+| rollmux_build_info                  | gauge (1) | version, python | the running rollmux and Python versions        |
+| rollmux_admissions_total            | counter   | case            | jobs admitted, by placement (ADMISSION_CASES)  |
+| rollmux_refused_requests_total      | counter   | reason          | requests refused (REFUSAL_REASONS, else other) |
+| rollmux_permit_wait_seconds         | histogram | -               | from asking for a phase permit to getting it   |
+| rollmux_phase_duration_seconds      | histogram | phase           | a finished rollout or train phase              |
+| rollmux_context_switch_seconds      | histogram | kind            | switching a node to another job: warm or cold  |
+| rollmux_journal_records_total       | counter   | -               | records committed to the journal               |
+| rollmux_state_snapshot_errors_total | counter   | -               | scrapes whose snapshot raised (state left out) |
+| rollmux_jobs                        | gauge     | state           | jobs per state (JOB_STATES, all five always)   |
+| rollmux_groups                      | gauge     | -               | co-execution groups alive                      |
+| rollmux_pool_gpus                   | gauge     | pool, state     | GPUs of each pool that are busy or idle        |
+| rollmux_cost_per_hour               | gauge     | pool            | provisioning cost rate of each pool, $/h       |
+| rollmux_job_iteration_slowdown      | gauge     | job             | a running job's mean iteration / solo time     |
+
+Label values are bounded: every label but `job` takes values from a fixed tuple in this
+module. `rollmux_job_iteration_slowdown` is the one per-job series; it exists only while the
+snapshot lists its job as running, so the series vanishes when the job leaves. No label ever
+carries a token, a node name or error text.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+import rollmux
+
+log = logging.getLogger("rollmux.telemetry")
+
+ADMISSION_CASES = ("direct_packing", "rollout_scaling", "isolated")
+REFUSAL_REASONS = ("no_token", "bad_token", "forbidden", "bad_request", "not_found", "conflict", "gone", "too_large")
+OTHER_REASON = "other"
+PHASES = ("rollout", "train")
+SWITCH_KINDS = ("warm", "cold")
+JOB_STATES = ("queued", "running", "moving", "done", "failed")
+POOLS = ("rollout", "train")
+GPU_STATES = ("busy", "idle")
+
+# Permit waits span six orders of magnitude. A permit for a node nobody else holds comes back
+# in one loopback round trip (about a millisecond); otherwise the job waits for the other
+# members' phases on that node, tens of seconds to a few minutes per round-robin period. Ten
+# minutes is beyond any planned period we admit, so +Inf above it means a stuck group.
+PERMIT_WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                       1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# A rollout or train phase of RL post-training takes from seconds (small models, short
+# responses) to tens of minutes (long reasoning rollouts); an hour bounds the slowest.
+PHASE_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+# A warm switch reloads weights and optimizer state from host memory (sub-second to seconds);
+# a cold one loads from disk and re-initializes the engine (tens of seconds to minutes).
+SWITCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
+    if value not in allowed:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(allowed)}")
+    return value
+
+
+class _StateCollector(Collector):
+    """State gauges read at scrape time from one `snapshot()` call; nothing on failure."""
+
+    def __init__(self, snapshot: Callable[[], dict], errors: Counter) -> None:
+        self._snapshot = snapshot
+        self._errors = errors
+        self._lock = threading.Lock()
+        self._failing = False  # log a failure once, not on every scrape while it lasts
+
+    def describe(self) -> Iterable[Metric]:
+        """The state families without samples, so registering checks names without a snapshot."""
+        return self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        """Take one snapshot and turn it into the state families."""
+        try:
+            snap = self._snapshot()
+            families = self._families(snap)
+        except Exception:
+            self._errors.inc()
+            with self._lock:
+                first, self._failing = not self._failing, True
+            if first:
+                log.exception("state snapshot for /metrics failed; state series left out until it recovers")
+            return iter(())
+        with self._lock:
+            if self._failing:
+                log.info("state snapshot for /metrics recovered")
+            self._failing = False
+        return iter(families)
+
+    @staticmethod
+    def _families(snap: dict | None = None) -> list[Metric]:
+        jobs = GaugeMetricFamily("rollmux_jobs", "Jobs per state.", labels=["state"])
+        groups = GaugeMetricFamily("rollmux_groups", "Co-execution groups alive.")
+        gpus = GaugeMetricFamily("rollmux_pool_gpus", "GPUs held per pool, busy or idle.", labels=["pool", "state"])
+        cost = GaugeMetricFamily("rollmux_cost_per_hour", "Provisioning cost rate per pool, $/h.", labels=["pool"])
+        slowdown = GaugeMetricFamily("rollmux_job_iteration_slowdown",
+                                     "A running job's mean iteration time over its solo iteration time.",
+                                     labels=["job"])
+        out: list[Metric] = [jobs, groups, gpus, cost, slowdown]
+        if snap is None:
+            return out
+        # Build every sample before yielding any, so a malformed snapshot yields nothing at all.
+        by_state = snap.get("jobs_by_state", {})
+        for state in JOB_STATES:
+            jobs.add_metric([state], float(by_state.get(state, 0)))
+        groups.add_metric([], float(snap.get("groups", 0)))
+        pool_gpus, pool_cost = snap.get("pool_gpus", {}), snap.get("cost_per_hour", {})
+        for pool in POOLS:
+            for state in GPU_STATES:
+                gpus.add_metric([pool, state], float(pool_gpus.get(pool, {}).get(state, 0)))
+            cost.add_metric([pool], float(pool_cost.get(pool, 0.0)))
+        for job_id, value in sorted(snap.get("slowdown", {}).items()):
+            slowdown.add_metric([str(job_id)], float(value))
+        return out
+
+
+class Telemetry:
+    """All rollmux metrics on one CollectorRegistry of their own (never the global one)."""
+
+    def __init__(self, snapshot: Callable[[], dict], registry: CollectorRegistry | None = None,
+                 version: str = rollmux.__version__) -> None:
+        """Register every metric on `registry` (a fresh one by default); `snapshot` feeds the state gauges."""
+        self.registry = CollectorRegistry() if registry is None else registry
+        r = self.registry
+        Info("rollmux_build", "The running rollmux and Python versions.", registry=r).info(
+            {"version": version, "python": platform.python_version()})
+        self._admissions = Counter("rollmux_admissions", "Jobs admitted, by placement case.", ["case"], registry=r)
+        self._refused = Counter("rollmux_refused_requests", "Requests refused, by reason.", ["reason"], registry=r)
+        self._permit_wait = Histogram("rollmux_permit_wait_seconds",
+                                      "Wait from asking for a phase permit to getting it.",
+                                      buckets=PERMIT_WAIT_BUCKETS, registry=r)
+        self._phase = Histogram("rollmux_phase_duration_seconds", "Length of a finished phase.", ["phase"],
+                                buckets=PHASE_BUCKETS, registry=r)
+        self._switch = Histogram("rollmux_context_switch_seconds", "Time to switch a node to another job.", ["kind"],
+                                 buckets=SWITCH_BUCKETS, registry=r)
+        self._journal = Counter("rollmux_journal_records", "Records committed to the journal.", registry=r)
+        # Registered after the state collector, so a scrape already counts its own snapshot failure.
+        snapshot_errors = Counter("rollmux_state_snapshot_errors", "Scrapes whose state snapshot raised.",
+                                  registry=None)
+        # Every known label value exists from the start at 0, so rate() sees the first event.
+        for case in ADMISSION_CASES:
+            self._admissions.labels(case)
+        for reason in (*REFUSAL_REASONS, OTHER_REASON):
+            self._refused.labels(reason)
+        for phase in PHASES:
+            self._phase.labels(phase)
+        for kind in SWITCH_KINDS:
+            self._switch.labels(kind)
+        r.register(_StateCollector(snapshot, snapshot_errors))
+        r.register(snapshot_errors)
+
+    def admitted(self, case: str) -> None:
+        """Count one admitted job; `case` is one of ADMISSION_CASES (ValueError otherwise)."""
+        self._admissions.labels(_check(case, ADMISSION_CASES, "admission case")).inc()
+
+    def refused(self, reason: str) -> None:
+        """Count one refused request; a reason outside REFUSAL_REASONS counts as "other"."""
+        self._refused.labels(reason if reason in REFUSAL_REASONS else OTHER_REASON).inc()
+
+    def permit_wait(self, seconds: float) -> None:
+        """Observe how long one permit request waited before it was granted."""
+        self._permit_wait.observe(seconds)
+
+    def phase_done(self, phase: str, seconds: float) -> None:
+        """Observe the length of one finished phase; `phase` is rollout or train (ValueError otherwise)."""
+        self._phase.labels(_check(phase, PHASES, "phase")).observe(seconds)
+
+    def context_switch(self, kind: str, seconds: float) -> None:
+        """Observe one context switch; `kind` is warm or cold (ValueError otherwise)."""
+        self._switch.labels(_check(kind, SWITCH_KINDS, "context switch kind")).observe(seconds)
+
+    def journal_records(self, n: int = 1) -> None:
+        """Count `n` records committed to the journal."""
+        self._journal.inc(n)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The registry in Prometheus text format, with the content type to serve it under."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
