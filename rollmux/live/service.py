@@ -649,9 +649,9 @@ class SchedulerCore:
         now = time.time()
         for jid, job in list(self.state.jobs.items()):
             for phase, grant in list(job.held.items()):
-                # After a restart a lease runs at least the heartbeat grace from the service start.
-                due = max(grant["at"] + grant.get("lease_s", float("inf")),
-                          self._started + 2 * (self.heartbeat_timeout_s or 0.0))
+                due = grant["at"] + grant.get("lease_s", float("inf"))
+                if grant["at"] < self._started:  # held across a restart: the grace period applies too
+                    due = max(due, self._started + 2 * (self.heartbeat_timeout_s or 0.0))
                 if job.active and now > due:
                     log.warning("job %s held its %s permit past its lease of %.0fs: failed as hung",
                                 jid, phase, grant.get("lease_s"))
