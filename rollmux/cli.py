@@ -319,7 +319,8 @@ app.add_typer(journal_app, name="journal")
 @journal_app.command("check")
 def journal_check(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
     """Read every record; one line on the first bad one (exit 1), else a summary."""
-    from rollmux.live.journal import JournalError, check_store
+    from rollmux.live.journal import JournalError
+    from rollmux.live.journal_repair import check_store
     try:
         report = check_store(store)
     except JournalError as exc:
@@ -335,7 +336,8 @@ def journal_check(store: str = typer.Argument(..., help="A SQLite file path or r
 @journal_app.command("repair")
 def journal_repair(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
     """Back the journal up, then truncate it after its last good record."""
-    from rollmux.live.journal import JournalError, repair_store
+    from rollmux.live.journal import JournalError
+    from rollmux.live.journal_repair import repair_store
     try:
         report = repair_store(store)
     except JournalError as exc:
@@ -365,12 +367,15 @@ def chaos(
     jobs: int = typer.Option(100, "--jobs", min=1, help="Synthetic jobs in the load scenario."),
     store: Optional[str] = typer.Option(None, "--store",
                                         help="Journal (a new SQLite file or redis://...); default: a temp SQLite file."),
+    waiting: int = typer.Option(10_000, "--waiting", min=1,
+                                help="Outstanding long-poll acquires in the waiting-jobs scenario."),
 ) -> None:
-    """Fault injection against a live local scheduler: service and job kills, double release,
-    forged tokens, many jobs; exits 1 if any scenario fails."""
+    """Fault injection against a live local scheduler (`rollmux serve`): server and job kills, double
+    release, forged tokens, route auth, journal failures, a hung job, a second server, a torn journal,
+    many jobs, many waiting jobs; exits 1 if any scenario fails."""
     from rollmux.live.chaos import print_report, run_chaos
     try:
-        report = run_chaos(seconds=seconds, jobs=jobs, store=store,
+        report = run_chaos(seconds=seconds, jobs=jobs, store=store, waiting=waiting,
                            say=lambda line: err.print(line, highlight=False))
         print_report(report, out)
         if json_out is not None:

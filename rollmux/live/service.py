@@ -266,8 +266,12 @@ class SchedulerCore:
                 self.telemetry.journal_records(staged)
             self._maybe_snapshot()
         replies, self._replies = self._replies, []
-        for fut, value, _ in replies:
-            if not fut.done():
+        for fut, value, exc in replies:
+            if fut.done():
+                continue
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
                 fut.set_result(value)
 
     def _maybe_snapshot(self) -> None:

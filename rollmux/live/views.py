@@ -52,7 +52,8 @@ def status_view(core: Any, now: float) -> dict:
     timeline = [dict(row) for row in core._timeline if row["end"] is None or row["end"] > now - TIMELINE_S]
     return {"now": now, "groups": groups, "jobs": jobs, "pools": _pools(core),
             "cost_per_hour": cs.ledger.rate_per_hour(), "timeline": timeline,
-            "grants": core.state.grants, "refused": core.refused_count, "journal": core.journal.url,
+            "grants": core.state.grants, "refused": core.refused_count,
+            "waiting": len(core._waiting) + len(core._after_release), "journal": core.journal.url,
             "recovered_records": core.recovered_records}
 
 
