@@ -24,6 +24,12 @@ class AuthError(ServiceError):
     status, reason = 401, "bad_token"
 
 
+class NoToken(AuthError):
+    """No bearer token at all (401)."""
+
+    reason = "no_token"
+
+
 class Forbidden(AuthError):
     """A valid token that may not do this: another job's, or a job's on an admin route (403)."""
 

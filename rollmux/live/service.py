@@ -44,8 +44,8 @@ from rollmux.core.trace_io import unknown_fields
 from rollmux.live.codec import job_to_dict, plan_to_dict
 from rollmux.live.journal import JournalError, Store, open_store
 from rollmux.live.live_state import LiveState
-from rollmux.live.refusals import (AuthError, BadRequest, Conflict, Forbidden, JobGone, NotFound, ServiceError,
-                                   Unavailable)
+from rollmux.live.refusals import (AuthError, BadRequest, Conflict, Forbidden, JobGone, NotFound, NoToken,
+                                   ServiceError, Unavailable)
 from rollmux.live.views import job_view, metrics_snapshot, status_view
 from rollmux.shim import PHASES
 
@@ -319,8 +319,9 @@ class SchedulerCore:
         """The identity of `token`, or AuthError (401) naming the job it was meant for."""
         who = self.identify(token)
         if who is None:
-            raise self._refuse("auth", job_id, "no bearer token" if not token else "missing or wrong token",
-                               AuthError)
+            if not token:
+                raise self._refuse("auth", job_id, "no bearer token", NoToken)
+            raise self._refuse("auth", job_id, "missing or wrong token", AuthError)
         return who
 
     def _authorize(self, op: str, caller: str, job_id: Any, admin_ok: bool = False):

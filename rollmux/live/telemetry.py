@@ -16,7 +16,7 @@ callback, so a scrape never mixes two moments (client_python's custom-collector 
 | rollmux_context_switch_seconds      | histogram | kind            | switching a node to another job: warm or cold  |
 | rollmux_journal_records_total       | counter   | -               | records committed to the journal               |
 | rollmux_state_snapshot_errors_total | counter   | -               | scrapes whose snapshot raised (state left out) |
-| rollmux_jobs                        | gauge     | state           | jobs per state (JOB_STATES, all five always)   |
+| rollmux_jobs                        | gauge     | state           | jobs per state (JOB_STATES, all six always)    |
 | rollmux_groups                      | gauge     | -               | co-execution groups alive                      |
 | rollmux_pool_gpus                   | gauge     | pool, state     | GPUs of each pool that are busy or idle        |
 | rollmux_cost_per_hour               | gauge     | pool            | provisioning cost rate of each pool, $/h       |
@@ -44,11 +44,12 @@ import rollmux
 log = logging.getLogger("rollmux.telemetry")
 
 ADMISSION_CASES = ("direct_packing", "rollout_scaling", "isolated")
-REFUSAL_REASONS = ("no_token", "bad_token", "forbidden", "bad_request", "not_found", "conflict", "gone", "too_large")
+REFUSAL_REASONS = ("no_token", "bad_token", "forbidden", "bad_request", "not_found", "conflict", "gone", "too_large",
+                   "unavailable")
 OTHER_REASON = "other"
 PHASES = ("rollout", "train")
 SWITCH_KINDS = ("warm", "cold")
-JOB_STATES = ("queued", "running", "moving", "done", "failed")
+JOB_STATES = ("queued", "running", "moving", "done", "failed", "cancelled")
 POOLS = ("rollout", "train")
 GPU_STATES = ("busy", "idle")
 

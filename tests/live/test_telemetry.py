@@ -70,7 +70,8 @@ def test_state_series_come_from_one_snapshot_per_scrape():
     fams = families(Telemetry(src))
     assert src.calls == 1
     assert values(fams["rollmux_jobs"]) == {(("state", s),): v for s, v in
-                                            {"queued": 1, "running": 3, "moving": 0, "done": 5, "failed": 1}.items()}
+                                            {"queued": 1, "running": 3, "moving": 0, "done": 5, "failed": 1,
+                                                                        "cancelled": 0}.items()}
     assert fams["rollmux_groups"].type == "gauge"
     assert values(fams["rollmux_groups"]) == {(): 2.0}
     assert values(fams["rollmux_pool_gpus"]) == {
