@@ -188,6 +188,9 @@ def serve(
                                     help="Shortest phase lease (s); a lease is 2x the declared worst case."),
     watch_ray: Optional[str] = typer.Option(None, "--watch-ray",
                                             help="Ray cluster whose dead nodes re-admit the jobs on them."),
+    wait_store: float = typer.Option(0.0, "--wait-store", min=0.0,
+                                     help="Wait this long for a store another server holds (a Redis writer "
+                                          "lease of a killed server lapses after 10 s)."),
 ) -> None:
     """Serve the scheduler's authenticated HTTP API until SIGINT/SIGTERM.
 
@@ -195,7 +198,7 @@ def serve(
     file must then match the journal's, or be omitted)."""
     import logging
 
-    from rollmux.live.journal import JournalError, open_store
+    from rollmux.live.journal import JournalError
     from rollmux.live.refusals import ServiceError
     from rollmux.live.server import admin_token, parse_listen
     from rollmux.live.server import serve as run_server
@@ -207,10 +210,7 @@ def serve(
         if (tls_cert is None) != (tls_key is None):
             raise InputError("--tls-cert/--tls-key", "give both or neither")
         token = admin_token(admin_token_file)
-        try:
-            journal = open_store(store)
-        except JournalError as exc:
-            raise InputError("--store", str(exc)) from None
+        journal = _open_store(store, wait_store)
         try:
             recovering = bool(journal.records())
             spec, warnings = load_cluster(cluster)
@@ -236,6 +236,21 @@ def serve(
         run_server(core, where, telemetry, tls_cert, tls_key)
     except InputError as exc:
         _fail(exc)
+
+
+def _open_store(store: str, wait_s: float):
+    """The journal store, waiting up to `wait_s` while another writer still holds it."""
+    import time
+
+    from rollmux.live.journal import JournalError, open_store
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return open_store(store)
+        except JournalError as exc:
+            if "in use" not in str(exc) or time.monotonic() >= deadline:
+                raise InputError("--store", str(exc)) from None
+        time.sleep(0.5)  # the holder's lease lapses on its own; nothing to wait on but time
 
 
 def _admin_client(url: str, admin_token_file: Path):

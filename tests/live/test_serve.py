@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 from factories import make_job
@@ -74,15 +75,23 @@ def _poll(url: str, token: str) -> int:
     return r.status_code
 
 
-def test_kill_9_then_a_restart_loses_no_job_and_grants_no_node_twice(tmp_path):
-    store = str(tmp_path / "j.db")
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request, tmp_path):
+    """A fresh journal of each backend."""
+    if request.param == "sqlite":
+        return str(tmp_path / "j.db")
+    return f"redis://127.0.0.1:{request.getfixturevalue('redis_port')}/0?prefix=serve-{uuid.uuid4().hex}"
+
+
+def test_kill_9_then_a_restart_loses_no_job_and_grants_no_node_twice(tmp_path, store):
     server = ProcessServer(store, tmp_path)
     client = HttpPermitClient(server.url, admin_token=server.admin_token)
     for r in _jobs("a", "b"):
         client.submit(r)
     held = client.acquire_dict("a", "rollout")  # a holds the shared rollout node at the crash
     assert server.kill() == -signal.SIGKILL
-    again = ProcessServer(store, tmp_path, port=server.port)
+    # A killed Redis writer's lease lapses after 10 s; the restart waits for it.
+    again = ProcessServer(store, tmp_path, port=server.port, extra=["--wait-store", "30"])
     try:
         status = client.status()
         assert {j: s["status"] for j, s in status["jobs"].items()} == {"a": "running", "b": "running"}
