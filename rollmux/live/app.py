@@ -127,9 +127,14 @@ class Api:
         if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not 0 <= wait_s <= MAX_WAIT_S:
             raise BadRequest(f"acquire for job {jid!r}: wait_s must be a number in 0..{MAX_WAIT_S:g}", "wait_s")
         permit = await self._do("acquire", caller, jid, body.get("phase"), body.get("last_grant"))
+        # One asyncio bridge per permit request, however often it is polled: a bridge per poll
+        # would leave a callback on the request for every poll that timed out.
+        bridge = getattr(permit, "aio", None)
+        if bridge is None:
+            bridge = permit.aio = asyncio.wrap_future(permit)
         try:
             # shield: a poll that times out leaves the request queued; the next poll re-attaches to it.
-            out = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(permit)), timeout=wait_s)
+            out = await asyncio.wait_for(asyncio.shield(bridge), timeout=wait_s)
         except asyncio.TimeoutError:
             return Response(status_code=204)
         return JSONResponse(out)

@@ -188,3 +188,13 @@ def test_dashboard_needs_an_admin_login_that_sets_an_httponly_cookie(api):
     page = http.get("/")
     assert page.status_code == 200 and "Content-Security-Policy" in page.headers
     assert http.get("/v1/status").status_code == 200  # the session cookie authenticates the page's fetch
+
+
+def test_polling_a_waiting_acquire_again_and_again_leaves_nothing_behind(api):
+    http, tokens, core = api
+    http.post("/v1/jobs/a/acquire", json={"phase": "rollout", "wait_s": 5}, headers=_auth(tokens["a"]))
+    for _ in range(20):
+        r = http.post("/v1/jobs/b/acquire", json={"phase": "rollout", "wait_s": 0}, headers=_auth(tokens["b"]))
+        assert r.status_code == 204
+    request = core._waiting[("b", "rollout")]
+    assert len(request._done_callbacks) == 1  # one bridge to the event loop, not one per poll
