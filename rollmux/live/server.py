@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import secrets
 import signal
 import stat
@@ -67,6 +68,16 @@ def admin_token(path: Path) -> str:
     return token
 
 
+def _raise_open_file_limit() -> None:
+    """Every waiting long poll is an open connection: allow as many as the hard limit does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+        except (ValueError, OSError) as exc:  # a container may forbid it: serve with what there is
+            log.warning("could not raise the open-file limit from %d: %s", soft, exc)
+
+
 class _Server(uvicorn.Server):
     """uvicorn, plus: a stop signal answers every long poll at once instead of waiting it out."""
 
@@ -86,6 +97,7 @@ class _Server(uvicorn.Server):
 def serve(core: SchedulerCore, listen: Listen, telemetry: Any = None, tls_cert: Path | None = None,
           tls_key: Path | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then stop cleanly (journal committed and closed)."""
+    _raise_open_file_limit()
     app = create_app(core, telemetry, secure_cookies=tls_cert is not None)
     config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", access_log=False,
                             ssl_certfile=str(tls_cert) if tls_cert else None,
