@@ -18,8 +18,16 @@ from typing import Any
 import httpx
 
 from rollmux.core.group_controller import Grant
-from rollmux.live.refusals import (AuthError, BadRequest, Conflict, Forbidden, JobGone, NotFound, ServiceError,
-                                   Unavailable)
+from rollmux.live.refusals import (
+    AuthError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    JobGone,
+    NotFound,
+    ServiceError,
+    Unavailable,
+)
 from rollmux.shim import PhaseTimings
 
 _GRANT_FIELDS = set(Grant.__dataclass_fields__)

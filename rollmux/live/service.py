@@ -32,7 +32,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -42,15 +42,26 @@ from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
 from rollmux.live.codec import job_to_dict, plan_to_dict
+from rollmux.live.in_process import ADMIN, InProcessApi
 from rollmux.live.journal import JournalError, Store, open_store
 from rollmux.live.live_state import LiveState
-from rollmux.live.refusals import (AuthError, BadRequest, Conflict, Forbidden, JobGone, NotFound, NoToken,
-                                   ServiceError, Unavailable)
+from rollmux.live.memory_store import MemoryStore
+from rollmux.live.refusals import (
+    AuthError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    JobGone,
+    NotFound,
+    NoToken,
+    ServiceError,
+    Unavailable,
+)
+from rollmux.live.supervision import Supervision
 from rollmux.live.views import job_view, metrics_snapshot, status_view
 from rollmux.shim import PHASES
 
 TIMING_FIELDS = ("wait_s", "onload_s", "run_s", "offload_s")
-ADMIN = "<admin>"  # the caller identity of the admin token (never a job id: job ids are validated names)
 log = logging.getLogger("rollmux.service")
 
 __all__ = ["ADMIN", "AuthError", "BadRequest", "Conflict", "Forbidden", "JobGone", "NotFound", "SchedulerCore",
@@ -60,47 +71,6 @@ __all__ = ["ADMIN", "AuthError", "BadRequest", "Conflict", "Forbidden", "JobGone
 def hash_token(token: str) -> str:
     """How a token is stored and compared: its SHA-256, hex."""
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-class _NoJournal:
-    """In-memory stand-in when no store is configured (tests, throwaway services)."""
-
-    url = "memory:"
-
-    def __init__(self) -> None:
-        self.seq = self._staged = 0
-
-    def stage(self, kind: str, payload: dict) -> int:
-        self._staged += 1
-        return self.seq + self._staged
-
-    def commit(self) -> None:
-        self.seq, self._staged = self.seq + self._staged, 0
-
-    def rollback(self) -> None:
-        self._staged = 0
-
-    def pending(self) -> int:
-        return self._staged
-
-    def append(self, kind: str, payload: dict) -> int:
-        self.stage(kind, payload)
-        self.commit()
-        return self.seq
-
-    def records(self, after: int = 0) -> list:
-        if self.seq:  # memory only: there is nothing to rebuild from
-            raise JournalError("memory: an in-memory journal cannot be replayed")
-        return []
-
-    def snapshot(self) -> None:
-        return None
-
-    def save_snapshot(self, seq: int, state: dict) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _config_record(cluster: ClusterSpec, cfg: SchedulerConfig) -> dict:
@@ -113,7 +83,7 @@ def _config_from(d: dict) -> tuple[ClusterSpec, SchedulerConfig]:
     return ClusterSpec.model_validate(d["cluster"]), SchedulerConfig(**cfg)
 
 
-class SchedulerCore:
+class SchedulerCore(Supervision, InProcessApi):
     """The service's logic, free of HTTP and Ray (so it is testable in-process)."""
 
     def __init__(self, cluster: dict | None = None, cfg: SchedulerConfig | None = None,
@@ -122,7 +92,7 @@ class SchedulerCore:
                  admin_token: str | None = None, lease_factor: float = 2.0, lease_min_s: float = 60.0,
                  telemetry: Any = None, tail_threshold: float = 0.8) -> None:
         self.env = WallClockEnvironment()
-        self.journal = (open_store(store) if isinstance(store, str) else store) if store else _NoJournal()
+        self.journal = (open_store(store) if isinstance(store, str) else store) if store else MemoryStore()
         self._admin_hash = hash_token(admin_token) if admin_token else None
         self.telemetry = telemetry
         self.lease_factor, self.lease_min_s, self.tail_threshold = lease_factor, lease_min_s, tail_threshold
@@ -440,11 +410,6 @@ class SchedulerCore:
             self._request(job_id, phase)
         return fut
 
-    def lease_s(self, spec: JobSpec, phase: str, switch_s: float) -> float:
-        """How long a permit may be held: the declared worst-case phase time with a margin."""
-        worst = spec.rollout_s.max if phase == "rollout" else spec.train_s * spec.rollout_s.max / spec.rollout_s.median
-        return max(self.lease_min_s, self.lease_factor * worst + switch_s)
-
     def _request(self, job_id: str, phase: str) -> None:
         job = self.state.jobs[job_id]
         ctl = self.state.cluster.controllers[job.group_id]
@@ -547,33 +512,6 @@ class SchedulerCore:
             self._move(job_id, f"readmit: {readmit[:200]}")
         return self._placement(job_id)
 
-    def _op_nodes_lost(self, dead: set[str]) -> list[str]:
-        """Ray nodes died: every job with workers there is re-admitted (placed again)."""
-        hit = [j for j, ns in self._nodes_of.items() if ns & dead and self.state.jobs[j].active]
-        for jid in hit:
-            gone = sorted(self._nodes_of.pop(jid) & dead)
-            self._move(jid, f"readmit: Ray node(s) {', '.join(gone)} lost")
-        return hit
-
-    def watch_ray_nodes(self) -> None:
-        """Poll the Ray cluster this process is connected to for dead nodes (single-cluster mode)."""
-        threading.Thread(target=self._watch_ray_nodes, args=(self._check_every,), name="rollmux-ray-watch",
-                         daemon=True).start()
-
-    def _watch_ray_nodes(self, every_s: float) -> None:
-        """Poll Ray for dead nodes (off the scheduler thread: it is a GCS call)."""
-        import ray
-        known_dead: set[str] = set()
-        while not self._stopping.wait(every_s):
-            try:
-                dead = {n["NodeID"] for n in ray.nodes() if not n["Alive"]} - known_dead
-            except Exception:  # noqa: BLE001 -- GCS briefly unreachable: try again next time
-                continue
-            if dead:
-                known_dead |= dead
-                log.warning("Ray nodes lost: %s", sorted(dead))
-                self.request("nodes_lost", dead).result()
-
     # -- leaving ------------------------------------------------------------------------
     def _op_finish(self, caller: str, job_id: str) -> dict:
         self._active("finish", self._authorize("finish", caller, job_id))
@@ -626,46 +564,6 @@ class SchedulerCore:
         if movers:
             self._record("movers", {"job_ids": movers, "group_ids": sorted(self.state.cluster.dissolving)})
 
-    # -- heartbeats and leases -------------------------------------------------------------
-    def _watchdog(self) -> None:
-        try:
-            if self.heartbeat_timeout_s is not None:
-                self._check_heartbeats()
-            self._check_leases()
-        except JournalError as exc:
-            self._rebuild(exc)
-        except Exception:  # noqa: BLE001 -- a bug here must not stop the scheduler thread
-            log.exception("heartbeat or lease check failed")
-        if not self._stopping.is_set():
-            self.env.call_later(self._check_every, self._watchdog)
-
-    def _check_heartbeats(self) -> None:
-        now = time.monotonic()
-        for jid, seen in list(self._seen.items()):
-            job = self.state.jobs[jid]
-            if job.active and now - seen > self.heartbeat_timeout_s:
-                log.warning("job %s missed heartbeats for %.1fs: failed", jid, now - seen)
-                self._depart(jid, "failed", f"no heartbeat for {now - seen:.1f}s")
-            if not job.active:
-                self._seen.pop(jid, None)
-
-    def _check_leases(self) -> None:
-        """A phase past its lease is hung (e.g. a deadlocked collective): the job is failed."""
-        now = time.time()
-        for jid, job in list(self.state.jobs.items()):
-            for phase, grant in list(job.held.items()):
-                due = grant["at"] + grant.get("lease_s", float("inf"))
-                if grant["at"] < self._started:  # held across a restart: the grace period applies too
-                    due = max(due, self._started + 2 * (self.heartbeat_timeout_s or 0.0))
-                if job.active and now > due:
-                    log.warning("job %s held its %s permit past its lease of %.0fs: failed as hung",
-                                jid, phase, grant.get("lease_s"))
-                    self._depart(jid, "failed", f"hung: {phase} phase outlived its lease of {grant['lease_s']:.0f}s")
-                    break
-        if self.journal.pending() and not self._flush_due:
-            self._flush_due = True
-            self.env.call_at(self.env.now(), self._flush)
-
     # -- inspection ---------------------------------------------------------------------
     def _op_job(self, caller: str, job_id: str) -> dict:
         return job_view(self._authorize("job", caller, job_id, admin_ok=True), time.time())
@@ -689,54 +587,6 @@ class SchedulerCore:
         self._waiting.clear()
         self._after_release.clear()
         return len(waiting)
-
-    # -- the synchronous API (in-process callers: tests, benchmarks, chaos) ---------------------
-    def submit(self, record: dict, token: str | None = None) -> dict:
-        """Validate and place a job as the admin; returns its token and where it went."""
-        return self.request("submit", self._sync_caller(token, None, admin=True), self.parse_job(record)).result()
-
-    def acquire(self, job_id: str, phase: str, token: str | None = None, last_grant: int | None = None) -> dict:
-        """Block until the job may run `phase`; returns the permit (with the job's placement)."""
-        return self.request("acquire", self._sync_caller(token, job_id), job_id, phase, last_grant).result().result()
-
-    def release(self, job_id: str, phase: str, timings: dict, token: str | None = None) -> dict:
-        """The job ended a phase with these measured timings; a train phase ends an iteration."""
-        return self.request("release", self._sync_caller(token, job_id), job_id, phase, timings,
-                            timings.get("grant_no") if isinstance(timings, dict) else None).result()
-
-    def tail_started(self, job_id: str, token: str | None = None) -> None:
-        """The job's rollout is tail-bound."""
-        self.request("progress", self._sync_caller(token, job_id), job_id, 1, 1).result()
-
-    def heartbeat(self, job_id: str, token: str | None = None, nodes: list[str] | None = None) -> dict:
-        """The job is alive (and its workers run on these Ray nodes); returns its placement."""
-        return self.request("heartbeat", self._sync_caller(token, job_id), job_id, nodes).result()
-
-    def finish(self, job_id: str, token: str | None = None) -> None:
-        """The job is done: it leaves its group (an empty group releases its nodes)."""
-        self.request("finish", self._sync_caller(token, job_id), job_id).result()
-
-    def readmit(self, job_id: str, reason: str, token: str | None = None) -> dict:
-        """The job lost its workers: reclaim its permits and place it again like a new arrival."""
-        return self.request("readmit", self._sync_caller(token, job_id), job_id, reason).result()
-
-    def nodes_lost(self, dead: set[str]) -> list[str]:
-        """Ray nodes died: every job with workers there is re-admitted."""
-        return self.request("nodes_lost", set(dead)).result()
-
-    def status(self) -> dict:
-        """Groups, members, whose turn it is on each node, and each job's iteration time vs SLO."""
-        return self.request("status", ADMIN).result()
-
-    def dump(self) -> dict:
-        """The whole state as a journal snapshot would hold it (JSON-native)."""
-        return self.request("dump").result()
-
-    def _sync_caller(self, token: Any, job_id: Any, admin: bool = False) -> str:
-        """In-process callers: a job passes its token; the admin (the embedding program) none."""
-        if admin and token is None:
-            return ADMIN
-        return self.caller(token, job_id)
 
     def shutdown(self) -> None:
         """Answer every waiter, commit what is staged, stop the scheduler thread, close the journal."""

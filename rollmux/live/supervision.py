@@ -1,0 +1,105 @@
+"""Liveness of the jobs a scheduler serves: heartbeats, phase leases and lost Ray nodes.
+
+A mixin of `SchedulerCore` (it uses the core's state, `_depart`, `_move` and
+`request`). Everything here runs on the scheduler thread except the Ray node
+watch, which polls Ray's GCS from a thread of its own and hands what it finds
+to the scheduler thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from rollmux.core.spec import JobSpec
+from rollmux.live.journal import JournalError
+
+log = logging.getLogger("rollmux.service")
+
+
+class Supervision:
+    """Heartbeat timeouts, phase leases and Ray node loss (a mixin of SchedulerCore)."""
+
+    lease_factor: float
+    lease_min_s: float
+    heartbeat_timeout_s: float | None
+    state: Any
+    _seen: dict[str, float]
+    _nodes_of: dict[str, set[str]]
+    _started: float
+    _check_every: float
+    _stopping: threading.Event
+
+    def lease_s(self, spec: JobSpec, phase: str, switch_s: float) -> float:
+        """How long a permit may be held: the declared worst-case phase time with a margin."""
+        worst = spec.rollout_s.max if phase == "rollout" else spec.train_s * spec.rollout_s.max / spec.rollout_s.median
+        return max(self.lease_min_s, self.lease_factor * worst + switch_s)
+
+    def _op_nodes_lost(self, dead: set[str]) -> list[str]:
+        """Ray nodes died: every job with workers there is re-admitted (placed again)."""
+        hit = [j for j, ns in self._nodes_of.items() if ns & dead and self.state.jobs[j].active]
+        for jid in hit:
+            gone = sorted(self._nodes_of.pop(jid) & dead)
+            self._move(jid, f"readmit: Ray node(s) {', '.join(gone)} lost")
+        return hit
+
+    def watch_ray_nodes(self) -> None:
+        """Poll the Ray cluster this process is connected to for dead nodes (single-cluster mode)."""
+        threading.Thread(target=self._watch_ray_nodes, args=(self._check_every,), name="rollmux-ray-watch",
+                         daemon=True).start()
+
+    def _watch_ray_nodes(self, every_s: float) -> None:
+        """Poll Ray for dead nodes (off the scheduler thread: it is a GCS call)."""
+        import ray
+        known_dead: set[str] = set()
+        while not self._stopping.wait(every_s):
+            try:
+                dead = {n["NodeID"] for n in ray.nodes() if not n["Alive"]} - known_dead
+            except Exception:  # noqa: BLE001 -- GCS briefly unreachable: try again next time
+                continue
+            if dead:
+                known_dead |= dead
+                log.warning("Ray nodes lost: %s", sorted(dead))
+                self.request("nodes_lost", dead).result()
+
+    # -- heartbeats and leases -------------------------------------------------------------
+    def _watchdog(self) -> None:
+        try:
+            if self.heartbeat_timeout_s is not None:
+                self._check_heartbeats()
+            self._check_leases()
+        except JournalError as exc:
+            self._rebuild(exc)
+        except Exception:  # noqa: BLE001 -- a bug here must not stop the scheduler thread
+            log.exception("heartbeat or lease check failed")
+        if not self._stopping.is_set():
+            self.env.call_later(self._check_every, self._watchdog)
+
+    def _check_heartbeats(self) -> None:
+        now = time.monotonic()
+        for jid, seen in list(self._seen.items()):
+            job = self.state.jobs[jid]
+            if job.active and now - seen > self.heartbeat_timeout_s:
+                log.warning("job %s missed heartbeats for %.1fs: failed", jid, now - seen)
+                self._depart(jid, "failed", f"no heartbeat for {now - seen:.1f}s")
+            if not job.active:
+                self._seen.pop(jid, None)
+
+    def _check_leases(self) -> None:
+        """A phase past its lease is hung (e.g. a deadlocked collective): the job is failed."""
+        now = time.time()
+        for jid, job in list(self.state.jobs.items()):
+            for phase, grant in list(job.held.items()):
+                due = grant["at"] + grant.get("lease_s", float("inf"))
+                if grant["at"] < self._started:  # held across a restart: the grace period applies too
+                    due = max(due, self._started + 2 * (self.heartbeat_timeout_s or 0.0))
+                if job.active and now > due:
+                    log.warning("job %s held its %s permit past its lease of %.0fs: failed as hung",
+                                jid, phase, grant.get("lease_s"))
+                    self._depart(jid, "failed", f"hung: {phase} phase outlived its lease of {grant['lease_s']:.0f}s")
+                    break
+        if self.journal.pending() and not self._flush_due:
+            self._flush_due = True
+            self.env.call_at(self.env.now(), self._flush)
