@@ -5,7 +5,8 @@ one (group_id, pool, node), or a job holding one phase twice at once; a phase le
 counts as an error unless its process was killed (it then ends at the kill). Lost jobs:
 submitted jobs the service does not show done at the end, and killed jobs never seen failed
 (with a reason) before their resubmission. A restart or a refused request must leave the
-service's settled state (`settled_state`) unchanged.
+service's settled state (`settled_state`) unchanged. After an injected journal failure the
+scheduler's memory must equal a fresh replay of its journal (`first_diff` says where not).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
+
+import numpy as np
 
 
 def read_log(log_dir: Path, pattern: str = "*.jsonl") -> list[dict]:
@@ -119,3 +122,39 @@ def state_diff(a: dict, b: dict) -> str:
         return f"groups {a['groups']} -> {b['groups']}"
     changed = [j for j in set(a["jobs"]) | set(b["jobs"]) if a["jobs"].get(j) != b["jobs"].get(j)]
     return "; ".join(f"{j}: {a['jobs'].get(j)} -> {b['jobs'].get(j)}" for j in sorted(changed)[:3]) or "nothing"
+
+
+def without(state: dict, job_ids: set[str]) -> dict:
+    """A settled state less some jobs and the groups only they were members of."""
+    return {"grants": state["grants"],
+            "groups": [g for g in state["groups"] if not set(g["members"]) <= job_ids],
+            "jobs": {j: s for j, s in state["jobs"].items() if j not in job_ids}}
+
+
+def first_diff(a: Any, b: Any, path: str = "") -> str | None:
+    """Where two JSON-native values first differ (`path: a != b`), or None if they are equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a or k not in b:
+                return f"{path}/{k}: only in {'the first' if k in a else 'the second'}"
+            d = first_diff(a[k], b[k], f"{path}/{k}")
+            if d is not None:
+                return d
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items != {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_diff(x, y, f"{path}[{i}]")
+            if d is not None:
+                return d
+        return None
+    return None if a == b else f"{path}: {str(a)[:200]} != {str(b)[:200]}"
+
+
+def percentiles_ms(seconds: list[float]) -> tuple[float | None, float | None]:
+    """p50 and p99 of durations in seconds, as milliseconds (None, None if there are none)."""
+    if not seconds:
+        return None, None
+    ms = np.array(seconds) * 1e3
+    return round(float(np.percentile(ms, 50)), 3), round(float(np.percentile(ms, 99)), 3)

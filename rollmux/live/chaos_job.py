@@ -2,17 +2,22 @@
 
 The same loop runs in a driver thread (`run_job`) or as a process of its own
 
-    python -m rollmux.live.chaos_job --address HOST:PORT --actor NAME --job-id ID --log-dir DIR ...
+    python -m rollmux.live.chaos_job --url http://127.0.0.1:PORT --job-id ID --log-dir DIR ...
 
-that joins the Ray cluster, submits itself, sends heartbeats and can be SIGKILLed
-mid-phase (`--hold-phase`/`--hold-iter` park it inside one phase until it is killed).
+that talks to the scheduler's HTTP API only through `HttpPermitClient`, sends heartbeats
+and can be SIGKILLed mid-phase (`--hold-phase`/`--hold-iter` park it inside one phase
+until it is killed). Its launcher (the chaos driver, holding the admin token) submits it:
+the process logs `ready`, then reads one JSON line on stdin, the server's answer to the
+submission (`token`, `group_id`, `case`, ...), so the job's token is never on a command
+line or in the environment, and the job's first call follows its submission at once.
 
-Phase log: one JSONL file per job and process, `{job}-{pid}-{n}.jsonl`. A `start` line is
-written once the permit is granted and carries where it put the job (group, pool,
-group-local node indices, placement epoch) and how long the acquire took; the `end` line
-is written when the phase's work is over, before the permit is released. Times are
-`time.monotonic()`, one clock for every process on the host. The iteration counter is
-checkpointed after every iteration, so a restarted job resumes from its last checkpoint.
+Phase log: one JSONL file per job and process, `{job}-{pid}-{n}.jsonl`. An `ask` line is
+written before each permit is asked for; a `start` line once the permit is granted, with
+where it put the job (group, pool, group-local node indices, placement epoch) and how long
+the acquire took; the `end` line when the phase's work is over, before the permit is
+released. Times are `time.monotonic()`, one clock for every process on the host. The
+iteration counter is checkpointed after every iteration, so a restarted job resumes from
+its last checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import itertools
 import json
 import os
+import sys
 import threading
 import time
 import traceback
@@ -101,6 +107,7 @@ def run_job(client: Any, job_id: str, log: PhaseLog, keep_going: Callable[[int],
     it = start_iter
     while keep_going(it):
         for phase in PHASES:
+            log.event("ask", phase=phase, iter=it)
             asked = time.monotonic()
             with shim.phase(phase) as grant:
                 seq = log.start(grant, it, time.monotonic() - asked)
@@ -117,13 +124,10 @@ def run_job(client: Any, job_id: str, log: PhaseLog, keep_going: Callable[[int],
 def main(argv: list[str] | None = None) -> int:
     """Run one synthetic job as its own process (see the module docstring); exit status 0 when done."""
     ap = argparse.ArgumentParser(description="A synthetic job for `rollmux chaos`.")
-    ap.add_argument("--address", required=True, help="Ray GCS address of the chaos cluster")
-    ap.add_argument("--namespace", default="rollmux-chaos")
-    ap.add_argument("--actor", required=True, help="name of the scheduler actor")
+    ap.add_argument("--url", required=True, help="the scheduler's HTTP API, e.g. http://127.0.0.1:8470")
     ap.add_argument("--job-id", required=True)
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--phase-ms", type=float, default=5.0)
-    ap.add_argument("--slo", type=float, default=5.0)
     ap.add_argument("--log-dir", type=Path, required=True)
     ap.add_argument("--checkpoint", type=Path, required=True)
     ap.add_argument("--heartbeat-s", type=float, default=0.5)
@@ -131,17 +135,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold-iter", type=int, default=0, help="... of this iteration, until killed")
     args = ap.parse_args(argv)
 
-    import ray
-
-    from rollmux.live.client import RayPermitClient
-    from rollmux.live.service import NAMESPACE
+    from rollmux.live.client import HttpPermitClient
 
     log = PhaseLog(args.log_dir, args.job_id)
-    ray.init(address=args.address, namespace=args.namespace, log_to_driver=False, _node_ip_address="127.0.0.1")
-    client = RayPermitClient(ray.get_actor(args.actor, namespace=NAMESPACE), heartbeat_s=args.heartbeat_s)
+    client = None
     try:
+        log.event("ready")
+        line = sys.stdin.readline()
+        if not line.strip():
+            raise RuntimeError("no submission on stdin (the launcher gave up?)")
+        placed = json.loads(line)
+        client = HttpPermitClient(args.url, heartbeat_s=args.heartbeat_s)
+        client.register(args.job_id, placed["token"])
         start = load_checkpoint(args.checkpoint)
-        placed = client.submit(job_record(args.job_id, args.phase_ms / 1e3, args.slo))
         log.event("submitted", resumed_from=start, group_id=placed["group_id"], status=placed["status"],
                   epoch=placed["epoch"], case=placed.get("case"))
 
@@ -159,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         log.event("error", error=repr(exc), detail=traceback.format_exc()[-4000:] + str(exc)[-4000:])
         return 1
     finally:
-        client.close()
+        if client is not None:
+            client.close()
         log.close()
-        ray.shutdown()
 
 
 if __name__ == "__main__":
