@@ -323,6 +323,10 @@ def status(url: str = _URL, admin_token_file: Path = _TOKEN_FILE,
         out.print(groups_table(st))
         out.print(jobs_table(st))
         out.print(summary_line(st))
+        page = st["page"]
+        if page["jobs_total"] > len(st["jobs"]) or page["groups_total"] > len(st["groups"]):
+            out.print(f"showing {len(st['groups'])} of {page['groups_total']} groups and {len(st['jobs'])} of "
+                      f"{page['jobs_total']} jobs (--json and GET /v1/status?offset=&limit= page through all)")
     except InputError as exc:
         _fail(exc)
 

@@ -54,13 +54,16 @@ class ClusterState:
         self._next_gid = 0
 
     def view(self, progress: Progress) -> ClusterView:
-        """A frozen snapshot for the policy (groups being dissolved are not offered)."""
+        """A frozen snapshot for the policy (groups being dissolved are not offered).
+
+        `progress` is read, not copied (a copy made every decision O(all jobs)): callers
+        hand over a mapping they do not change while the decision runs."""
         pools = self.cluster.pools
         free = {p: (None if getattr(pools, p).max_nodes is None
                     else getattr(pools, p).max_nodes - self.ledger.nodes[p]) for p in ("rollout", "train")}
         groups = tuple(g for g in self.groups.values() if g.group_id not in self.dissolving)
         return ClusterView(self.cluster, groups, free["rollout"], free["train"],
-                           self.cfg.max_group_size, self._next_gid, dict(progress))
+                           self.cfg.max_group_size, self._next_gid, progress)
 
     def place(self, job: JobSpec, progress: Progress, arrival: bool = True) -> PlacementPlan | None:
         """Decide, validate and apply a placement for `job`; None if it must wait."""

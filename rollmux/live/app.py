@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from rollmux.live.refusals import BadRequest, Forbidden, ServiceError
 from rollmux.live.service import ADMIN, SchedulerCore
+from rollmux.live.views import MAX_PAGE, PAGE
 
 MAX_BODY = 1 << 20       # a job record is a few hundred bytes; 1 MiB leaves room and bounds memory
 MAX_WAIT_S = 30.0        # the longest long poll
@@ -77,6 +78,16 @@ async def _body(request: Request) -> dict:
     if not isinstance(body, dict):
         raise BadRequest(f"{request.url.path}: body must be a JSON object, not {type(body).__name__}")
     return body
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+    """An integer query parameter within [low, high]; BadRequest naming it otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) < low or (high is not None and int(raw) > high):
+        raise BadRequest(f"{request.url.path}: ?{name}= must be an integer in {low}..{high or 'inf'}", name)
+    return int(raw)
 
 
 class Api:
@@ -165,7 +176,10 @@ class Api:
         return JSONResponse(await self._do("finish", self._caller(request, jid), jid))
 
     async def status(self, request: Request) -> Response:
-        return JSONResponse(await self._do("status", self._caller(request)))
+        caller = self._caller(request)
+        offset = _int_param(request, "offset", 0, 0, None)
+        limit = _int_param(request, "limit", PAGE, 1, MAX_PAGE)
+        return JSONResponse(await self._do("status", caller, offset, limit))
 
     # -- metrics and dashboard ---------------------------------------------------------------
     async def metrics(self, request: Request) -> Response:

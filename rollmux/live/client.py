@@ -77,9 +77,10 @@ class HttpPermitClient:
         self.tokens[out["job_id"]] = out["token"]
         return out
 
-    def status(self) -> dict:
-        """The admin's status view."""
-        return self._call("GET", "/v1/status", self._admin)
+    def status(self, offset: int = 0, limit: int | None = None) -> dict:
+        """The admin's status view (a page of groups and jobs: `limit` defaults to the server's)."""
+        query = f"?offset={offset}" + (f"&limit={limit}" if limit is not None else "")
+        return self._call("GET", f"/v1/status{query}", self._admin)
 
     def cancel(self, job_id: str) -> dict:
         """Cancel a job (admin token if set, else the job's own)."""
@@ -143,7 +144,7 @@ class HttpPermitClient:
 
     def finish(self, job_id: str) -> None:
         """The job is done: it leaves its group."""
-        self._call("POST", f"/v1/jobs/{job_id}/finish", self.tokens.get(job_id), {})
+        self._call("POST", f"/v1/jobs/{job_id}/finish", self.tokens.get(job_id), {}, resent_ok=True)
         self.tokens.pop(job_id, None)
 
     def readmit(self, job_id: str, reason: str) -> dict:
@@ -172,7 +173,7 @@ class HttpPermitClient:
                     return None
                 if resp.is_success:
                     return resp.json()
-                if resent_ok and retried and resp.status_code == 409:
+                if resent_ok and retried and resp.status_code in (409, 410):
                     return None  # the first attempt was applied before the connection broke
                 raise _error(resp)
             if time.monotonic() > deadline:

@@ -20,6 +20,7 @@ Record kinds (payloads are JSON-native):
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
@@ -171,6 +172,28 @@ class LiveState:
             cs.ledger.provision(pool, n, cs.env.now())
 
     # -- queries ----------------------------------------------------------------------
-    def progress(self, now: float) -> dict[str, tuple[int, float]]:
-        """(iterations done, seconds since submission) of every placed job, for the policy."""
-        return {j: (r.iterations, now - r.started_at) for j, r in self.jobs.items() if r.active}
+    def progress(self, now: float) -> Mapping[str, tuple[int, float]]:
+        """(iterations done, seconds since submission) of every active job, for the policy.
+
+        Computed per job on lookup: a decision reads the members of a few groups, and
+        building the whole map for every decision made each submission O(all jobs)."""
+        return _Progress(self.jobs, now)
+
+
+class _Progress(Mapping):
+    """A read-only view of the active jobs' progress at one instant."""
+
+    def __init__(self, jobs: dict[str, LiveJob], now: float) -> None:
+        self._jobs, self._now = jobs, now
+
+    def __getitem__(self, job_id: str) -> tuple[int, float]:
+        r = self._jobs.get(job_id)
+        if r is None or not r.active:
+            raise KeyError(job_id)
+        return r.iterations, self._now - r.started_at
+
+    def __iter__(self) -> Iterator[str]:
+        return (j for j, r in self._jobs.items() if r.active)
+
+    def __len__(self) -> int:
+        return sum(1 for r in self._jobs.values() if r.active)

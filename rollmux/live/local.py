@@ -91,7 +91,14 @@ class ProcessServer:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        wait_until_up(self.url, proc=self.proc)
+        try:
+            wait_until_up(self.url, proc=self.proc)
+        except RuntimeError:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+            self._log.close()
+            raise
 
     @property
     def admin_token(self) -> str:

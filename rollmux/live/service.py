@@ -58,7 +58,7 @@ from rollmux.live.refusals import (
     Unavailable,
 )
 from rollmux.live.supervision import Supervision
-from rollmux.live.views import job_view, metrics_snapshot, status_view
+from rollmux.live.views import PAGE, job_view, metrics_snapshot, status_view
 from rollmux.shim import PHASES
 
 TIMING_FIELDS = ("wait_s", "onload_s", "run_s", "offload_s")
@@ -173,6 +173,9 @@ class SchedulerCore(Supervision, InProcessApi):
         failed, self._replies = self._replies, []
         self._load(None, None)
         self._open.clear()
+        self._tail_sent.clear()
+        # Jobs the rebuild forgot (a submission rolled back) are not watched; the rest keep their beat.
+        self._seen = {j: t for j, t in self._seen.items() if j in self.state.jobs and self.state.jobs[j].active}
         err = Unavailable(f"the journal could not record the decision; nothing changed, ask again ({why})")
         for fut, _, _ in failed:
             if not fut.done():
@@ -495,8 +498,8 @@ class SchedulerCore(Supervision, InProcessApi):
         tail = (grant is not None and total > 0 and done / total >= self.tail_threshold
                 and job_id not in self._tail_sent and grant.get("tail_share", 0) > 0)
         if tail:
-            self._tail_sent.add(job_id)
             self._record("tail", {"job_id": job_id})
+            self._tail_sent.add(job_id)  # after the record: a failed one is tried again
         return {"tail": tail}
 
     def _op_heartbeat(self, caller: str, job_id: str, nodes: Any = None, readmit: Any = None) -> dict:
@@ -568,10 +571,10 @@ class SchedulerCore(Supervision, InProcessApi):
     def _op_job(self, caller: str, job_id: str) -> dict:
         return job_view(self._authorize("job", caller, job_id, admin_ok=True), time.time())
 
-    def _op_status(self, caller: str) -> dict:
+    def _op_status(self, caller: str, offset: int = 0, limit: int = PAGE) -> dict:
         if caller != ADMIN:
             raise self._refuse("status", None, "only the admin may read the whole status", Forbidden)
-        return status_view(self, time.time())
+        return status_view(self, time.time(), offset, limit)
 
     def _op_dump(self) -> dict:
         return self.state.dump()

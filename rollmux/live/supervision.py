@@ -80,11 +80,11 @@ class Supervision:
     def _check_heartbeats(self) -> None:
         now = time.monotonic()
         for jid, seen in list(self._seen.items()):
-            job = self.state.jobs[jid]
-            if job.active and now - seen > self.heartbeat_timeout_s:
+            job = self.state.jobs.get(jid)
+            if job is not None and job.active and now - seen > self.heartbeat_timeout_s:
                 log.warning("job %s missed heartbeats for %.1fs: failed", jid, now - seen)
                 self._depart(jid, "failed", f"no heartbeat for {now - seen:.1f}s")
-            if not job.active:
+            if job is None or not job.active:
                 self._seen.pop(jid, None)
 
     def _check_leases(self) -> None:

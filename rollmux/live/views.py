@@ -7,11 +7,14 @@ consistent snapshot). No token or token hash ever appears in a view.
 from __future__ import annotations
 
 import time
+from itertools import islice
 from typing import Any
 
 from rollmux.core.accounting import POOLS
 
 TIMELINE_S = 600.0  # the dashboard's timeline shows the last ten minutes
+PAGE = 1000         # groups and jobs per status page by default
+MAX_PAGE = 10_000
 STATES = ("queued", "running", "moving", "done", "failed", "cancelled")
 
 
@@ -42,15 +45,20 @@ def _pools(core: Any) -> dict:
     return out
 
 
-def status_view(core: Any, now: float) -> dict:
-    """The admin's view: groups (whose turn per node), jobs, pools, cost and a phase timeline."""
+def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> dict:
+    """The admin's view: groups (whose turn per node), jobs, pools, cost and a phase timeline.
+
+    Groups (by id) and jobs (in submission order) come a page at a time, like Kueue's
+    visibility API: at 10,000 jobs the whole list is megabytes, and a status must stay fast."""
     cs = core.state.cluster
     groups = [{"group_id": g.group_id, "members": list(g.job_ids()), "rollout_nodes": g.n_rollout,
                "train_nodes": g.n_train, "period_s": g.shape.period_s if g.shape else None,
-               "turn": cs.controllers[g.group_id].whose_turn()} for g in cs.groups.values()]
-    jobs = {jid: job_view(r, now) for jid, r in core.state.jobs.items()}
+               "turn": cs.controllers[g.group_id].whose_turn()}
+              for g in islice(cs.groups.values(), offset, offset + limit)]
+    jobs = {jid: job_view(r, now) for jid, r in islice(core.state.jobs.items(), offset, offset + limit)}
     timeline = [dict(row) for row in core._timeline if row["end"] is None or row["end"] > now - TIMELINE_S]
-    return {"now": now, "groups": groups, "jobs": jobs, "pools": _pools(core),
+    page = {"offset": offset, "limit": limit, "groups_total": len(cs.groups), "jobs_total": len(core.state.jobs)}
+    return {"now": now, "page": page, "groups": groups, "jobs": jobs, "pools": _pools(core),
             "cost_per_hour": cs.ledger.rate_per_hour(), "timeline": timeline,
             "grants": core.state.grants, "refused": core.refused_count,
             "waiting": len(core._waiting) + len(core._after_release), "journal": core.journal.url,

@@ -198,3 +198,16 @@ def test_polling_a_waiting_acquire_again_and_again_leaves_nothing_behind(api):
         assert r.status_code == 204
     request = core._waiting[("b", "rollout")]
     assert len(request._done_callbacks) == 1  # one bridge to the event loop, not one per poll
+
+
+def test_status_comes_a_page_at_a_time(api):
+    http, _, _ = api
+    for jid in "cdef":
+        http.post("/v1/jobs", json=_job(jid), headers=_auth(ADMIN))
+    first = http.get("/v1/status?limit=2", headers=_auth(ADMIN)).json()
+    rest = http.get("/v1/status?offset=2&limit=10", headers=_auth(ADMIN)).json()
+    assert list(first["jobs"]) == ["a", "b"] and list(rest["jobs"]) == ["c", "d", "e", "f"]
+    assert first["page"] == {"offset": 0, "limit": 2, "groups_total": first["page"]["groups_total"],
+                             "jobs_total": 6}
+    assert http.get("/v1/status?limit=0", headers=_auth(ADMIN)).json()["field"] == "limit"
+    assert http.get("/v1/status?offset=-1", headers=_auth(ADMIN)).status_code == 400

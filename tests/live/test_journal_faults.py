@@ -74,6 +74,8 @@ def test_a_failed_stage_of_each_record_kind_changes_nothing(tmp_path, kind):
                 step()  # the same request, asked again, goes through
         assert store.injected == 1
         assert core.dump() == _replayed(path)
+        assert set(KINDS) <= _kinds(path)  # the retried decision was journaled (a tail is not lost)
+        assert set(core._seen) <= set(core.state.jobs)  # no heartbeat watch on a rolled-back job
     finally:
         core.shutdown()
 
