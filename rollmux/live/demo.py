@@ -15,6 +15,13 @@ Node mapping: for each pool, the (group_id, group-local node index) pairs the
 scheduler returns are numbered in submission order, k = 0, 1, ...; pair k runs on
 `{pool}_node_k`. Workers are pinned with `resources={name: 0.01}` (num_cpus=0).
 
+Scheduler: a `SchedulerCore` (no journal) served over HTTP on loopback by
+`ThreadServer`, with an admin token. The driver submits the jobs with the admin
+token; each job then talks to the scheduler only through its own
+`HttpPermitClient` (its job token, heartbeats every second, the Ray node ids of
+its workers), as a job on a real cluster would. Ray is the engine the jobs'
+workers run on; the scheduler also watches Ray for lost nodes.
+
 Solo run: the same jobs on dedicated nodes (Solo-D), no permits and no
 offloading, on the same worker processes reset to a fresh job of the same config
 and seed. The three jobs run at the same time in both runs, as they would on a
@@ -27,8 +34,10 @@ only while its group has members, in both runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import tempfile
 import threading
 import time
@@ -37,9 +46,10 @@ from pathlib import Path
 import ray
 
 from rollmux.core.spec import default_cluster
-from rollmux.live.client import RayPermitClient
+from rollmux.live.client import HttpPermitClient
 from rollmux.live.codec import live_job_record
-from rollmux.live.service import start_service
+from rollmux.live.local import ThreadServer
+from rollmux.live.service import SchedulerCore
 from rollmux.shim import JobShim
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -47,6 +57,7 @@ DEMO_NAMESPACE = "rollmux-demo"
 # job_id -> (preset, rollout profile, train profile) -- ms of wall time used as profile seconds
 JOBS = {"medium": ("medium", 0.151, 0.104), "large": ("large", 0.010, 0.235), "small": ("small", 0.004, 0.022)}
 WARM_SWITCH_S, COLD_SWITCH_S = 0.005, 0.1
+HEARTBEAT_S, HEARTBEAT_TIMEOUT_S = 1.0, 30.0
 
 
 class Worker:
@@ -64,6 +75,9 @@ class Worker:
         self.job = GRPOJob(make_config(self.size, self.seed))
         self.job.offload("trainer" if self.side == "rollout" else "rollout")
 
+    def node_id(self) -> str:
+        """The Ray node this worker runs on (the job's heartbeats carry it)."""
+        return ray.get_runtime_context().get_node_id()
 
     def cold_start(self, path: str) -> float:
         """Checkpoint to disk, then time a cold start (restore) from it."""
@@ -105,7 +119,6 @@ def _spawn(size: str, seed: int, rollout_node: str, train_node: str):
 def _drive(job_id: str, r, t, iterations: int, log: list, lock: threading.Lock, nodes: tuple[str, str],
            out: dict, shim: JobShim | None = None, queued: dict | None = None) -> None:
     """rollout -> train+sync, `iterations` times; phases (job, phase, node, start, end) go to `log`."""
-    import contextlib
     rewards: list[float] = []
     w_ref = t.weights.remote()
     ray.wait([w_ref])
@@ -197,9 +210,12 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
     say = (lambda *a: None) if quiet else print
     png_out = Path(png_out)
     t_demo = time.perf_counter()
-    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, include_dashboard=False))
     have = {"rollout": 0, "train": 0}
-    try:
+    # Torn down in reverse: job clients (heartbeats), the admin client, the server, Ray, the cluster.
+    with contextlib.ExitStack() as stack:
+        cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, include_dashboard=False))
+        stack.callback(cluster.shutdown)
+
         def ensure(pool: str, n: int) -> None:
             while have[pool] < n:
                 cluster.add_node(num_cpus=1, resources={f"{pool}_node_{have[pool]}": 1})
@@ -210,17 +226,30 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         pypath = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
         ray.init(address=cluster.address, namespace=DEMO_NAMESPACE, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": pypath}})
+        stack.callback(ray.shutdown)
         say(f"cluster up in {time.perf_counter() - t_demo:.1f}s: {sorted(k for k in ray.cluster_resources() if '_node_' in k)}")
         cluster_spec = {**default_cluster().model_dump(), "warm_switch_s": WARM_SWITCH_S,
                         "cold_switch_s": COLD_SWITCH_S}
-        handle = start_service(cluster_spec)
+        admin_token = secrets.token_urlsafe(32)
+        core = SchedulerCore(cluster_spec, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, watch_ray_nodes=True,
+                             admin_token=admin_token)
+        stack.callback(core.shutdown)  # if the server does not come up (a no-op after server.stop)
+        server = ThreadServer(core)
+        stack.callback(server.stop)
+        admin = HttpPermitClient(server.url, admin_token=admin_token)
+        stack.callback(admin.close)
+        clients: dict[str, HttpPermitClient] = {}
+        say(f"scheduler serving on {server.url}")
 
-        # --- submit and map the placement onto emulated nodes
-        client = RayPermitClient(handle)
+        # --- submit (admin token) and map the placement onto emulated nodes
         node_of: dict[str, dict[str, str]] = {}
         index: dict[str, dict[tuple[int, int], int]] = {"rollout": {}, "train": {}}
         for jid, (_, r_ms, t_ms) in JOBS.items():
-            p = client.submit(live_job_record(jid, r_ms, t_ms, slo))
+            p = admin.submit(live_job_record(jid, r_ms, t_ms, slo))
+            # From here on the job talks to the scheduler only with its own token, from its own client.
+            clients[jid] = HttpPermitClient(server.url, heartbeat_s=HEARTBEAT_S)
+            clients[jid].register(jid, p["token"])
+            stack.callback(clients[jid].close)
             node_of[jid] = {}
             for pool in ("rollout", "train"):
                 key = (p["group_id"], p[f"{pool}_nodes"][0])
@@ -232,8 +261,10 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         cluster.wait_for_nodes()
 
         # --- multiplexed run
-        ckdir = tempfile.mkdtemp(prefix="rollmux-demo-")
+        ckdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="rollmux-demo-"))
         actors = {j: _spawn(JOBS[j][0], seed, node_of[j]["rollout"], node_of[j]["train"]) for j in JOBS}
+        for j, pair in actors.items():  # heartbeats carry where the workers run (a lost node re-admits the job)
+            clients[j].set_nodes(j, sorted(set(ray.get([a.node_id.remote() for a in pair]))))
         for j, (r, t) in actors.items():  # one unrecorded iteration warms every path, then fresh jobs
             _drive(j, r, t, 1, [], threading.Lock(), ("", ""), {})
         ray.get([a.reset.remote() for pair in actors.values() for a in pair])
@@ -252,11 +283,11 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
             # the state is back in host memory. This saves two driver round trips per phase.
             pick = dict(zip(("rollout", "train"), actors[j]))
             queued: dict = {}
-            shim = JobShim(j, client, onload=lambda ph: warm.append(pick[ph].onload.remote()),
+            shim = JobShim(j, clients[j], onload=lambda ph: warm.append(pick[ph].onload.remote()),
                            offload=lambda ph: ray.get(queued.pop(ph)))
             _drive(j, *actors[j], iterations, log, lock, (node_of[j]["rollout"], node_of[j]["train"]), mux,
                    shim, queued)
-            client.finish(j)  # drains its releases first, then leaves the group
+            clients[j].finish(j)  # its releases are confirmed; it leaves the group
 
         t_mux = time.perf_counter()
         _all_at_once("multiplexed", run_mux)
@@ -296,8 +327,4 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
             f"on-policy identical: {identical}; demo wall {time.perf_counter() - t_demo:.1f}s")
         if json_out is not None:
             Path(json_out).write_text(json.dumps(result, indent=2))
-        ray.kill(handle)
         return result
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
