@@ -37,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from rollmux.live.handoff import bridge
 from rollmux.live.refusals import BadRequest, Forbidden, ServiceError
 from rollmux.live.service import ADMIN, SchedulerCore
 from rollmux.live.views import MAX_PAGE, PAGE
@@ -98,7 +99,7 @@ class Api:
         self._sessions: set[str] = set()  # SHA-256 of live dashboard session ids
 
     async def _do(self, op: str, *args: Any) -> Any:
-        return await asyncio.wrap_future(self.core.request(op, *args))
+        return await self.core.request(op, *args, loop=asyncio.get_running_loop())
 
     def _caller(self, request: Request, job_id: str | None = None) -> str:
         token = _bearer(request)
@@ -140,12 +141,10 @@ class Api:
         permit = await self._do("acquire", caller, jid, body.get("phase"), body.get("last_grant"))
         # One asyncio bridge per permit request, however often it is polled: a bridge per poll
         # would leave a callback on the request for every poll that timed out.
-        bridge = getattr(permit, "aio", None)
-        if bridge is None:
-            bridge = permit.aio = asyncio.wrap_future(permit)
+        aio = bridge(permit, asyncio.get_running_loop())
         try:
             # shield: a poll that times out leaves the request queued; the next poll re-attaches to it.
-            out = await asyncio.wait_for(asyncio.shield(bridge), timeout=wait_s)
+            out = await asyncio.wait_for(asyncio.shield(aio), timeout=wait_s)
         except asyncio.TimeoutError:
             return Response(status_code=204)
         return JSONResponse(out)

@@ -23,6 +23,7 @@ needs around it:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -42,6 +43,7 @@ from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
 from rollmux.live.codec import job_to_dict, plan_to_dict
+from rollmux.live.handoff import Inbox, settle
 from rollmux.live.in_process import ADMIN, InProcessApi
 from rollmux.live.journal import JournalError, Store, open_store
 from rollmux.live.live_state import LiveState
@@ -113,9 +115,11 @@ class SchedulerCore(Supervision, InProcessApi):
         # A restart grants every job a grace period: its heartbeats were failing while the
         # service was down, and failing a live job would hand its held nodes to others.
         self._started = time.time()
+        self._index_leases()
         grace = time.monotonic() + 2 * (heartbeat_timeout_s or 0.0)
         self._seen = {j: grace for j, r in self.state.jobs.items() if r.active}
         self._stopping = threading.Event()
+        self._inbox = Inbox(lambda run: self.env.call_at(self.env.now(), run))
         self._thread = threading.Thread(target=self.env.serve, name="rollmux-scheduler", daemon=True)
         self._thread.start()
         self._check_every = check_every_s
@@ -172,38 +176,39 @@ class SchedulerCore(Supervision, InProcessApi):
         self._gen += 1
         failed, self._replies = self._replies, []
         self._load(None, None)
+        self._index_leases()
         self._open.clear()
         self._tail_sent.clear()
         # Jobs the rebuild forgot (a submission rolled back) are not watched; the rest keep their beat.
         self._seen = {j: t for j, t in self._seen.items() if j in self.state.jobs and self.state.jobs[j].active}
         err = Unavailable(f"the journal could not record the decision; nothing changed, ask again ({why})")
-        for fut, _, _ in failed:
-            if not fut.done():
-                fut.set_exception(err)
+        answers = [(fut, None, err) for fut, _, _ in failed]
         for (jid, phase), fut in list(self._waiting.items()):  # still waiting: ask the new controllers
             job = self.state.jobs.get(jid)
             if fut.done() or job is None or not job.active:
                 self._waiting.pop((jid, phase))
-                if not fut.done():
-                    fut.set_exception(err)
+                answers.append((fut, None, err))
             elif phase in job.held:  # the rebuild kept a grant it had (its reply was lost)
                 self._waiting.pop((jid, phase))
-                fut.set_result(job.held[phase])
+                answers.append((fut, job.held[phase], None))
             elif job.group_id is not None:
                 self._request(jid, phase)
+        settle(answers)
         self._drain()
 
     # -- plumbing -----------------------------------------------------------------------
-    def request(self, op: str, *args: Any) -> Future:
-        """Run `_op_<op>(*args)` on the scheduler thread; its result arrives once its records commit."""
+    def request(self, op: str, *args: Any, loop: asyncio.AbstractEventLoop | None = None) -> Any:
+        """Run `_op_<op>(*args)` on the scheduler thread; its result arrives once its records commit.
+
+        A concurrent Future, or with `loop` (called on that loop's thread) an asyncio one."""
         fn = getattr(self, f"_op_{op}")
-        fut: Future = Future()
+        fut: Any = loop.create_future() if loop is not None else Future()
 
         def call() -> None:
             try:
                 result = fn(*args)
             except ServiceError as exc:  # refused before any change
-                fut.set_exception(exc)
+                settle([(fut, None, exc)])
                 return
             except JournalError as exc:
                 self._replies.append((fut, None, None))
@@ -215,10 +220,10 @@ class SchedulerCore(Supervision, InProcessApi):
                 self._rebuild(exc)
                 return
             self._reply(fut, result)
-        self.env.call_at(self.env.now(), call)
+        self._inbox.post(call)
         return fut
 
-    def _reply(self, fut: Future, value: Any) -> None:
+    def _reply(self, fut: Any, value: Any) -> None:
         """Answer once everything journaled so far is committed (group commit)."""
         self._replies.append((fut, value, None))
         if not self._flush_due:
@@ -239,13 +244,7 @@ class SchedulerCore(Supervision, InProcessApi):
                 self.telemetry.journal_records(staged)
             self._maybe_snapshot()
         replies, self._replies = self._replies, []
-        for fut, value, exc in replies:
-            if fut.done():
-                continue
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(value)
+        settle(replies)
 
     def _maybe_snapshot(self) -> None:
         """Compaction: a restart loads the snapshot and replays only later records. Not fatal."""
@@ -429,6 +428,7 @@ class SchedulerCore(Supervision, InProcessApi):
                        "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes)}
             self._record("grant", payload)  # a JournalError unwinds to `request`, which rebuilds
             self._opened(payload)
+            self._lease_starts(job_id, payload)
             if self.telemetry is not None and hasattr(fut, "asked_at"):
                 self.telemetry.permit_wait(time.monotonic() - fut.asked_at)
             self._reply(fut, payload)

@@ -8,6 +8,7 @@ to the scheduler thread.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -31,6 +32,7 @@ class Supervision:
     _started: float
     _check_every: float
     _stopping: threading.Event
+    _leases: list[tuple[float, int, str, str]]
 
     def lease_s(self, spec: JobSpec, phase: str, switch_s: float) -> float:
         """How long a permit may be held: the declared worst-case phase time with a margin."""
@@ -87,19 +89,32 @@ class Supervision:
             if job is None or not job.active:
                 self._seen.pop(jid, None)
 
+    def _index_leases(self) -> None:
+        """Rebuild the lease deadlines of every held permit (after loading state from the journal)."""
+        self._leases = []
+        for jid, job in self.state.jobs.items():
+            for grant in job.held.values():
+                self._lease_starts(jid, grant)
+
+    def _lease_starts(self, job_id: str, grant: dict) -> None:
+        """Watch a granted permit's lease (a heap of deadlines: a check looks only at what is due)."""
+        due = grant["at"] + grant.get("lease_s", float("inf"))
+        if grant["at"] < self._started:  # held across a restart: the grace period applies too
+            due = max(due, self._started + 2 * (self.heartbeat_timeout_s or 0.0))
+        heapq.heappush(self._leases, (due, grant["grant_no"], job_id, grant["phase"]))
+
     def _check_leases(self) -> None:
         """A phase past its lease is hung (e.g. a deadlocked collective): the job is failed."""
         now = time.time()
-        for jid, job in list(self.state.jobs.items()):
-            for phase, grant in list(job.held.items()):
-                due = grant["at"] + grant.get("lease_s", float("inf"))
-                if grant["at"] < self._started:  # held across a restart: the grace period applies too
-                    due = max(due, self._started + 2 * (self.heartbeat_timeout_s or 0.0))
-                if job.active and now > due:
-                    log.warning("job %s held its %s permit past its lease of %.0fs: failed as hung",
-                                jid, phase, grant.get("lease_s"))
-                    self._depart(jid, "failed", f"hung: {phase} phase outlived its lease of {grant['lease_s']:.0f}s")
-                    break
+        while self._leases and self._leases[0][0] < now:
+            _, grant_no, jid, phase = heapq.heappop(self._leases)
+            job = self.state.jobs.get(jid)
+            grant = job.held.get(phase) if job is not None and job.active else None
+            if grant is None or grant.get("grant_no") != grant_no:
+                continue  # released (or the job left) in time
+            log.warning("job %s held its %s permit past its lease of %.0fs: failed as hung",
+                        jid, phase, grant.get("lease_s"))
+            self._depart(jid, "failed", f"hung: {phase} phase outlived its lease of {grant['lease_s']:.0f}s")
         if self.journal.pending() and not self._flush_due:
             self._flush_due = True
             self.env.call_at(self.env.now(), self._flush)

@@ -197,7 +197,7 @@ def test_polling_a_waiting_acquire_again_and_again_leaves_nothing_behind(api):
         r = http.post("/v1/jobs/b/acquire", json={"phase": "rollout", "wait_s": 0}, headers=_auth(tokens["b"]))
         assert r.status_code == 204
     request = core._waiting[("b", "rollout")]
-    assert len(request._done_callbacks) == 1  # one bridge to the event loop, not one per poll
+    assert request._done_callbacks == [] and not request.aio.done()  # one bridge, nothing left per poll
 
 
 def test_status_comes_a_page_at_a_time(api):
