@@ -32,14 +32,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_up(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+def wait_until_up(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None,
+                  verify: bool | str = True) -> None:
     """Return once `url`/metrics answers; RuntimeError if it does not within `timeout_s` (or the process dies)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"rollmux serve exited with {proc.returncode} before answering")
         try:
-            httpx.get(f"{url}/metrics", timeout=2.0)
+            httpx.get(f"{url}/metrics", timeout=2.0, verify=verify)
             return
         except httpx.HTTPError:
             time.sleep(0.05)  # the server is still starting: poll again (start-up, not a test condition)
@@ -78,21 +79,23 @@ class ProcessServer:
     """`rollmux serve` as a child process on a free loopback port."""
 
     def __init__(self, store: str, workdir: Path, cluster: Path | None = None, extra: list[str] | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, tls: tuple[Path, Path] | None = None) -> None:
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.token_file = workdir / "admin.token"
         self.log_path = workdir / f"serve-{self.port}.log"
         cmd = [sys.executable, "-m", "rollmux.cli", "serve", "--listen", f"127.0.0.1:{self.port}",
                "--store", store, "--admin-token-file", str(self.token_file)]
         if cluster is not None:
             cmd += ["--cluster", str(cluster)]
+        if tls is not None:
+            cmd += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
         self.cmd = cmd + (extra or [])
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
-            wait_until_up(self.url, proc=self.proc)
+            wait_until_up(self.url, proc=self.proc, verify=str(tls[0]) if tls else True)
         except RuntimeError:
             if self.proc.poll() is None:
                 self.proc.kill()

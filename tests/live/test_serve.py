@@ -144,3 +144,24 @@ def test_the_admin_token_file_is_created_with_mode_0600(tmp_path):
         assert server.admin_token not in server.output()
     finally:
         server.signal(signal.SIGTERM)
+
+
+def test_tls_serves_https_with_secure_cookies(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    server = ProcessServer(str(tmp_path / "j.db"), tmp_path, tls=(cert, key))
+    try:
+        assert server.url.startswith("https://")
+        client = HttpPermitClient(server.url, admin_token=server.admin_token, verify=str(cert))
+        assert client.submit(_jobs("a")[0])["group"] == 0
+        import httpx
+        r = httpx.post(f"{server.url}/login", data={"token": server.admin_token}, verify=str(cert),
+                       follow_redirects=False)
+        assert "Secure" in r.headers["set-cookie"] and "HttpOnly" in r.headers["set-cookie"]
+        with pytest.raises(httpx.TransportError):  # no plain HTTP on the TLS port
+            httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).raise_for_status()
+        client.close()
+    finally:
+        server.signal(signal.SIGTERM)
