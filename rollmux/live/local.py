@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -40,7 +41,8 @@ def wait_until_up(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | No
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"rollmux serve exited with {proc.returncode} before answering")
         try:
-            httpx.get(f"{url}/metrics", timeout=2.0, verify=verify)
+            httpx.get(f"{url}/metrics", timeout=2.0,
+                      verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify)
             return
         except httpx.HTTPError:
             time.sleep(0.05)  # the server is still starting: poll again (start-up, not a test condition)

@@ -157,7 +157,9 @@ def test_tls_serves_https_with_secure_cookies(tmp_path):
         client = HttpPermitClient(server.url, admin_token=server.admin_token, verify=str(cert))
         assert client.submit(_jobs("a")[0])["group"] == 0
         import httpx
-        r = httpx.post(f"{server.url}/login", data={"token": server.admin_token}, verify=str(cert),
+        import ssl
+        r = httpx.post(f"{server.url}/login", data={"token": server.admin_token},
+                       verify=ssl.create_default_context(cafile=str(cert)),
                        follow_redirects=False)
         assert "Secure" in r.headers["set-cookie"] and "HttpOnly" in r.headers["set-cookie"]
         with pytest.raises(httpx.TransportError):  # no plain HTTP on the TLS port
