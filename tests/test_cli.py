@@ -47,8 +47,11 @@ def test_simulate_json_has_exactly_the_documented_keys(small_results):
     assert set(small_results) == {"busy_time_bound_usd", "policies"}
     assert set(small_results["policies"]) == {"rollmux", "solo-d", "verl", "random", "greedy"}
     for name, doc in small_results["policies"].items():
-        expected = POLICY_KEYS | ({"placements"} if name != "verl" else set())
+        expected = POLICY_KEYS | ({"placements", "decision_ms"} if name != "verl" else set())
         assert set(doc) == expected, name
+        if "decision_ms" in doc:
+            assert set(doc["decision_ms"]) <= {"arrival", "departure"} and "arrival" in doc["decision_ms"]
+            assert all(set(p) == {"p50", "p99"} for p in doc["decision_ms"].values())
         assert set(doc["idle_share"]) == {"rollout", "train"}
         if "placements" in doc:
             assert set(doc["placements"]) == {"direct_packing", "rollout_scaling", "isolated"}

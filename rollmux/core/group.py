@@ -8,6 +8,7 @@ Node indices here are local to the group (0..n_rollout-1, 0..n_train-1).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -82,7 +83,12 @@ class Group:
 
     def train_host_gb(self) -> list[float]:
         """Host DRAM used on each training node."""
-        return self.host_gb_used("train")
+        return list(self.train_gb)
+
+    @cached_property
+    def train_gb(self) -> tuple[float, ...]:
+        """Host DRAM used on each training node, computed once (the group is frozen)."""
+        return tuple(self.host_gb_used("train"))
 
     def cost_per_hour(self, cluster: ClusterSpec) -> float:
         """Provisioning cost rate of the group's nodes ($/h)."""

@@ -108,12 +108,21 @@ class RollMuxPlacement(PlacementPolicy):
 
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
         """The cheapest valid placement for `job`; isolated if nothing else fits."""
+        plan = self.place_joined(job, view)
+        return plan if plan is not None else isolated_plan(job, view, self.cfg)
+
+    def place_joined(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
+        """The cheapest valid placement of `job` into an existing group; None if there is none.
+
+        Departure-time re-placement only wants these (an isolated plan makes a move
+        pointless), so it skips planning the isolated group. A subclass that overrides
+        `place` should override this too."""
         q = self.cfg.plan_quantile
         k = view.cluster.pools.rollout.nodes_for(job.rollout_gpus)
         slack_new = period_budget(job, view.progress)  # a migrating job brings its past
         own = planning_times(job, q)
         own_cycle = own.rollout + own.train + own.sync
-        candidates = [(g, s) for g in view.groups if (s := self._group_slack(g, job, view, slack_new)) is not None]
+        candidates = self._candidates(job, view, slack_new)
         for new_nodes in range(0, k + 1):
             if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
                 break
@@ -131,24 +140,30 @@ class RollMuxPlacement(PlacementPolicy):
                     best, best_fit = plan, fit
             if best is not None:
                 return best
-        return isolated_plan(job, view, self.cfg)
+        return None
 
-    def _group_slack(self, g: Group, job: JobSpec, view: ClusterView, slack_new: float) -> float | None:
-        """The period budget the group would have with `job`, or None if it is pruned.
+    def _candidates(self, job: JobSpec, view: ClusterView, slack_new: float) -> list[tuple[Group, float]]:
+        """Groups `job` may join, in view order, each with its period budget with `job`.
 
         Pruned: full-size, saturated or full groups (Algorithm 1), groups whose slowest
         member alone breaks the newcomer's SLO, and groups whose training nodes are too
-        few or too full for it; the cheap checks run first.
+        few or too full for it; the cheap checks run first and the per-job constants are
+        computed once, so the scan over all groups costs little per group.
         """
-        if g.size >= view.max_group_size or g.shape is None or (self.prune_saturated and g.shape.status != "unsaturated"):
-            return None
-        if g.shape.t_cycle_s > slack_new:
-            return None
+        max_size, prune = view.max_group_size, self.prune_saturated
         kt = view.cluster.pools.train.nodes_for(job.train_gpus)
-        t_cap = view.cluster.pools.train.host_gb_per_node
-        if kt > g.n_train or any(u + job.host_gb.train > t_cap + 1e-9 for u in g.train_host_gb()[:kt]):
-            return None
-        return min([slack_new] + [period_budget(m.job, view.progress) for m in g.members])
+        t_cap, need = view.cluster.pools.train.host_gb_per_node + 1e-9, job.host_gb.train
+        progress = view.progress
+        out = []
+        for g in view.groups:
+            shape = g.shape
+            if (len(g.members) >= max_size or shape is None or shape.t_cycle_s > slack_new
+                    or kt > g.n_train or (prune and shape.status != "unsaturated")):
+                continue
+            if kt and any(u + need > t_cap for u in g.train_gb[:kt]):
+                continue
+            out.append((g, min([slack_new] + [period_budget(m.job, progress) for m in g.members])))
+        return out
 
     def _try(self, g: Group, job: JobSpec, new_nodes: int, slack: float,
              view: ClusterView, q: float) -> PlacementPlan | None:

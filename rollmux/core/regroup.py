@@ -61,8 +61,10 @@ def replacement_saving(group: Group, view: ClusterView, policy: PlacementPolicy,
         progress[m.job_id] = (done, elapsed + stall_s)
     scratch = replace(view, progress=progress)
     added = 0.0
+    # A policy that can say "no existing group" without planning an isolated one saves that work.
+    place = getattr(policy, "place_joined", policy.place)
     for m in group.members:
-        plan = policy.place(m.job, scratch)
+        plan = place(m.job, scratch)
         if plan is None or plan.case == Case.ISOLATED:
             return 0.0
         added += plan.delta_cost_per_hour

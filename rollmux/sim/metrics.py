@@ -56,7 +56,9 @@ class PolicyResult:
     idle_share: dict[str, float]
     peak_gpus: dict[str, int]
     placements: dict[str, int] | None = None
-    decision_ms: list[float] = field(default_factory=list)
+    # Policy time (ms) per decision, by kind: "arrival" (one placement) and "departure"
+    # (every policy call of one departure's repairs together); empty for closed-form baselines.
+    decision_ms: dict[str, list[float]] = field(default_factory=dict)
     cost_timeline: list[tuple[float, float]] = field(default_factory=list)
 
     @classmethod
@@ -91,6 +93,11 @@ class PolicyResult:
         total = sum(self.placements.values()) or 1
         return {c.value: self.placements.get(c.value, 0) / total for c in Case}
 
+    def decision_percentiles(self) -> dict[str, dict[str, float]]:
+        """p50/p99 (ms) of the decisions of each kind that has any."""
+        return {kind: {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))}
+                for kind, ms in self.decision_ms.items() if ms}
+
     def to_json(self) -> dict:
         """The JSON form required by `rollmux simulate --json`."""
         s = self.slowdowns
@@ -106,4 +113,6 @@ class PolicyResult:
         }
         if self.placements is not None:
             out["placements"] = self.placement_shares()
+        if self.decision_ms:
+            out["decision_ms"] = self.decision_percentiles()
         return out

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 from rich.table import Table
 
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.baselines import solo_d_cost
+from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.runner import Comparison
 
 
@@ -14,11 +14,18 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def _latency(ms: list[float]) -> str:
-    if not ms:
+def _ms(x: float) -> str:
+    """Milliseconds, one decimal below 10."""
+    return f"{x:.1f}" if x < 10 else f"{x:.0f}"
+
+
+def _latency(r: PolicyResult) -> str:
+    """Decision latency cell: arrival p50/p99 · departure p50/p99 (ms)."""
+    ps = r.decision_percentiles()
+    if not ps:
         return "-"
-    p50, p99 = np.percentile(ms, [50, 99])
-    return f"{p50:.2f} / {p99:.2f}"
+    return " · ".join("-" if (p := ps.get(k)) is None else f"{_ms(p['p50'])}/{_ms(p['p99'])}"
+                      for k in ("arrival", "departure"))
 
 
 def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec, source: str) -> Table:
@@ -31,7 +38,7 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
               caption=f"gain = Solo-D cost ({basis}) / policy cost; slowdown = mean iteration time vs "
                       f"solo, mean and max over jobs; R / T = rollout / training pool; peaks in GPUs; "
                       f"placements = direct packing / "
-                      f"rollout scaling / isolated; decision ms = placement latency p50 / p99; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
+                      f"rollout scaling / isolated; decide ms = policy time per arrival (one placement) · per departure (all its re-placement checks), p50/p99 each; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
     for col in ("policy", "cost $", "$/h", "gain", "SLO met", "slowdown", "max", "idle R",
                 "idle T", "peak R", "peak T", "placements", "decide ms"):
         t.add_column(col, justify="left" if col in ("policy", "placements") else "right", no_wrap=True)
@@ -45,5 +52,5 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
                   f"{j['mean_slowdown']:.3f}", f"{j['max_slowdown']:.3f}",
                   _pct(r.idle_share["rollout"]) if r.peak_gpus["rollout"] else "-",
                   _pct(r.idle_share["train"]), str(r.peak_gpus["rollout"]), str(r.peak_gpus["train"]),
-                  places, _latency(r.decision_ms))
+                  places, _latency(r))
     return t

@@ -23,7 +23,7 @@ def test_place_applies_a_validated_plan_and_provisions_nodes():
     assert plan.case.value == "isolated"
     assert st.ledger.nodes == {"rollout": 1, "train": 1}
     assert st.controllers[plan.group.group_id].group.job_ids() == ("a",)
-    assert st.cases == {"isolated": 1} and len(st.decision_ms) == 1
+    assert st.cases == {"isolated": 1} and len(st.decision_ms["arrival"]) == 1
 
 
 def test_leave_of_the_last_member_releases_the_group():
