@@ -19,15 +19,6 @@ from rollmux.live.journal import FailingStore, JournalError, Record, open_store
 from rollmux.live.journal_repair import check_store
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def url(request, tmp_path):
-    """A fresh, empty store URL of each backend (a new file, or a new key prefix)."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'journal.db'}"
-    port = request.getfixturevalue("redis_port")
-    return f"redis://127.0.0.1:{port}/0?prefix=test-{uuid.uuid4().hex}"
-
-
 @pytest.fixture
 def store(url):
     s = open_store(url)

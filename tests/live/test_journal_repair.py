@@ -15,15 +15,6 @@ from rollmux.live.journal import JournalCorrupt, JournalError, Record, open_stor
 from rollmux.live.journal_repair import CheckReport, check_store, repair_store
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def url(request, tmp_path):
-    """A fresh, empty store URL of each backend (a new file, or a new key prefix)."""
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'journal.db'}"
-    port = request.getfixturevalue("redis_port")
-    return f"redis://127.0.0.1:{port}/0?prefix=test-{uuid.uuid4().hex}"
-
-
 def _fill(url: str, n: int = 5, snapshot_at: int | None = None) -> list[Record]:
     """Write n records (kinds submit, grant, ...) and optionally a snapshot; returns them."""
     kinds = ["submit", "grant", "release", "grant", "release", "finish", "submit", "grant"]
