@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
-from rollmux.live.journal import JournalCorrupt, RedisStore, SQLiteStore, Store, _damage, open_store
+from rollmux.live.journal import JournalCorrupt, SQLiteStore, Store, _damage, open_store
+from rollmux.live.journal_redis import RedisStore
 
 
 @dataclass(frozen=True)
