@@ -210,22 +210,23 @@ class SchedulerCore(Supervision, InProcessApi):
             except ServiceError as exc:  # refused before any change
                 settle([(fut, None, exc)])
                 return
-            except JournalError as exc:
-                self._replies.append((fut, None, None))
-                self._rebuild(exc)
-                return
-            except Exception as exc:  # a bug: memory may be half-changed, so rebuild it from the journal
-                log.exception("operation %s failed", op)
-                self._replies.append((fut, None, None))
+            except Exception as exc:  # a failed journal write, or a bug that may have half-changed memory
+                if not isinstance(exc, JournalError):
+                    log.exception("operation %s failed", op)
+                self._replies.append((fut, None, None))  # failed by the rebuild, with the batch
                 self._rebuild(exc)
                 return
             self._reply(fut, result)
         self._inbox.post(call)
         return fut
 
-    def _reply(self, fut: Any, value: Any) -> None:
-        """Answer once everything journaled so far is committed (group commit)."""
-        self._replies.append((fut, value, None))
+    def _reply(self, fut: Any, value: Any, exc: BaseException | None = None) -> None:
+        """Answer (or fail) once everything journaled so far is committed (group commit)."""
+        self._replies.append((fut, value, exc))
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """One commit after the calls already queued: the batch that group commit makes."""
         if not self._flush_due:
             self._flush_due = True
             self.env.call_at(self.env.now(), self._flush)
@@ -254,7 +255,8 @@ class SchedulerCore(Supervision, InProcessApi):
             self.journal.save_snapshot(self._last_seq, {"config": self._config, **self.state.dump()})
             self._snap_seq = self._last_seq
         except JournalError as exc:  # the records are all there: a restart just replays more of them
-            log.warning("snapshot failed (the journal is intact; will retry): %s", exc)
+            log.warning("snapshot failed (the journal is intact; tried again after %d more records): %s",
+                        self.snapshot_every, exc)
             self._snap_seq = self._last_seq
 
     def _record(self, kind: str, payload: dict) -> Any:
@@ -550,16 +552,9 @@ class SchedulerCore(Supervision, InProcessApi):
             self._closed(job_id, phase)
             fut = self._waiting.pop((job_id, phase), None) or self._after_release.pop((job_id, phase), None)
             if fut is not None:
-                self._fail_later(fut, JobGone(f"job {job_id!r} is {status}" + (f" ({reason})" if reason else "")))
+                self._reply(fut, None, JobGone(f"job {job_id!r} is {status}" + (f" ({reason})" if reason else "")))
         self._repair(rest)
         self._drain()
-
-    def _fail_later(self, fut: Future, exc: BaseException) -> None:
-        """Fail a waiter once the batch that decided it commits."""
-        self._replies.append((fut, None, exc))
-        if not self._flush_due:
-            self._flush_due = True
-            self.env.call_at(self.env.now(), self._flush)
 
     def _repair(self, rest) -> None:
         """Departure-time regrouping, as in the simulator: movers go at their next boundary."""
@@ -586,7 +581,7 @@ class SchedulerCore(Supervision, InProcessApi):
         """Shutting down: every long poll is answered now (it will ask the next instance)."""
         waiting = list(self._waiting.values()) + list(self._after_release.values())
         for fut in waiting:
-            self._fail_later(fut, Unavailable("the scheduler is stopping; ask again"))
+            self._reply(fut, None, Unavailable("the scheduler is stopping; ask again"))
         self._waiting.clear()
         self._after_release.clear()
         return len(waiting)

@@ -72,6 +72,8 @@ class Supervision:
             if self.heartbeat_timeout_s is not None:
                 self._check_heartbeats()
             self._check_leases()
+            if self.journal.pending():  # the watchdog's decisions are no request's: commit them here
+                self._schedule_flush()
         except JournalError as exc:
             self._rebuild(exc)
         except Exception:  # noqa: BLE001 -- a bug here must not stop the scheduler thread
@@ -115,6 +117,3 @@ class Supervision:
             log.warning("job %s held its %s permit past its lease of %.0fs: failed as hung",
                         jid, phase, grant.get("lease_s"))
             self._depart(jid, "failed", f"hung: {phase} phase outlived its lease of {grant['lease_s']:.0f}s")
-        if self.journal.pending() and not self._flush_due:
-            self._flush_due = True
-            self.env.call_at(self.env.now(), self._flush)
