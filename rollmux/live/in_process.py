@@ -48,7 +48,7 @@ class InProcessApi:
 
     def readmit(self, job_id: str, reason: str, token: str | None = None) -> dict:
         """The job lost its workers: reclaim its permits and place it again like a new arrival."""
-        return self.request("readmit", self._sync_caller(token, job_id), job_id, reason).result()
+        return self.request("heartbeat", self._sync_caller(token, job_id), job_id, None, reason).result()
 
     def nodes_lost(self, dead: set[str]) -> list[str]:
         """Ray nodes died: every job with workers there is re-admitted."""

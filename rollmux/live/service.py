@@ -529,11 +529,6 @@ class SchedulerCore(Supervision, InProcessApi):
         self._depart(job_id, "cancelled", "cancelled by " + ("the admin" if caller == ADMIN else "the job"))
         return {}
 
-    def _op_readmit(self, caller: str, job_id: str, reason: str) -> dict:
-        self._active("readmit", self._authorize("readmit", caller, job_id))
-        self._move(job_id, f"readmit: {reason}")
-        return self._placement(job_id)
-
     def _move(self, job_id: str, why: str) -> None:
         log.info("job %s leaves its group (%s)", job_id, why)
         rest = self._record("move_out", {"job_id": job_id, "why": why})
