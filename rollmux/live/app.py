@@ -63,9 +63,12 @@ def _bearer(request: Request) -> str | None:
 
 async def _body(request: Request) -> dict:
     """The JSON object in the request body ({} if empty); BadRequest / TooLarge otherwise."""
-    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+    declared = request.headers.get("content-length") or "0"
+    if not declared.isdigit():
+        raise BadRequest(f"{request.url.path}: Content-Length {declared[:40]!r} is not a byte count")
+    if int(declared) > MAX_BODY:
         raise TooLarge(f"{request.url.path}: body over {MAX_BODY} bytes")
-    raw = b""
+    raw = bytearray()
     async for chunk in request.stream():
         raw += chunk
         if len(raw) > MAX_BODY:
