@@ -269,7 +269,7 @@ class GavelSimulation:
     def _depart(self, g: _Gang, run: _Run, now: float) -> None:
         job = run.job
         self.outcomes.append(JobOutcome(job.job_id, job.iterations, run.start_s, now,
-                                        solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s))
+                                        solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s, job.arrival_s))
         g.members.pop(g.cursor)
         if g.members:
             g.cursor %= len(g.members)

@@ -21,6 +21,12 @@ class JobOutcome:
     solo_s: float      # the same iterations run solo (same sampled rollouts)
     slo: float
     solo_iter_s: float  # the profile's expected solo iteration time
+    arrival_s: float | None = None  # when the job was submitted (None: it started on arrival)
+
+    @property
+    def queued_s(self) -> float:
+        """Seconds from submission to first placement (0 without node caps)."""
+        return 0.0 if self.arrival_s is None else max(0.0, self.start_s - self.arrival_s)
 
     @property
     def slowdown(self) -> float:
@@ -60,6 +66,8 @@ class PolicyResult:
     # (every policy call of one departure's repairs together); empty for closed-form baselines.
     decision_ms: dict[str, list[float]] = field(default_factory=dict)
     cost_timeline: list[tuple[float, float]] = field(default_factory=list)
+    # Group policies that move jobs between groups: {"count", "stall_hours", "cost_usd"}.
+    migrations: dict[str, float] | None = None
 
     @classmethod
     def from_ledger(cls, policy: str, ledger: Ledger, jobs_total: int, outcomes: list[JobOutcome],
@@ -115,4 +123,6 @@ class PolicyResult:
             out["placements"] = self.placement_shares()
         if self.decision_ms:
             out["decision_ms"] = self.decision_percentiles()
+        if self.migrations is not None:
+            out["migrations"] = dict(self.migrations)
         return out

@@ -171,7 +171,7 @@ class Simulation:
     def _depart(self, run: _JobRun) -> None:
         job, now = run.job, self.env.now()
         self.outcomes.append(JobOutcome(job.job_id, job.iterations, run.start_s, now,
-                                        solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s))
+                                        solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s, job.arrival_s))
         del self.runs[job.job_id]
         self.tail_end.pop(job.job_id, None)
         rest = self.state.leave(job.job_id, run.group_id)
