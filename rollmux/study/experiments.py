@@ -28,7 +28,9 @@ from rollmux.sim.gavel import simulate_gavel
 from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig, simulate
+from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollmux study` imports it here)
 from rollmux.study.offline_optimum import optimal_partition
+from rollmux.study.sweep import Pmap, serial_map  # noqa: F401
 from rollmux.study.report import write_report
 from rollmux.workload import find_traces_dir, paper_jobs, synthesize_philly
 
@@ -37,26 +39,6 @@ SLOS: tuple[float | None, ...] = (1.2, 1.5, 2.0, None)  # None: U(1, 2)
 SMALL_POLICIES = ("rollmux", "rollmux-paper", "random", "greedy", "gavel")
 PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "greedy", "gavel")
 STATIC = dict(shrink=False, regroup=False)
-
-
-@dataclass(frozen=True)
-class StudyConfig:
-    """Sizes of the study; `quick` shrinks everything to run in under a minute."""
-
-    small_jobs: int = 8
-    instances: int = 3
-    group_sizes: tuple[int, ...] = (2, 3, 4, 5)
-    philly_jobs: int = 200
-    philly_days: float = 14.0
-    philly_vc: str = "0e4a51"
-    seed: int = 0
-    is_quick: bool = False
-
-    @classmethod
-    def quick(cls) -> "StudyConfig":
-        """Small instances, one of each, short traces."""
-        return cls(small_jobs=5, instances=1, group_sizes=(2, 5), philly_jobs=30, philly_days=2.0,
-                   is_quick=True)
 
 
 @dataclass
