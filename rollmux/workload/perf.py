@@ -37,9 +37,17 @@ TURNS = 4
 ENV_LATENCY_S = 5.0         # per turn: tool / sandbox call on the critical path
 TOOL_TOKENS = 256           # per turn: tool output appended to the context (not generated)
 
-# --- host DRAM (DESIGN §1 C3) ---------------------------------------------------
-TRAIN_BYTES_PER_PARAM = 16  # bf16 weights + fp32 master + grads + Adam moments, offloaded
-TRAIN_MARGIN_GB = 32.0      # per node: pinned activation / checkpoint staging buffers
+# --- host DRAM of a suspended job (DESIGN §1 C3, §5a) -----------------------------
+# What an offloaded job leaves in each node's host DRAM (see host_gb and docs/workload.md).
+H800_HBM_BYTES = 80e9
+HOST_GB_PER_NODE = 2048     # DESIGN §2: 2 TiB host DRAM per node
+POLICY_BYTES_PER_PARAM = 2  # bf16 policy weights, one copy per model-parallel replica
+REF_BYTES_PER_PARAM = 2     # bf16 reference weights, one copy per model-parallel replica
+OPTIM_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + v, sharded over all the job's ranks
+GRAD_BYTES_PER_PARAM = 0    # fp32 grad buffer: freed on offload and zeroed on reload (4 if kept)
+TRAIN_STATE_HBM_SHARE = 0.5  # training MP: smallest with bf16 weights + fp32 grads + optimizer
+                             # shard <= 50% of H800 HBM (the rest: activations)
+RANK_RUNTIME_GB = 4.0       # host RSS of one suspended rank process (CUDA context, NCCL, framework)
 
 
 @dataclass(frozen=True)
@@ -171,15 +179,53 @@ def sync_time(r: Recipe) -> float:
     return r.arch.weight_bytes / LINK_BYTES_S + SYNC_FIXED_S
 
 
+def train_model_parallel(arch: Arch, train_gpus: int) -> int:
+    """Model-parallel degree of training: smallest power of two (<= a node) whose state fits HBM.
+
+    Per GPU: the bf16 weights and the fp32 grad buffer (6 bytes/param) split over the
+    model-parallel group, plus the optimizer's 12 bytes/param split over all the job's GPUs.
+    """
+    optim = OPTIM_BYTES_PER_PARAM * arch.params / train_gpus
+    mp = 1
+    while mp < GPUS_PER_NODE and (6 * arch.params / mp + optim
+                                  > TRAIN_STATE_HBM_SHARE * H800_HBM_BYTES):
+        mp *= 2
+    return mp
+
+
 def host_gb(r: Recipe) -> tuple[float, float]:
-    """(rollout, train) host DRAM GB per node to keep the job resident."""
+    """(rollout, train) host DRAM GB per node that a suspended job keeps resident.
+
+    Training node (Megatron layout, as veRL and ROLL run it: a model-parallel group of
+    MP GPUs inside the node, data parallel over the job's other ranks, the distributed
+    optimizer). Offload moves each rank's state to pinned host memory:
+      policy weights    2 B/param x (8 / MP) replicas per node (bf16, chunked in the MP group)
+      reference weights 2 B/param x (8 / MP) replicas per node (bf16, forward only)
+      optimizer         12 B/param / train nodes (fp32 master + Adam m + v, sharded over every rank)
+      gradients         0 B/param (the fp32 grad buffer is freed on offload, zeroed on reload)
+      runtime           4 GB x 8 ranks (each rank's process stays alive: CUDA context, NCCL, framework)
+    Rollout node: each engine (TP GPUs) keeps its own bf16 weights, 2 B/param x (8 / TP)
+    engines per node (sleep mode: weights to host, KV cache discarded; the weight sync
+    writes into these copies), plus the same 4 GB x 8 ranks of runtime.
+    E.g. 32B trains with MP 8 on 2 nodes: 65 + 65 + 195 + 32 = 357 GB per node, 5 jobs per
+    2 TiB node; 7B (MP 2, 2 nodes): 61 + 61 + 46 + 32 = 200 GB, 10 jobs.
+    """
     a = r.arch
-    # Rollout node: the synced bf16 copy the engines reload from, plus an equal
-    # staging buffer that receives the next sync while the current copy is in use.
-    rollout = 2 * a.weight_bytes / 1e9
+    ranks = min(GPUS_PER_NODE, r.train_gpus)
     train_nodes = -(-r.train_gpus // GPUS_PER_NODE)
-    train = TRAIN_BYTES_PER_PARAM * a.params / 1e9 / train_nodes + TRAIN_MARGIN_GB
+    replicas = ranks / train_model_parallel(a, r.train_gpus)
+    per_replica = (POLICY_BYTES_PER_PARAM + REF_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM) * a.params
+    train = (replicas * per_replica + OPTIM_BYTES_PER_PARAM * a.params / train_nodes) / 1e9
+    train += RANK_RUNTIME_GB * ranks
+    roll_ranks = min(GPUS_PER_NODE, r.rollout_gpus)
+    rollout = roll_ranks / tensor_parallel(a) * a.weight_bytes / 1e9 + RANK_RUNTIME_GB * roll_ranks
     return rollout, train
+
+
+def jobs_per_node(r: Recipe, node_gb: float = HOST_GB_PER_NODE) -> tuple[int, int]:
+    """(rollout, train): how many such jobs stay resident on one node of `node_gb` host DRAM."""
+    rollout, train = host_gb(r)
+    return int(node_gb // rollout), int(node_gb // train)
 
 
 def phases(r: Recipe) -> Phases:

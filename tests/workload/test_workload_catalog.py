@@ -51,11 +51,52 @@ def test_sync_is_one_bf16_copy_over_the_slow_link():
     assert perf.sync_time(r) == pytest.approx(expected)
 
 
-def test_host_memory_of_7b_matches_design_example():
-    rollout_gb, train_gb = perf.host_gb(recipe("qwen2.5-7b", 8192))
-    assert rollout_gb == pytest.approx(30, rel=0.1)  # DESIGN §2 example: 30 GB
-    # 16 bytes/param sharded over the job's 2 training nodes, plus the margin.
-    assert train_gb == pytest.approx(16 * 7.62 / 2 + perf.TRAIN_MARGIN_GB)
+def test_host_memory_of_32b_counts_weights_reference_optimizer_and_runtime():
+    r = recipe("qwen2.5-32b", 8192)  # 16 H800 = 2 nodes, MP 8; rollout TP 2 on 16 H20
+    assert perf.train_model_parallel(r.arch, 16) == 8 and perf.tensor_parallel(r.arch) == 2
+    rollout_gb, train_gb = perf.host_gb(r)
+    p = 32.5  # billions of parameters
+    # One bf16 policy and one bf16 reference replica per node, the 12 B/param optimizer
+    # sharded over the 2 nodes, 4 GB of runtime per rank; grads are freed on offload.
+    assert train_gb == pytest.approx(2 * p + 2 * p + 12 * p / 2 + 8 * 4)  # 357 GB
+    # Four TP-2 engines per rollout node, each keeping its own bf16 weights.
+    assert rollout_gb == pytest.approx(4 * 2 * p + 8 * 4)  # 292 GB
+
+
+def test_two_to_five_32b_jobs_stay_resident_on_a_2tb_node():
+    per_node = perf.jobs_per_node(recipe("qwen2.5-32b", 8192))[1]
+    assert 2 <= per_node <= 5
+    assert per_node * perf.host_gb(recipe("qwen2.5-32b", 8192))[1] <= 2048 < (per_node + 1) * 357
+
+
+def test_more_replicas_per_node_cost_more_host_memory():
+    # 7B trains with MP 2: four bf16 policy + reference replicas per node, the optimizer halved.
+    r = recipe("qwen2.5-7b", 8192)
+    assert perf.train_model_parallel(r.arch, 16) == 2
+    _, train_gb = perf.host_gb(r)
+    assert train_gb == pytest.approx(4 * (2 + 2) * 7.62 + 12 * 7.62 / 2 + 8 * 4)
+    # Keeping the fp32 grad buffer would add 4 B/param per replica.
+    kept = replace_constant("GRAD_BYTES_PER_PARAM", 4, lambda: perf.host_gb(r)[1])
+    assert kept == pytest.approx(train_gb + 4 * 4 * 7.62)
+
+
+def replace_constant(name, value, fn):
+    """fn() evaluated with perf.<name> = value."""
+    old = getattr(perf, name)
+    setattr(perf, name, value)
+    try:
+        return fn()
+    finally:
+        setattr(perf, name, old)
+
+
+@pytest.mark.parametrize("model", list(CAPS))
+def test_every_model_fits_a_node_and_state_grows_with_size(model):
+    r = recipe(model, CAPS[model][0])
+    rollout_per_node, train_per_node = perf.jobs_per_node(r)
+    assert rollout_per_node >= 5 and 5 <= train_per_node <= 12
+    # On 1 TiB nodes (the paper's 1-2 TB) 2-6 jobs stay resident per training node.
+    assert 2 <= perf.jobs_per_node(r, 1024)[1] <= 6
 
 
 def test_drawn_profiles_stay_in_documented_ranges():
