@@ -75,8 +75,13 @@ def simulate(
     shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Release nodes a group no longer needs when members leave."),
     regroup: bool = typer.Option(True, "--regroup/--no-regroup",
                                  help="Dissolve a group whose remaining members fit elsewhere for less."),
-    migration_stall: float = typer.Option(300.0, "--migration-stall", min=0.0,
-                                          help="Seconds a re-placed job pauses (state move, cold start)."),
+    migration_scale: float = typer.Option(1.0, "--migration-scale", min=0.0,
+                                          help="Stretch every migration's time (state moved + cold start); 1 = calibrated."),
+    regroup_margin: float = typer.Option(2.0, "--regroup-margin", min=0.0,
+                                         help="A regroup must save this many times what its migrations cost."),
+    repair: bool = typer.Option(True, "--repair/--no-repair",
+                                help="Re-plan groups from measured phase times; move members a drifted group cannot keep."),
+    flat_sync: bool = typer.Option(False, "--flat-sync", help="Weight sync sends one copy per rollout node over the inter-pool link."),
     consolidate: int = typer.Option(2, "--consolidate", min=0,
                                     help="On any departure, also try to dissolve groups of at most N members."),
     static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup."),
@@ -92,7 +97,8 @@ def simulate(
                         intra=IntraConfig(warm_switch_s=spec.warm_switch_s, migration=migration,
                                           plan_quantile=plan_quantile),
                         shrink=shrink and not static, regroup=regroup and not static,
-                        migration_stall_s=migration_stall, consolidate=consolidate)
+                        migration_scale=migration_scale, regroup_margin=regroup_margin, repair=repair,
+                        flat_sync=flat_sync, consolidate=consolidate)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:

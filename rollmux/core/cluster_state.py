@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from rollmux.core.accounting import Ledger
 from rollmux.core.env import Environment
-from rollmux.core.group import Group
+from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, validate_plan
-from rollmux.core.regroup import replacement_saving, shrink
+from rollmux.core.estimates import PhaseEstimate, measured_spec
+from rollmux.core.inter_group import period_budget
+from rollmux.core.regroup import Move, Regroup, dissolve_decision, migration_seconds, plan_moves, shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 Progress = Mapping[str, tuple[int, float]]  # job_id -> (iterations done, seconds since start)
@@ -34,7 +36,10 @@ class SchedulerConfig:
     intra: IntraConfig = field(default_factory=IntraConfig)
     shrink: bool = True           # release nodes no remaining member needs (beyond the paper)
     regroup: bool = True          # dissolve a group whose members fit elsewhere for less (beyond the paper)
-    migration_stall_s: float = 300.0  # a migrating job's pause: state moved, cold start on new nodes
+    migration_scale: float = 1.0  # stretches every migration's time (state moved + cold start)
+    regroup_margin: float = 2.0   # hysteresis: a regroup must save this many times what it costs
+    repair: bool = True           # re-plan a group from measured phase times; evict members it cannot keep
+    flat_sync: bool = False       # weight sync sends one copy per rollout node across the link (ablation)
     batch_order: bool = True      # jobs arriving together are placed shortest cycle first (beyond the paper)
     consolidate: int = 2          # on any departure, also try to dissolve groups of at most this many members
 
@@ -50,9 +55,12 @@ class ClusterState:
         self.controllers: dict[int, GroupController] = {}
         self.dissolving: set[int] = set()
         self.cases: dict[str, int] = {}
+        # Migrants with a reserved slot, not yet arrived: job -> (target group, move).
+        self.arriving: dict[str, Move] = {}
         # Policy time per decision: each arrival (or re-placement), and all the policy
         # calls one departure's repairs make together.
-        self.decision_ms: dict[str, list[float]] = {"arrival": [], "departure": []}
+        self.decision_ms: dict[str, list[float]] = {"arrival": [], "departure": [], "repair": []}
+        self.estimates: dict[str, PhaseEstimate] = {}
         self._next_gid = 0
 
     def view(self, progress: Progress) -> ClusterView:
@@ -84,8 +92,11 @@ class ClusterState:
             validate_plan(plan, job, view)
         return plan
 
-    def apply(self, plan: PlacementPlan, arrival: bool) -> None:
-        """Carry out a plan: pay for added nodes, install the group, update its controller."""
+    def apply(self, plan: PlacementPlan, arrival: bool, held: bool = False) -> None:
+        """Carry out a plan: pay for added nodes, install the group, update its controller.
+
+        `held`: the slot is reserved for a migrant that has not arrived; its controller
+        keeps it out of the turn order until `arrive`."""
         g, now = plan.group, self.env.now()
         self.ledger.provision("rollout", plan.added_rollout_nodes, now)
         self.ledger.provision("train", plan.added_train_nodes, now)
@@ -93,10 +104,36 @@ class ClusterState:
             self.cases[plan.case.value] = self.cases.get(plan.case.value, 0) + 1
         self.groups[g.group_id] = g
         self._next_gid = max(self._next_gid, g.group_id + 1)
-        if g.group_id in self.controllers:
-            self.controllers[g.group_id].update_group(g)
-        else:
-            self.controllers[g.group_id] = GroupController(self.env, g, self.cfg.intra)
+        ctl = self.controllers.get(g.group_id)
+        if ctl is None:
+            ctl = self.controllers[g.group_id] = GroupController(self.env, g, self.cfg.intra)
+        if held:
+            ctl.hold(plan.job_id)
+        ctl.update_group(g)
+
+    def apply_regroup(self, r: Regroup) -> None:
+        """Carry out a regrouping: reserve every move's slot; a dissolved group is hidden from placement."""
+        if r.dissolve:
+            self.dissolving.add(r.group_id)
+        for mv in r.moves:
+            self.apply(mv.plan, arrival=False, held=True)
+            self.arriving[mv.job_id] = mv
+
+    def arrive(self, job_id: str) -> int:
+        """A migrant left its old group: it takes its reserved slot; returns the group id.
+
+        Its first rollout permit there carries the whole migration as its switch time."""
+        mv = self.arriving.pop(job_id)
+        gid = mv.plan.group.group_id
+        self.controllers[gid].activate(job_id, mv.migration_s)
+        return gid
+
+    def cancel_arrival(self, job_id: str) -> None:
+        """A migrant ended before it moved: give its reserved slot back."""
+        mv = self.arriving.pop(job_id, None)
+        if mv is not None:
+            self.controllers[mv.plan.group.group_id].activate(job_id, 0.0)
+            self.leave(job_id, mv.plan.group.group_id)
 
     def leave(self, job_id: str, group_id: int) -> Group | None:
         """Remove the job from its group; return what is left (None if the group is gone)."""
@@ -121,15 +158,23 @@ class ClusterState:
         self.controllers[group_id].update_group(rest, remap)
         return rest
 
-    def after_departure(self, rest: Group | None, progress: Progress) -> list[str]:
-        """Departure-time repairs; returns the jobs that should migrate at their next boundary."""
+    def after_departure(self, rest: Group | None, progress: Progress,
+                        commit: Callable[[Regroup], None] | None = None) -> list[str]:
+        """Departure-time repairs; returns the jobs that migrate at their next boundary.
+
+        Each decision is handed to `commit` (default: `apply_regroup`) before the next one
+        is made, so later decisions see earlier reservations; the live plane journals it."""
         if not (self.cfg.regroup and getattr(self.policy, "regroups", False)):
             return []
+        commit = commit or self.apply_regroup
         t0 = time.perf_counter()
-        movers = self._dissolve(rest, progress) if rest is not None else []
+        movers = self._dissolve(rest, progress, commit) if rest is not None else []
         for g in self.consolidation_candidates():
             # The departure freed room: small groups elsewhere may now fit into others.
-            movers += self._dissolve(g, progress)
+            # An earlier move of this pass may have reserved a slot in it: take it as it is now.
+            now = self.groups.get(g.group_id)
+            if now is not None and now.size <= self.cfg.consolidate:
+                movers += self._dissolve(now, progress, commit)
         self.decision_ms["departure"].append((time.perf_counter() - t0) * 1e3)
         return movers
 
@@ -146,13 +191,73 @@ class ClusterState:
         small = [g for g in self.groups.values() if len(g.members) <= k and g.group_id not in self.dissolving]
         return sorted(small, key=lambda g: g.size)
 
-    def _dissolve(self, group: Group, progress: Progress) -> list[str]:
-        """Mark the group dissolving if its members fit elsewhere for less; return them."""
-        if group.group_id in self.dissolving:
+    def _dissolve(self, group: Group, progress: Progress,
+                  commit: Callable[[Regroup], None] | None = None) -> list[str]:
+        """Dissolve the group if its members fit elsewhere for less than the moves cost; the movers."""
+        gid = group.group_id
+        if gid in self.dissolving or any(j in self.arriving for j in group.job_ids()):
+            return []  # a group still waiting for a migrant is not moved again (hysteresis)
+        self.dissolving.add(gid)  # hides it from the view below
+        try:
+            decision = dissolve_decision(group, self.view(progress), self.policy,
+                                         self.cfg.migration_scale, self.cfg.regroup_margin)
+        finally:
+            self.dissolving.discard(gid)
+        if decision is None:
             return []
-        self.dissolving.add(group.group_id)  # hides it from the view below
-        saving = replacement_saving(group, self.view(progress), self.policy, self.cfg.migration_stall_s)
-        if saving <= 1e-9:
-            self.dissolving.discard(group.group_id)
-            return []
+        (commit or self.apply_regroup)(decision)
         return list(group.job_ids())
+
+    # -- drift repair ---------------------------------------------------------------------
+    def observe(self, job_id: str, group_id: int, rollout_s: float, train_s: float, progress: Progress,
+                commit: Callable[[Regroup], None] | None = None) -> list[str]:
+        """A member finished an iteration with these measured phase times.
+
+        When they move its measured profile (`estimates`) by more than 5% from what its
+        group was planned with, the group is re-planned with measured times; if that plan
+        breaks a member's SLO budget, members are evicted (slowest first) until it does
+        not. Returns the evicted jobs (they migrate at their next boundary)."""
+        if not self.cfg.repair or group_id in self.dissolving:
+            return []
+        g = self.groups[group_id]
+        member = g.member(job_id)
+        est = self.estimates.get(job_id)
+        if est is None:
+            est = self.estimates[job_id] = PhaseEstimate(member.job)  # the declared profile
+        est.observe(rollout_s, train_s)
+        spec = measured_spec(est.job, *est.scales())
+        if abs(spec.solo_iter_s / member.job.solo_iter_s - 1) <= 0.05:
+            return []
+        t0 = time.perf_counter()
+        members = tuple(Member(spec, m.rollout_nodes, m.train_nodes) if m.job_id == job_id else m
+                        for m in g.members)
+        g = plan_group(Group(g.group_id, g.n_rollout, g.n_train, members), self.cfg.intra)
+        self.groups[group_id] = g
+        self.controllers[group_id].update_group(g)
+        movers = self._evict(g, progress, commit or self.apply_regroup)
+        self.decision_ms["repair"].append((time.perf_counter() - t0) * 1e3)
+        return movers
+
+    def _evict(self, g: Group, progress: Progress, commit: Callable[[Regroup], None]) -> list[str]:
+        """Move members out of `g` (re-planned) until its period fits every staying member's budget."""
+        staying = [m for m in g.members if m.job_id not in self.arriving]
+        movers: list[str] = []
+        while len(staying) > 1:
+            rest = plan_group(shrink(Group(g.group_id, g.n_rollout, g.n_train, tuple(staying)))[0],
+                              self.cfg.intra)
+            if rest.shape.period_s <= min(period_budget(m.job, progress) for m in staying) * (1 + 1e-9):
+                break
+            victim = max(staying, key=lambda m: m.job.solo_iter_s)
+            charges = {victim.job_id: migration_seconds(victim.job, self.cluster, self.cfg.migration_scale)}
+            self.dissolving.add(g.group_id)  # not a target of its own eviction
+            try:
+                planned = plan_moves((victim,), g.group_id, self.view(progress), self.policy, charges,
+                                     g.shape.period_s, isolated_ok=True)
+            finally:
+                self.dissolving.discard(g.group_id)
+            if planned is None:
+                break  # node caps: nowhere to go now; the group runs on as it is
+            commit(Regroup(g.group_id, tuple(planned[0]), False))
+            movers.append(victim.job_id)
+            staying.remove(victim)
+        return movers

@@ -59,6 +59,8 @@ class GroupController:
         self._migrating: set[str] = set()
         self._meta: dict[str, dict[str, int]] = {ROLLOUT: {}, TRAIN: {}}
         self._pos: dict[str, int] = {}
+        self._held: set[str] = set()       # reserved for migrants that have not arrived
+        self._cold: dict[str, float] = {}  # arrived migrants: switch time of their first rollout
         self.update_group(group)
 
     # -- membership -----------------------------------------------------------------
@@ -82,16 +84,33 @@ class GroupController:
                 self.nodes[pool].append(_NodeState())
         # A newcomer joins the meta-iteration in progress (the earliest any member
         # has not finished), at its position in the new order.
-        current = min(self._meta[TRAIN].values(), default=0)
+        meta_t = self._meta[TRAIN]
+        current = min((meta_t[j] for j in meta_t if j not in self._held), default=0)
         ids = [m.job_id for m in group.members]
+        self._held &= set(ids)
         for pool in (ROLLOUT, TRAIN):
             self._meta[pool] = {j: self._meta[pool].get(j, current) for j in ids}
         self._pos = {j: i for i, j in enumerate(ids)}
         self.group = group
         for pool in (ROLLOUT, TRAIN):
             for idx, node in enumerate(self.nodes[pool]):
-                node.pinned = [m.job_id for m in group.members if idx in self._pins(m, pool)]
+                node.pinned = [m.job_id for m in group.members
+                               if idx in self._pins(m, pool) and m.job_id not in self._held]
         self._dispatch()
+
+    def hold(self, job_id: str) -> None:
+        """Keep `job_id` out of the turn order (a reserved slot); call before `update_group`."""
+        self._held.add(job_id)
+
+    def activate(self, job_id: str, switch_s: float) -> None:
+        """A held member arrives: it joins the meta-iteration in progress, and its first
+        rollout permit carries `switch_s` (its migration: state moved, cold start)."""
+        self._held.discard(job_id)
+        for pool in (ROLLOUT, TRAIN):
+            self._meta[pool].pop(job_id, None)
+        if switch_s > 0:
+            self._cold[job_id] = switch_s
+        self.update_group(self.group)
 
     @staticmethod
     def _pins(member, pool: str) -> tuple[int, ...]:
@@ -152,7 +171,8 @@ class GroupController:
     def export_state(self) -> dict:
         """Turn order, holders and tails as JSON-native data (pending requests are not state:
         their callers ask again)."""
-        return {"meta": self._meta, "migrating": sorted(self._migrating),
+        return {"meta": self._meta, "migrating": sorted(self._migrating), "held": sorted(self._held),
+                "cold": dict(self._cold),
                 "nodes": {p: [{"holder": n.holder, "last": n.last, "tails": n.tails} for n in ns]
                           for p, ns in self.nodes.items()}}
 
@@ -160,6 +180,7 @@ class GroupController:
         """Adopt an exported state (of a controller of the same group)."""
         self._meta = {p: dict(m) for p, m in d["meta"].items()}
         self._migrating = set(d["migrating"])
+        self._held, self._cold = set(d.get("held", ())), dict(d.get("cold", {}))
         for pool, states in d["nodes"].items():
             for node, st in zip(self.nodes[pool], states, strict=True):
                 node.holder, node.last, node.tails = st["holder"], st["last"], dict(st["tails"])
@@ -189,6 +210,8 @@ class GroupController:
                 if not self._grantable(job_id, phase, nodes):
                     continue
                 switch = self.cfg.warm_switch_s if any(n.last not in (None, job_id) for n in nodes) else 0.0
+                if pool == ROLLOUT and job_id in self._cold:
+                    switch = self._cold.pop(job_id)
                 shared = pool == ROLLOUT and any(len(n.pinned) > 1 for n in nodes)
                 for n in nodes:
                     n.holder = job_id

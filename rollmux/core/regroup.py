@@ -6,19 +6,25 @@ departure-time repairs are offered (both pure functions over frozen groups):
 
 * **shrink** — release rollout nodes no member is pinned to any more, and
   training nodes beyond what the remaining members need;
-* **re-placement** — if every remaining member of a group can be placed
-  elsewhere (by the same placement policy, its SLO budget charged with the
-  migration stall: state moved and cold-started on the new nodes) for less
-  than the group costs, the group is dissolved: each member migrates at its
-  next iteration boundary and the group's nodes are released.
+* **re-placement** — if every remaining member of a group can be placed in
+  another existing group (by the same placement policy, its SLO budget charged
+  with the wait for its iteration boundary and its migration time) and the
+  saving over the members' expected remaining lifetime exceeds `margin` times
+  what the migrations cost in node-hours, the group is dissolved. The slots are
+  reserved at once (a member lands where it was planned, or nothing moves);
+  each member migrates at its next iteration boundary, and during its migration
+  it holds its destination rollout nodes (state moved, cold start), which serve
+  no other member's phase.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from rollmux.core.group import Group, Member
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
+from rollmux.core.spec import ClusterSpec, JobSpec
 
 
 def shrink(group: Group) -> tuple[Group, dict[int, int], int, int]:
@@ -46,27 +52,125 @@ def _with_plan(view: ClusterView, plan: PlacementPlan) -> ClusterView:
                    next_group_id=max(view.next_group_id, plan.group.group_id + 1))
 
 
-def replacement_saving(group: Group, view: ClusterView, policy: PlacementPolicy,
-                       stall_s: float) -> float:
-    """$/h saved by dissolving `group` and re-placing its members elsewhere (<= 0: not worth it).
+@dataclass(frozen=True)
+class Move:
+    """One job's planned migration: its slot in the target group is reserved by `plan`."""
 
-    `view` must not contain `group`. Each member's progress is charged with the
-    stall before the policy checks its SLO; a member that would need a new
-    group of its own makes the move pointless (it would cost as much).
-    """
-    price = group.cost_per_hour(view.cluster)
-    progress = dict(view.progress)
-    for m in group.members:
-        done, elapsed = progress.get(m.job_id, (0, 0.0))
-        progress[m.job_id] = (done, elapsed + stall_s)
-    scratch = replace(view, progress=progress)
-    added = 0.0
+    job_id: str
+    from_group: int
+    plan: PlacementPlan
+    migration_s: float
+
+
+@dataclass(frozen=True)
+class Regroup:
+    """A regrouping decision: `moves` (reserved at once); `dissolve`: the source group empties."""
+
+    group_id: int
+    moves: tuple[Move, ...]
+    dissolve: bool
+    saving_usd: float = 0.0
+    cost_usd: float = 0.0
+
+
+def migration_seconds(job: JobSpec, cluster: ClusterSpec, scale: float = 1.0) -> float:
+    """Time a migration takes: the job's host-resident training state crosses the network,
+    then the job cold-starts on its new nodes (cluster.cold_switch_s).
+
+    Calibrated to the paper's 197-419 s for 7B-32B models: their training state (bf16
+    weights, fp32 master weights and two Adam moments, 16 bytes per parameter) is 112 and
+    512 GB, so 135 s + GB / 1.8 GB/s gives 197 and 419 s. `scale` stretches the whole time
+    (the study's sensitivity row)."""
+    nodes = cluster.pools.train.nodes_for(job.train_gpus)
+    state_gb = job.host_gb.train * nodes
+    return scale * (cluster.cold_switch_s + state_gb / cluster.migration_gb_per_s)
+
+
+def slice_rate(job: JobSpec, cluster: ClusterSpec) -> float:
+    """$/h of one job-sized slice of both pools (its nominal rollout and training nodes)."""
+    r, t = cluster.pools.rollout, cluster.pools.train
+    return (r.nodes_for(job.rollout_gpus) * r.node_price_per_hour
+            + t.nodes_for(job.train_gpus) * t.node_price_per_hour)
+
+
+class _Charged(Mapping):
+    """Progress with extra seconds charged to every job (more to `movers`), computed lazily:
+    copying the progress of every job per evaluation would cost O(all jobs)."""
+
+    def __init__(self, base: Mapping[str, tuple[int, float]], everyone_s: float,
+                 movers: Mapping[str, float]) -> None:
+        self.base, self.everyone_s, self.movers = base, everyone_s, movers
+
+    def __getitem__(self, job_id: str) -> tuple[int, float]:
+        if job_id in self.movers:
+            done, elapsed = self.base.get(job_id, (0, 0.0))
+            return done, elapsed + self.movers[job_id]
+        done, elapsed = self.base[job_id]
+        return done, elapsed + self.everyone_s
+
+    def __iter__(self):
+        return iter(set(self.base) | set(self.movers))
+
+    def __len__(self) -> int:
+        return len(set(self.base) | set(self.movers))
+
+
+def plan_moves(members: tuple[Member, ...], from_group: int, view: ClusterView, policy: PlacementPolicy,
+               charges: Mapping[str, float], wait_s: float,
+               isolated_ok: bool = False) -> tuple[list[Move], float] | None:
+    """Reserve a slot in an existing group for each member (the view must not hold their group).
+
+    Each mover's SLO budget is charged with `wait_s` (the rest of its iteration in the old
+    group) plus its migration time; every other job with the longest migration (a migrant
+    holds its destination nodes while it cold-starts, so the members there may wait once).
+    Returns the moves and the $/h they add; None when some member would need a group of its
+    own (the move would then cost as much as it saves) unless `isolated_ok` (a repair evicts
+    a member whatever it costs), or when no plan exists (node caps)."""
+    longest = max(charges.values(), default=0.0)
+    scratch = replace(view, progress=_Charged(view.progress, longest,
+                                              {m.job_id: wait_s + charges[m.job_id] for m in members}))
     # A policy that can say "no existing group" without planning an isolated one saves that work.
-    place = getattr(policy, "place_joined", policy.place)
-    for m in group.members:
+    place = policy.place if isolated_ok else getattr(policy, "place_joined", policy.place)
+    moves, added = [], 0.0
+    for m in members:
         plan = place(m.job, scratch)
-        if plan is None or plan.case == Case.ISOLATED:
-            return 0.0
+        if plan is None or (plan.case == Case.ISOLATED and not isolated_ok):
+            return None
+        moves.append(Move(m.job_id, from_group, plan, charges[m.job_id]))
         added += plan.delta_cost_per_hour
         scratch = _with_plan(scratch, plan)
-    return price - added
+    return moves, added
+
+
+def remaining_s(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> float:
+    """Expected seconds the job still runs: its remaining iterations at its mean so far
+    (its solo iteration time before it has finished one)."""
+    done, elapsed = progress.get(job.job_id, (0, 0.0))
+    per_iter = elapsed / done if done > 0 else job.solo_iter_s
+    return max(job.iterations - done, 0) * per_iter
+
+
+def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, scale: float,
+                      margin: float) -> Regroup | None:
+    """Dissolve `group` (absent from `view`) when re-placing its members saves more than
+    `margin` times what their migrations cost; None otherwise.
+
+    Saving: the group's rate minus the rate the moves add, over the time until its first
+    member would have left anyway, less the wait for the movers' boundaries and migrations
+    (conservative: after that the old group could have shrunk). Cost: each migration holds a
+    job-sized slice of both pools for its migration time. `margin` > 1 is the hysteresis
+    that keeps groups from churning on small savings."""
+    cluster = view.cluster
+    charges = {m.job_id: migration_seconds(m.job, cluster, scale) for m in group.members}
+    wait_s = group.shape.period_s if group.shape is not None else 0.0
+    planned = plan_moves(group.members, group.group_id, view, policy, charges, wait_s)
+    if planned is None:
+        return None
+    moves, added = planned
+    horizon = min(remaining_s(m.job, view.progress) for m in group.members)
+    horizon -= wait_s + max(charges.values())
+    saving = (group.cost_per_hour(cluster) - added) * max(horizon, 0.0) / 3600
+    cost = sum(charges[m.job_id] * slice_rate(m.job, cluster) for m in group.members) / 3600
+    if saving <= margin * cost or saving <= 0:
+        return None
+    return Regroup(group.group_id, tuple(moves), True, saving, cost)

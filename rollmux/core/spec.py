@@ -70,6 +70,16 @@ class HostGB(_Strict):
     train: float = Field(ge=0)
 
 
+class Drift(_Strict):
+    """Ground truth the scheduler never reads: after the job has run `after_s` seconds its
+    true rollout times (including the maximum) scale by `rollout_scale` and its training
+    times by `train_scale` (the paper's profile-drift experiment)."""
+
+    after_s: float = Field(ge=0)
+    rollout_scale: float = Field(gt=0)
+    train_scale: float = Field(gt=0)
+
+
 class JobSpec(_Strict):
     """One RL post-training job's profile, as written in the trace (DESIGN §2)."""
 
@@ -85,6 +95,8 @@ class JobSpec(_Strict):
     train_s: float = Field(gt=0)
     sync_s: float = Field(ge=0)
     host_gb: HostGB
+    weights_gb: float | None = Field(default=None, gt=0)  # one model copy sent per weight sync
+    drift: Drift | None = None
 
     @cached_property
     def mean_rollout_s(self) -> float:
@@ -151,6 +163,10 @@ class ClusterSpec(_Strict):
     pools: Pools
     warm_switch_s: float = Field(default=2.0, ge=0)
     cold_switch_s: float = Field(default=135.0, ge=0)
+    # How fast a migrating job's host-resident training state moves to its new nodes (GB/s).
+    migration_gb_per_s: float = Field(default=1.8, gt=0)
+    # Aggregate bandwidth between the pools, shared by concurrent weight syncs (None: unlimited).
+    inter_pool_gbps: float | None = Field(default=None, gt=0)
 
     def job_unplaceable_reason(self, job: JobSpec) -> str | None:
         """Why `job` can never be placed on this cluster, or None if it can."""

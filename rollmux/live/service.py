@@ -145,8 +145,7 @@ class SchedulerCore(Supervision, InProcessApi):
                 raise ServiceError("no cluster given and no journal to recover it from")
             spec = ClusterSpec.model_validate(cluster)
             # The schedule's switch and migration costs are the cluster's, as in the simulator's CLI.
-            cfg = cfg or SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s),
-                                         migration_stall_s=spec.cold_switch_s)
+            cfg = cfg or SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s))
             config = _config_record(spec, cfg)
             self.journal.append("config", config)
             self.recovered_records = 1

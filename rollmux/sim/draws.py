@@ -26,7 +26,24 @@ def rollout_draws(job: JobSpec, seed: int) -> np.ndarray:
     return np.minimum(d.median * np.exp(d.sigma * z), d.max)
 
 
+def drift_scales(job: JobSpec, ran_s: float) -> tuple[float, float]:
+    """True (rollout, training) factors once the job has run `ran_s` seconds (1, 1 before drift)."""
+    d = job.drift
+    if d is None or ran_s < d.after_s:
+        return 1.0, 1.0
+    return d.rollout_scale, d.train_scale
+
+
 def solo_seconds(job: JobSpec, rollouts: np.ndarray) -> float:
-    """Time the job needs solo on dedicated disaggregated GPUs for these rollouts."""
-    total_r = float(rollouts.sum())
-    return total_r + job.train_time(total_r) + job.sync_s * len(rollouts)
+    """Time the job needs solo on dedicated disaggregated GPUs for these rollouts.
+
+    A drifting job drifts after `after_s` seconds of its own solo run: its SLO is judged
+    against that drifted solo time."""
+    if job.drift is None:
+        total_r = float(rollouts.sum())
+        return total_r + job.train_time(total_r) + job.sync_s * len(rollouts)
+    t = 0.0
+    for r in rollouts:
+        a, b = drift_scales(job, t)
+        t += a * float(r) + b * job.train_time(float(r)) + job.sync_s
+    return t

@@ -22,7 +22,9 @@ from rollmux.core.intra_group import head_finish
 from rollmux.core.placement import PlacementPolicy
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
-from rollmux.sim.draws import rollout_draws, solo_seconds
+from rollmux.core.regroup import slice_rate
+from rollmux.sim.draws import drift_scales, rollout_draws, solo_seconds
+from rollmux.sim.link import SharedLink
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 
 SimConfig = SchedulerConfig  # the simulator runs the scheduler with its own knobs
@@ -39,7 +41,23 @@ class _JobRun:
     rollouts: np.ndarray
     start_s: float
     done: int = 0
-    migrate: bool = False  # leave the group at the next iteration boundary and be re-placed
+    moving_since: float | None = None  # left its old group; not yet through its migration
+    rollout_s: float = 0.0  # this iteration's true phase times, as the scheduler measures them
+    train_s: float = 0.0
+    sync_parts: int = 0     # parts of the sync still running (fixed time, link transfer)
+
+
+@dataclass
+class MigrationStats:
+    """Every migration: how many, the job-hours they stalled, the node time they held."""
+
+    count: int = 0
+    stall_s: float = 0.0
+    cost_usd: float = 0.0
+
+    def to_json(self) -> dict[str, float]:
+        """The `migrations` object of the JSON: count, stall_hours, cost_usd."""
+        return {"count": self.count, "stall_hours": self.stall_s / 3600, "cost_usd": self.cost_usd}
 
 
 class Simulation:
@@ -61,7 +79,14 @@ class Simulation:
         self.queue: deque[JobSpec] = deque()
         self.outcomes: list[JobOutcome] = []
         self._batch: list[JobSpec] = []
-        self.migrations = 0
+        self.moves = MigrationStats()
+        gbps = cluster.inter_pool_gbps
+        self.link = SharedLink(self.env, gbps) if gbps is not None else None
+
+    @property
+    def migrations(self) -> int:
+        """Migrations carried out so far."""
+        return self.moves.count
 
     # -- driver ---------------------------------------------------------------------
     def run(self, progress=None) -> PolicyResult:
@@ -74,8 +99,10 @@ class Simulation:
             stuck = sorted(set(j.job_id for j in self.jobs) - {o.job_id for o in self.outcomes})
             raise SimulationStalled(f"{self.policy.name}: {len(stuck)} jobs never finished, e.g. {stuck[:5]}")
         self.ledger.close(self.env.now())
+        regroups = self.cfg.regroup and getattr(self.policy, "regroups", False)
         return PolicyResult.from_ledger(self.policy.name, self.ledger, len(self.jobs), self.outcomes,
-                                        placements=dict(self.state.cases), decision_ms=self.state.decision_ms)
+                                        placements=dict(self.state.cases), decision_ms=self.state.decision_ms,
+                                        migrations=self.moves.to_json() if regroups or self.moves.count else None)
 
     # -- placement ------------------------------------------------------------------
     def progress(self) -> dict[str, tuple[int, float]]:
@@ -113,8 +140,8 @@ class Simulation:
         run = self.runs.get(job.job_id)
         if run is None:
             self.runs[job.job_id] = _JobRun(job, gid, rollout_draws(job, self.cfg.seed), self.env.now())
-        else:  # a migrated job resumes where it stopped
-            run.group_id, run.migrate = gid, False
+        else:  # re-queued after a crash-free wait: it resumes where it stopped
+            run.group_id = gid
         self._request(job.job_id, ROLLOUT)
 
     def _request(self, jid: str, phase: str) -> None:
@@ -123,12 +150,20 @@ class Simulation:
 
     def _on_rollout_grant(self, g: Grant) -> None:
         run, now = self.runs[g.job_id], self.env.now()
-        r = float(run.rollouts[run.done])
+        a, b = drift_scales(run.job, now - run.start_s)
+        base = float(run.rollouts[run.done])
+        r = a * base
+        run.rollout_s, run.train_s = r, b * run.job.train_time(base)
         ctl = self.state.controllers[g.group_id]
         tails = [[(self.tail_end[j], f) for j, f in ctl.tails_on(n).items()] for n in g.nodes]
         head = head_finish(tails, now + g.switch_s, (1.0 - g.tail_share) * r)
         gpus = run.job.rollout_gpus
-        self.ledger.busy("rollout", gpus, head - now)
+        idle = 0.0
+        if run.moving_since is not None:  # this permit carried its migration: held, not working
+            self.moves.stall_s += now + g.switch_s - run.moving_since
+            self.moves.cost_usd += g.switch_s * slice_rate(run.job, self.cluster) / 3600
+            run.moving_since, idle = None, g.switch_s
+        self.ledger.busy("rollout", gpus, head - now - idle)
         end = head
         if g.tail_share > 0:
             end = head + g.tail_share * r + self.cfg.intra.migration_overhead_s
@@ -143,29 +178,55 @@ class Simulation:
 
     def _on_train_grant(self, g: Grant) -> None:
         run = self.runs[g.job_id]
-        dur = g.switch_s + run.job.train_time(float(run.rollouts[run.done]))
+        dur = g.switch_s + run.train_s
         self.ledger.busy("train", run.job.train_gpus, dur)
         self.env.call_later(dur, self._train_done, g.job_id)
 
     def _train_done(self, jid: str) -> None:
-        self.state.controllers[self.runs[jid].group_id].release(jid, TRAIN)
-        self.env.call_later(self.runs[jid].job.sync_s, self._sync_done, jid)
+        run = self.runs[jid]
+        self.state.controllers[run.group_id].release(jid, TRAIN)
+        # The sync ends when its fixed part is over and, on a finite link, the weights crossed it.
+        run.sync_parts = 1
+        self.env.call_later(run.job.sync_s, self._sync_part_done, jid)
+        if self.link is not None and run.job.weights_gb is not None:
+            run.sync_parts += 1
+            self.link.send(jid, 8 * run.job.weights_gb * self._sync_copies(run), lambda: self._sync_part_done(jid))
+
+    def _sync_copies(self, run: _JobRun) -> int:
+        """Model copies one sync sends across the link: one (topology-aware: rollout nodes
+        all-gather on their own network) or one per rollout node (flat)."""
+        return self.cluster.pools.rollout.nodes_for(run.job.rollout_gpus) if self.cfg.flat_sync else 1
+
+    def _sync_part_done(self, jid: str) -> None:
+        run = self.runs[jid]
+        run.sync_parts -= 1
+        if run.sync_parts == 0:
+            self._sync_done(jid)
 
     def _sync_done(self, jid: str) -> None:
         run = self.runs[jid]
         run.done += 1
         if run.done >= run.job.iterations:
             self._depart(run)
-        elif run.migrate:
-            self.migrations += 1
-            self.state.leave(jid, run.group_id)
-            self.env.call_later(self.cfg.migration_stall_s, self._rearrive, run.job)
+            return
+        self._observe(run)
+        if jid in self.state.arriving:
+            self._migrate(run)
         else:
             self._request(jid, ROLLOUT)
 
-    def _rearrive(self, job: JobSpec) -> None:
-        self.queue.appendleft(job)  # it was admitted before: it does not queue behind new arrivals
-        self._drain()
+    def _observe(self, run: _JobRun) -> None:
+        """Hand the iteration's measured times to the scheduler (drift repair may evict members)."""
+        self.state.observe(run.job.job_id, run.group_id, run.rollout_s, run.train_s, self.progress())
+
+    def _migrate(self, run: _JobRun) -> None:
+        """At its boundary a mover leaves its old group and takes its reserved slot."""
+        jid = run.job.job_id
+        self.state.leave(jid, run.group_id)
+        run.group_id = self.state.arrive(jid)
+        run.moving_since = self.env.now()
+        self.moves.count += 1
+        self._request(jid, ROLLOUT)
 
     # -- departures ---------------------------------------------------------------------
     def _depart(self, run: _JobRun) -> None:
@@ -174,9 +235,9 @@ class Simulation:
                                         solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s, job.arrival_s))
         del self.runs[job.job_id]
         self.tail_end.pop(job.job_id, None)
+        self.state.cancel_arrival(job.job_id)  # it ended before a planned move
         rest = self.state.leave(job.job_id, run.group_id)
-        for jid in self.state.after_departure(rest, self.progress()):
-            self.runs[jid].migrate = True
+        self.state.after_departure(rest, self.progress())  # movers go at their next boundary
         if self._progress is not None:
             self._progress(len(self.outcomes), len(self.jobs))
         self._drain()

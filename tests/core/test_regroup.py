@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from factories import make_cluster, make_group, make_job, synthetic_trace
 
 from rollmux.core.group import Group, Member
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import ClusterView
-from rollmux.core.regroup import replacement_saving, shrink
+from rollmux.core.regroup import dissolve_decision, migration_seconds, shrink
 from rollmux.sim.simulator import SimConfig, Simulation
 
 CLUSTER = make_cluster()
@@ -36,22 +37,47 @@ def _view(groups, progress=None):
                        progress or {})
 
 
-def test_replacement_saves_when_a_lone_member_fits_an_open_group():
+def _host_and_lone(duration: float = 200.0 * 400):
     cfg = IntraConfig()
-    host = plan_group(make_group([(make_job("h", rollout=100, train=100, slo=2.0), (0,))], 1, group_id=0), cfg)
-    lone = plan_group(make_group([(make_job("l", rollout=100, train=100, slo=2.0), (0,))], 2, group_id=1), cfg)
-    saving = replacement_saving(lone, _view([host]), RollMuxPlacement(cfg), stall_s=300.0)
-    assert saving == lone.cost_per_hour(CLUSTER)  # direct packing: Δ = 0, the whole group is saved
+    host = plan_group(make_group([(make_job("h", rollout=100, train=100, slo=2.0, duration=duration), (0,))],
+                                 1, group_id=0), cfg)
+    lone_job = make_job("l", rollout=100, train=100, slo=2.0, duration=duration)
+    lone = plan_group(make_group([(lone_job, (0,))], 2, group_id=1), cfg)
+    return host, lone, lone_job
 
 
-def test_replacement_is_refused_when_the_stall_breaks_the_members_slo():
-    cfg = IntraConfig()
-    host = plan_group(make_group([(make_job("h", rollout=100, train=100, slo=2.0), (0,))], 1, group_id=0), cfg)
-    tight = make_job("l", rollout=100, train=100, slo=2.0, duration=200.0 * 20)
-    lone = plan_group(make_group([(tight, (0,))], 1, group_id=1), cfg)
-    used = tight.slo * tight.solo_iter_s * tight.iterations - 100.0  # less than the stall is left
-    progress = {"l": (10, used)}
-    assert replacement_saving(lone, _view([host], progress), RollMuxPlacement(cfg), stall_s=300.0) <= 0
+def test_migration_time_is_calibrated_to_the_papers_7b_and_32b_moves():
+    small = make_job("7b", host_train=112.0)   # 7B x 16 bytes of training state per parameter
+    large = make_job("32b", host_train=512.0)
+    assert migration_seconds(small, CLUSTER) == pytest.approx(197.2, abs=0.5)
+    assert migration_seconds(large, CLUSTER) == pytest.approx(419.4, abs=0.5)
+    assert migration_seconds(large, CLUSTER, scale=2.0) == pytest.approx(2 * 419.4, abs=1.0)
+
+
+def test_a_long_lived_lone_member_moves_into_an_open_group_and_its_slot_is_planned():
+    host, lone, _ = _host_and_lone()
+    d = dissolve_decision(lone, _view([host]), RollMuxPlacement(), scale=1.0, margin=2.0)
+    assert d is not None and d.dissolve and [m.job_id for m in d.moves] == ["l"]
+    assert d.moves[0].plan.group.group_id == host.group_id  # direct packing into the host
+    assert d.saving_usd > 2.0 * d.cost_usd > 0
+
+
+def test_no_move_when_the_saving_does_not_pay_for_the_migration():
+    host, lone, _ = _host_and_lone(duration=205.0 * 2)  # two iterations left: gone before it pays
+    assert dissolve_decision(lone, _view([host]), RollMuxPlacement(), scale=1.0, margin=2.0) is None
+
+
+def test_slower_migrations_need_a_longer_remaining_life_to_pay():
+    host, lone, _ = _host_and_lone(duration=205.0 * 4)
+    assert dissolve_decision(lone, _view([host]), RollMuxPlacement(), scale=1.0, margin=2.0) is not None
+    assert dissolve_decision(lone, _view([host]), RollMuxPlacement(), scale=4.0, margin=2.0) is None
+
+
+def test_no_move_when_the_migration_breaks_the_members_slo():
+    host, lone, tight = _host_and_lone()
+    used = tight.slo * tight.solo_iter_s * tight.iterations - 100.0  # less than a migration is left
+    progress = {"l": (390, used)}
+    assert dissolve_decision(lone, _view([host], progress), RollMuxPlacement(), 1.0, 2.0) is None
 
 
 def test_regroup_migrates_jobs_and_keeps_every_slo():

@@ -1,0 +1,78 @@
+"""What the scheduler believes about a job's phase times, from what it measured.
+
+The scheduler plans with each job's declared profile until measurements say
+otherwise. Per iteration it sees the job's rollout and training seconds; it
+keeps the last `window` rollout ratios to the declared median and the last
+training ratio to what the declared profile predicts for that rollout.
+
+* Training given its rollout is deterministic in the model (training scales
+  with generated tokens), so one iteration tells its scale exactly.
+* Rollout times are lognormal around the median, so their scale is the
+  geometric mean of the window, trusted only when it differs from 1 by more
+  than `z` standard errors (sigma / sqrt(n)): noise alone must not trigger a
+  repair. A rollout past the declared maximum is drift by definition.
+
+`measured_spec` turns the estimate into a JobSpec the planner uses unchanged:
+median and max scaled, training re-based, the same number of iterations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from rollmux.core.spec import JobSpec, RolloutDist
+
+
+@dataclass
+class PhaseEstimate:
+    """Measured scales of one job's rollout and training against its declared profile."""
+
+    job: JobSpec
+    window: int = 8
+    z: float = 3.0
+    logs: deque = field(default_factory=deque)
+    train_ratio: float = 1.0
+    over_max: float = 1.0  # largest rollout seen / declared max (> 1 only under drift)
+
+    def observe(self, rollout_s: float, train_s: float) -> None:
+        """One finished iteration's measured rollout and training seconds."""
+        d = self.job.rollout_s
+        self.logs.append(math.log(max(rollout_s, 1e-9) / d.median))
+        while len(self.logs) > self.window:
+            self.logs.popleft()
+        self.over_max = max(self.over_max, rollout_s / d.max)
+        self.train_ratio = train_s / self.job.train_time(rollout_s)
+
+    def rollout_scale(self) -> float:
+        """Estimated factor on the declared rollout times (1.0 unless the evidence is clear)."""
+        n = len(self.logs)
+        if n == 0:
+            return 1.0
+        mean = sum(self.logs) / n
+        sigma = self.job.rollout_s.sigma
+        noise = self.z * sigma / math.sqrt(n) if sigma > 0 else 1e-6
+        scale = math.exp(mean) if abs(mean) > noise else 1.0
+        return max(scale, self.over_max)
+
+    def scales(self) -> tuple[float, float]:
+        """(rollout scale, training scale) against the declared profile."""
+        a = self.rollout_scale()
+        return a, a * self.train_ratio
+
+
+def measured_spec(job: JobSpec, rollout_scale: float, train_scale: float) -> JobSpec:
+    """`job` with its phase times scaled: what the planner should assume from now on."""
+    if abs(rollout_scale - 1) < 1e-9 and abs(train_scale - 1) < 1e-9:
+        return job
+    d = job.rollout_s
+    dist = RolloutDist(median=d.median * rollout_scale, sigma=d.sigma, max=d.max * rollout_scale)
+    fields = {**dict(job), "rollout_s": dist, "train_s": job.train_s * train_scale}
+    # Same work: as many iterations as declared, each at the measured solo time. (A fresh
+    # model: model_copy would carry the original's cached solo time and iteration count.)
+    probe = JobSpec(**fields)
+    spec = JobSpec(**{**fields, "duration_s": job.iterations * probe.solo_iter_s})
+    if spec.iterations != job.iterations:
+        raise AssertionError(f"{job.job_id}: measured profile changed the iteration count")
+    return spec
