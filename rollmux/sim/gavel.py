@@ -6,22 +6,32 @@ over heterogeneity-aware throughputs (here max-min fairness over normalized
 throughput) and realizes the fractions with fixed-length rounds, preempting
 and resuming jobs at round boundaries. Adapted to disaggregated RL jobs:
 
-Gangs. A job runs on one gang: ceil(rollout_gpus/8) rollout nodes and
-ceil(train_gpus/8) training nodes held together for whole iterations. An
-iteration (rollout -> train -> sync) runs back to back on the gang, so each
-pool idles during the other pool's phase and during sync, exactly as in
-Solo-D; nothing of another job is interleaved into those bubbles.
+Heterogeneity (hetero=True, the default). A job's rollout may run on either
+GPU type: disaggregated (H20 rollout nodes + H800 training nodes, its solo
+shape) or co-located on H800 training nodes at veRL's calibrated co-located
+speed (no H20 node held). Each job takes the kind that costs least per
+iteration within its SLO (Gavel's cost-with-SLO policy; rollmux/sim/gavel_alloc.py
+says which and why, and how caps make the choice load-aware). hetero=False is
+the plain Gavel+ of before: every job disaggregated.
+
+Gangs. A job runs on one gang: the nodes of its kind held together for whole
+iterations. An iteration (rollout -> train -> sync, or co-located rollout ->
+switch -> train -> switch) runs back to back on the gang, so in the
+disaggregated kind each pool idles during the other pool's phase and during
+sync, exactly as in Solo-D; nothing of another job is interleaved into those
+bubbles.
 
 Packed variant (packed=True): Gavel's space-sharing extension adapted to gangs.
-Up to `max_pack` jobs share one gang sized for the largest of them (it grows
+Up to `max_pack` jobs of the same kind share one gang sized for the largest of them (it grows
 when a larger job joins and shrinks to the largest remaining member when one
 leaves) and take turns by whole iterations, round-robin; a gang that changes
 job pays one warm switch (cluster.warm_switch_s, both pools load in parallel).
 A job joins an existing gang only if, for every member, the planned period
-sum_m (worst_iter_m + warm_switch) -- worst_iter = rollout_s.max +
-train_time(rollout_s.max) + sync_s, the same worst-case planning as RollMux --
-stays within slo * solo_iter_s, the members' host_gb fit on every node (all
-members are resident on the gang's first node) and the grown gang fits the
+sum_m (worst_iter_m + warm_switch) -- worst_iter = the kind's iteration at
+rollout_s.max, the same worst-case planning as RollMux -- stays within
+slo * solo_iter_s, the members' host_gb fit on every node (all members are
+resident on the gang's first node; co-located members hold rollout and
+training state on the same H800 node) and the grown gang fits the
 node caps. Among valid gangs the one that adds the least node cost wins; ties
 go to the first gang in creation order; otherwise the job gets its own gang.
 A newcomer runs right after the iteration in progress, so its wait is part of
@@ -30,7 +40,8 @@ node-time: packing lowers the hourly rate, never the work's node-hours.
 
 Rounds (only when a pool has max_nodes). Each gang g gets a time fraction
 X_g = min(1, t / rho_g), rho_g = min over members of solo_iter / expected gang
-period (1 for a one-job gang): max-min fairness over normalized throughput,
+period (1 for a one-job disaggregated gang; above 1 for a co-located gang faster
+than solo): max-min fairness over normalized throughput,
 raised (water-filling) until a pool's node cap binds; every gang uses both
 pools, so no gang can gain after that without another losing. Fractions are
 recomputed when gangs or members change. Every round_s seconds (rounds are
@@ -49,12 +60,17 @@ Simplifications (documented, each mildly optimistic for Gavel):
   simulator, which starts the clock when a queued job is placed); time spent
   preempted afterwards counts against its SLO.
 Without caps every gang runs from its creation to its last member's end, so
-unpacked Gavel+ is Solo-D: the same draws, event times and ledger.
+unpacked plain Gavel+ is Solo-D: the same draws, event times and ledger, and
+unpacked heterogeneity-aware Gavel+ is, job by job, the cheaper of Solo-D and
+veRL that meets the SLO (no scheduling gain beyond the choice: no bubble of
+one job is ever filled by another). Where no job's co-located kind is cheaper
+it ties Solo-D; the measured shares are in the study's baseline section.
 
 Accounting: the policy pays for the nodes of running gangs (provisioned when a
 gang starts or grows, released when it is preempted, shrinks or empties), and
 records busy GPU-seconds per pool (rollout gpus x (switch + rollout), train
-gpus x (switch + train)).
+gpus x (switch + train); co-located: G gpus x (switches + rollout), train gpus
+x train on the training pool).
 """
 
 from __future__ import annotations
@@ -67,29 +83,23 @@ from rollmux.core.accounting import POOLS, Ledger
 from rollmux.core.env import SimEnvironment
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
+from rollmux.sim.baselines import _check_speed
 from rollmux.sim.draws import rollout_draws, solo_seconds
+from rollmux.sim.gavel_alloc import (choose_kind, expected_iter_s, host_fits, iteration_phases, job_nodes,
+                                     packed_period_s, worst_iter_s)
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 from rollmux.sim.simulator import SimulationStalled
 
+__all__ = ["GavelSimulation", "packed_period_s", "simulate_gavel", "worst_iter_s"]
+
 _EPS = 1e-9
-
-
-def worst_iter_s(job: JobSpec) -> float:
-    """Planning (worst-case) iteration time: every response at the max-token cap."""
-    r = job.rollout_s.max
-    return r + job.train_time(r) + job.sync_s
-
-
-def packed_period_s(jobs: list[JobSpec], warm_switch_s: float) -> float:
-    """Planned phase-unaware round-robin period of a gang: whole worst-case iterations back to back."""
-    sw = warm_switch_s if len(jobs) > 1 else 0.0
-    return sum(worst_iter_s(j) + sw for j in jobs)
 
 
 @dataclass
 class _Run:
     job: JobSpec
     rollouts: np.ndarray
+    kind: str = "disagg"
     done: int = 0
     start_s: float | None = None
 
@@ -99,6 +109,7 @@ class _Gang:
     gid: int
     members: list[_Run]
     nodes: dict[str, int]
+    kind: str = "disagg"
     cursor: int = 0                     # member running (or next to run)
     running: bool = False
     last: str | None = None             # job whose state the gang holds
@@ -113,16 +124,12 @@ class _Gang:
         return [m.job for m in self.members]
 
 
-def _nodes_for(job: JobSpec, cluster: ClusterSpec) -> dict[str, int]:
-    return {"rollout": cluster.pools.rollout.nodes_for(job.rollout_gpus),
-            "train": cluster.pools.train.nodes_for(job.train_gpus)}
-
-
 class GavelSimulation:
     """Gavel+ on one trace; `simulate_gavel` is the usual entry point."""
 
     def __init__(self, jobs: list[JobSpec], cluster: ClusterSpec, seed: int = 0,
-                 round_s: float = 360.0, packed: bool = True, max_pack: int = 2) -> None:
+                 round_s: float = 360.0, packed: bool = True, max_pack: int = 2,
+                 hetero: bool = True, colo_speed: float = 1.0) -> None:
         if round_s <= 0:
             raise InputError("round_s", f"must be > 0, got {round_s}")
         self.caps = {p: getattr(cluster.pools, p).max_nodes for p in POOLS}
@@ -132,12 +139,14 @@ class GavelSimulation:
                              "or a gang resumed every round would never progress")
         if max_pack < 1:
             raise InputError("max_pack", f"must be >= 1, got {max_pack}")
+        _check_speed(colo_speed)
         for job in jobs:
             reason = cluster.job_unplaceable_reason(job)
             if reason is not None:
                 raise InputError(f"job {job.job_id}", f"can never be placed: {reason}")
         self.jobs, self.cluster, self.seed = jobs, cluster, seed
         self.round_s, self.packed, self.max_pack = round_s, packed, max_pack
+        self.hetero, self.speed = hetero, colo_speed
         self.sw = cluster.warm_switch_s
         self.env = SimEnvironment()
         self.ledger = Ledger(cluster)
@@ -146,6 +155,7 @@ class GavelSimulation:
         self.joins = 0                 # arrivals that joined an existing gang
         self.preemptions = 0
         self.max_gang_size = 0
+        self.kind_counts = {"disagg": 0, "colo": 0}  # jobs per chosen kind
         self._next_gid = 0
         self._last_accrue = 0.0
         self._origin: float | None = None
@@ -168,10 +178,14 @@ class GavelSimulation:
     def _arrive(self, job: JobSpec) -> None:
         now = self.env.now()
         self._accrue(now)
-        run = _Run(job, rollout_draws(job, self.seed))
-        gang = self._choose_gang(job) if self.packed else None
+        kind = "disagg"
+        if self.hetero:
+            kind = choose_kind(job, self.cluster, self.speed, self._free() if self.capped else None)
+        self.kind_counts[kind] += 1
+        run = _Run(job, rollout_draws(job, self.seed), kind)
+        gang = self._choose_gang(job, kind) if self.packed else None
         if gang is None:
-            gang = _Gang(self._next_gid, [run], _nodes_for(job, self.cluster))
+            gang = _Gang(self._next_gid, [run], job_nodes(job, self.cluster, kind), kind)
             self._next_gid += 1
             self.gangs.append(gang)
         else:
@@ -190,20 +204,19 @@ class GavelSimulation:
                 self._origin = now
             self._arm_tick(now)
 
-    def _choose_gang(self, job: JobSpec) -> _Gang | None:
-        """The valid gang that adds the least node cost (ties: first created), or None."""
+    def _choose_gang(self, job: JobSpec, kind: str) -> _Gang | None:
+        """The valid gang of the job's kind that adds the least node cost (ties: first created), or None."""
         pools = self.cluster.pools
-        need = _nodes_for(job, self.cluster)
+        need = job_nodes(job, self.cluster, kind)
         best, best_cost = None, None
         for g in self.gangs:
-            if len(g.members) >= self.max_pack:
+            if len(g.members) >= self.max_pack or g.kind != kind:
                 continue
             jobs = g.jobs() + [job]
-            period = packed_period_s(jobs, self.sw)
+            period = packed_period_s(jobs, self.sw, self.cluster, kind, self.speed)
             if any(period > j.slo * j.solo_iter_s * (1 + _EPS) for j in jobs):
                 continue
-            if (sum(j.host_gb.rollout for j in jobs) > pools.rollout.host_gb_per_node + _EPS
-                    or sum(j.host_gb.train for j in jobs) > pools.train.host_gb_per_node + _EPS):
+            if not host_fits(jobs, self.cluster, kind):
                 continue
             grown = {p: max(g.nodes[p], need[p]) for p in POOLS}
             if any(self.caps[p] is not None and grown[p] > self.caps[p] for p in POOLS):
@@ -215,7 +228,7 @@ class GavelSimulation:
 
     def _resize(self, g: _Gang, now: float) -> None:
         """Size the gang for its largest member; a running gang that cannot grow is preempted."""
-        want = {p: max(_nodes_for(m.job, self.cluster)[p] for m in g.members) for p in POOLS}
+        want = {p: max(job_nodes(m.job, self.cluster, g.kind)[p] for m in g.members) for p in POOLS}
         if g.running:
             free = self._free()
             if any(free[p] is not None and want[p] - g.nodes[p] > free[p] for p in POOLS):
@@ -232,13 +245,18 @@ class GavelSimulation:
     def _begin_iteration(self, g: _Gang, now: float) -> None:
         run = g.members[g.cursor]
         job = run.job
-        r = float(run.rollouts[run.done])
-        tr = job.train_time(r)
+        phases = iteration_phases(job, self.cluster, g.kind, float(run.rollouts[run.done]), self.speed)
         sw = self.sw if g.last not in (None, job.job_id) else 0.0
         g.last = job.job_id
-        self.ledger.busy("rollout", job.rollout_gpus, sw + r)
-        self.ledger.busy("train", job.train_gpus, sw + tr)
-        g.pending = [sw, r, tr, job.sync_s]
+        if g.kind == "colo":  # rollout and both offload/onload switches on all G GPUs
+            r, s1, tr, s2 = phases
+            self.ledger.busy("train", max(job.rollout_gpus, job.train_gpus), sw + r + s1 + s2)
+            self.ledger.busy("train", job.train_gpus, tr)
+        else:
+            r, tr, _ = phases
+            self.ledger.busy("rollout", job.rollout_gpus, sw + r)
+            self.ledger.busy("train", job.train_gpus, sw + tr)
+        g.pending = [sw] + phases
         self._run_segment(g, now)
 
     def _run_segment(self, g: _Gang, now: float) -> None:
@@ -294,8 +312,11 @@ class GavelSimulation:
             self._begin_iteration(g, now)
         else:  # resume the carried-over partial iteration after reloading its state
             job = g.members[g.cursor].job
-            self.ledger.busy("rollout", job.rollout_gpus, self.sw)
-            self.ledger.busy("train", job.train_gpus, self.sw)
+            if g.kind == "colo":
+                self.ledger.busy("train", max(job.rollout_gpus, job.train_gpus), self.sw)
+            else:
+                self.ledger.busy("rollout", job.rollout_gpus, self.sw)
+                self.ledger.busy("train", job.train_gpus, self.sw)
             g.pending = [self.sw] + g.pending
             self._run_segment(g, now)
 
@@ -336,7 +357,8 @@ class GavelSimulation:
         rho = []
         for g in self.gangs:
             jobs = g.jobs()
-            period = sum(j.solo_iter_s + (self.sw if len(jobs) > 1 else 0.0) for j in jobs)
+            period = sum(expected_iter_s(j, self.cluster, g.kind, self.speed)
+                         + (self.sw if len(jobs) > 1 else 0.0) for j in jobs)
             rho.append(min(j.solo_iter_s for j in jobs) / period)
 
         def fits(t: float) -> bool:
@@ -403,6 +425,8 @@ class GavelSimulation:
 
 
 def simulate_gavel(jobs: list[JobSpec], cluster: ClusterSpec, seed: int = 0, round_s: float = 360.0,
-                   packed: bool = True, max_pack: int = 2) -> PolicyResult:
-    """Run Gavel+ (policy "gavel") over the trace; `packed` adds phase-unaware gang sharing."""
-    return GavelSimulation(jobs, cluster, seed, round_s, packed, max_pack).run()
+                   packed: bool = True, max_pack: int = 2, hetero: bool = True,
+                   colo_speed: float = 1.0) -> PolicyResult:
+    """Run Gavel+ (policy "gavel") over the trace; `packed` adds phase-unaware gang sharing,
+    `hetero` the choice of GPU type for each job's rollout."""
+    return GavelSimulation(jobs, cluster, seed, round_s, packed, max_pack, hetero, colo_speed).run()

@@ -32,11 +32,11 @@ def pair(slo: float = 2.5, **kw):
 
 
 @PROPS
-@given(seed=seeds, packed=st.booleans(), cap=st.sampled_from([None, 2, 3]))
-def test_every_job_finishes(seed, packed, cap):
+@given(seed=seeds, packed=st.booleans(), hetero=st.booleans(), cap=st.sampled_from([None, 2, 3]))
+def test_every_job_finishes(seed, packed, hetero, cap):
     jobs = short_trace(seed, slo_range=(1.0, 3.0))
     cluster = make_cluster(max_rollout_nodes=cap, max_train_nodes=cap)
-    res = simulate_gavel(jobs, cluster, seed=seed, packed=packed)
+    res = simulate_gavel(jobs, cluster, seed=seed, packed=packed, hetero=hetero)
     assert sorted(o.job_id for o in res.outcomes) == sorted(j.job_id for j in jobs)
     assert all(o.finish_s > o.start_s >= next(j.arrival_s for j in jobs if j.job_id == o.job_id)
                for o in res.outcomes)
@@ -44,9 +44,9 @@ def test_every_job_finishes(seed, packed, cap):
 
 @PROPS
 @given(seed=seeds)
-def test_unpacked_without_caps_costs_exactly_simulated_solo_d(seed):
+def test_unpacked_plain_without_caps_costs_exactly_simulated_solo_d(seed):
     jobs = short_trace(seed, 10, sigma=0.1)
-    gavel = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False)
+    gavel = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False, hetero=False)
     solo = simulate(jobs, CLUSTER, SoloPlacement(), SimConfig(seed=seed))
     assert gavel.cost_usd == solo.cost_usd
     assert gavel.span_s == solo.span_s
@@ -54,10 +54,10 @@ def test_unpacked_without_caps_costs_exactly_simulated_solo_d(seed):
 
 @PROPS
 @given(seed=seeds)
-def test_unpacked_without_caps_is_within_half_a_percent_of_closed_form_solo_d(seed):
+def test_unpacked_plain_without_caps_is_within_half_a_percent_of_closed_form_solo_d(seed):
     # >= ~190 iterations per job: rounding duration_s to whole iterations moves each job < 0.3%.
     jobs = short_trace(seed, 10, sigma=0.0, duration_range=(100_000.0, 200_000.0))
-    res = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False)
+    res = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False, hetero=False)
     assert res.cost_usd == pytest.approx(solo_d_cost(jobs, CLUSTER), rel=0.005)
 
 
@@ -86,7 +86,7 @@ def tight_packs(draw):
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs=tight_packs(), seed=seeds)
 def test_packed_never_breaks_an_slo_when_it_packs(jobs, seed):
-    sim = GavelSimulation(jobs, CLUSTER, seed=seed, packed=True, max_pack=3)
+    sim = GavelSimulation(jobs, CLUSTER, seed=seed, packed=True, max_pack=3, hetero=False)
     res = sim.run()
     assert sim.joins == len(jobs) - 1  # one shared gang
     assert all(o.slo_met for o in res.outcomes), [o for o in res.outcomes if not o.slo_met]
@@ -97,7 +97,7 @@ def test_loose_slo_traces_do_pack():
     packed = 0
     for s in range(10):
         sim = GavelSimulation(short_trace(s, 10, sigma=0.05, slo_range=(1.5, 4.0), mean_gap_s=200.0),
-                              CLUSTER, seed=s, max_pack=3)
+                              CLUSTER, seed=s, max_pack=3, hetero=False)
         sim.run()
         packed += sim.joins > 0
     assert packed >= 5
@@ -105,8 +105,8 @@ def test_loose_slo_traces_do_pack():
 
 def test_packing_two_small_jobs_with_loose_slo_shares_a_gang_and_is_cheaper_per_hour():
     jobs = pair(slo=2.5)
-    packed = simulate_gavel(jobs, CLUSTER, packed=True)
-    unpacked = simulate_gavel(jobs, CLUSTER, packed=False)
+    packed = simulate_gavel(jobs, CLUSTER, packed=True, hetero=False)
+    unpacked = simulate_gavel(jobs, CLUSTER, packed=False, hetero=False)
     assert packed.peak_gpus == {"rollout": 8, "train": 8}
     assert unpacked.peak_gpus == {"rollout": 16, "train": 16}
     assert packed.cost_per_hour < unpacked.cost_per_hour
@@ -114,7 +114,7 @@ def test_packing_two_small_jobs_with_loose_slo_shares_a_gang_and_is_cheaper_per_
 
 
 def test_tight_slo_jobs_are_not_packed():
-    sim = GavelSimulation(pair(slo=1.9), CLUSTER, packed=True)
+    sim = GavelSimulation(pair(slo=1.9), CLUSTER, packed=True, hetero=False)
     res = sim.run()
     assert sim.joins == 0
     assert res.peak_gpus == {"rollout": 16, "train": 16}
@@ -126,8 +126,8 @@ def test_packing_saves_no_node_time(seed):
     # Whole iterations back to back on one gang: the gang is never idle, so it holds at
     # least the nodes x seconds the members would hold alone (a lower rate, a longer time).
     jobs = short_trace(seed, 10, sigma=0.05, slo_range=(1.5, 4.0), mean_gap_s=200.0)
-    packed = simulate_gavel(jobs, CLUSTER, seed=seed, packed=True, max_pack=3)
-    unpacked = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False)
+    packed = simulate_gavel(jobs, CLUSTER, seed=seed, packed=True, max_pack=3, hetero=False)
+    unpacked = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False, hetero=False)
     assert packed.cost_usd >= unpacked.cost_usd * (1 - 1e-12)
 
 
@@ -139,7 +139,7 @@ def test_packed_gang_period_is_the_sum_of_member_iterations(warm_switch_s):
     jobs = pair(slo=2.5)
     period = 160.0 + 160.0 + 2 * warm_switch_s
     assert packed_period_s(jobs, warm_switch_s) == period
-    finish = {o.job_id: o.finish_s for o in simulate_gavel(jobs, cluster).outcomes}
+    finish = {o.job_id: o.finish_s for o in simulate_gavel(jobs, cluster, hetero=False).outcomes}
     assert finish["a"] == pytest.approx(160.0 + 9 * period)
     assert finish["b"] == pytest.approx(160.0 + warm_switch_s + 160.0 + 9 * period)
 
@@ -152,7 +152,7 @@ def four_jobs_on_two_node_pools():
 
 def test_node_cap_time_slices_jobs_and_all_finish():
     jobs, cluster = four_jobs_on_two_node_pools()
-    sim = GavelSimulation(jobs, cluster, packed=False)
+    sim = GavelSimulation(jobs, cluster, packed=False, hetero=False)
     res = sim.run()
     assert len(res.outcomes) == 4
     assert sim.preemptions > 0
@@ -163,16 +163,17 @@ def test_node_cap_time_slices_jobs_and_all_finish():
 def test_node_cap_splits_time_max_min_fairly():
     # 4 equal gangs, room for 2: each gets half of the time, so each takes about twice solo.
     jobs, cluster = four_jobs_on_two_node_pools()
-    res = simulate_gavel(jobs, cluster, packed=False)
+    res = simulate_gavel(jobs, cluster, packed=False, hetero=False)
     assert all(1.8 < o.finish_s / o.solo_s < 2.2 for o in res.outcomes)  # all arrive at 0
 
 
 @PROPS
-@given(seed=seeds, packed=st.booleans(), r_cap=st.integers(2, 4), t_cap=st.integers(2, 4))
-def test_peak_never_exceeds_the_node_caps(seed, packed, r_cap, t_cap):
+@given(seed=seeds, packed=st.booleans(), hetero=st.booleans(), r_cap=st.integers(2, 4),
+       t_cap=st.integers(2, 4))
+def test_peak_never_exceeds_the_node_caps(seed, packed, hetero, r_cap, t_cap):
     jobs = short_trace(seed, mean_gap_s=200.0, slo_range=(1.0, 3.0))
     cluster = make_cluster(max_rollout_nodes=r_cap, max_train_nodes=t_cap)
-    res = simulate_gavel(jobs, cluster, seed=seed, packed=packed)
+    res = simulate_gavel(jobs, cluster, seed=seed, packed=packed, hetero=hetero)
     assert res.peak_gpus["rollout"] <= 8 * r_cap and res.peak_gpus["train"] <= 8 * t_cap
     assert len(res.outcomes) == len(jobs)
 
