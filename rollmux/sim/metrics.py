@@ -49,6 +49,18 @@ class JobOutcome:
         solo = max(self.solo_iter_s, self.solo_s / self.iterations)
         return self.mean_iter_s <= self.slo * solo * (1 + 1e-9)
 
+    @property
+    def jct_s(self) -> float:
+        """Job completion time: submission to finish, queueing included."""
+        submitted = self.start_s if self.arrival_s is None else min(self.arrival_s, self.start_s)
+        return self.finish_s - submitted
+
+    @property
+    def slo_met_with_queueing(self) -> bool:
+        """slo_met with the queueing delay counted: JCT / iterations within slo x solo iteration time."""
+        solo = max(self.solo_iter_s, self.solo_s / self.iterations)
+        return self.jct_s / self.iterations <= self.slo * solo * (1 + 1e-9)
+
 
 @dataclass
 class PolicyResult:
