@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rollmux.errors import InputError
 from rollmux.sim.baseline_policies import SoloPlacement
-from rollmux.sim.baselines import solo_d_cost
+from rollmux.sim.baselines import simulate_verl, solo_d_cost
 from rollmux.sim.gavel import GavelSimulation, packed_period_s, simulate_gavel
 from rollmux.sim.simulator import SimConfig, simulate
 from tests.factories import make_cluster, make_job, synthetic_trace
@@ -191,3 +191,116 @@ def test_unplaceable_job_is_a_clear_error():
     cluster = make_cluster(max_rollout_nodes=1)
     with pytest.raises(InputError, match="j0"):
         simulate_gavel([make_job("j0", rollout_gpus=16)], cluster)
+
+
+# -- heterogeneity-aware Gavel+ (hetero=True, the default) --------------------------------------
+
+def rollout_heavy(job_id: str = "h", **kw):
+    """A 1+1-node job, rollout 100 s / train 50 s: co-located at 608/888 of its rollout
+    (122.5 s on one $22.8/h H800 node) beats 160 s on a $30.8/h H20 + H800 pair."""
+    kw.setdefault("duration", 1600.0)
+    return make_job(job_id, rollout=100.0, train=50.0, sync=10.0, **kw)
+
+
+def wide_rollout(job_id: str = "w", **kw):
+    """24 H20 + 8 H800, balanced: co-located needs 3 H800 nodes ($68.4/h x 175.8 s) against
+    3 H20 + 1 H800 ($46.8/h x 205 s): disaggregated is cheaper."""
+    return make_job(job_id, rollout=100.0, train=100.0, sync=5.0, rollout_gpus=24, train_gpus=8, **kw)
+
+
+def test_a_job_cheaper_co_located_holds_no_rollout_node():
+    sim = GavelSimulation([rollout_heavy()], CLUSTER, packed=False)
+    res = sim.run()
+    assert sim.kind_counts == {"disagg": 0, "colo": 1}
+    assert res.peak_gpus == {"rollout": 0, "train": 8}
+
+
+def test_a_co_located_job_costs_what_verl_costs():
+    job = rollout_heavy(sigma=0.2, rollout_max=150.0)
+    gavel = simulate_gavel([job], CLUSTER, seed=3, packed=False)
+    verl = simulate_verl([job], CLUSTER, seed=3)
+    assert gavel.cost_usd == pytest.approx(verl.cost_usd, rel=1e-9)
+
+
+def test_a_job_cheaper_disaggregated_stays_on_h20():
+    sim = GavelSimulation([wide_rollout()], CLUSTER, packed=False)
+    res = sim.run()
+    assert sim.kind_counts == {"disagg": 1, "colo": 0}
+    assert res.peak_gpus == {"rollout": 24, "train": 8}
+
+
+@pytest.mark.parametrize("slo, kind", [(1.0, "disagg"), (1.1, "colo")])
+def test_the_slo_decides_whether_a_slower_co_location_is_allowed(slo, kind):
+    # At colo_speed 0.8 the balanced 1+1 job co-located takes (87.85 + 83.93) / 0.8 + 4 = 218.7 s
+    # against 205 s solo (6.7% slower) but costs 22.8 x 218.7 < 30.8 x 205.
+    job = make_job("b", rollout=100.0, train=100.0, sync=5.0, slo=slo)
+    sim = GavelSimulation([job], CLUSTER, packed=False, colo_speed=0.8)
+    sim.run()
+    assert sim.kind_counts[kind] == 1
+
+
+def test_co_location_needs_both_states_in_one_nodes_host_memory():
+    job = rollout_heavy(host_rollout=1000.0, host_train=1100.0)  # 2,100 GB > 2,048 GB per node
+    sim = GavelSimulation([job], CLUSTER, packed=False)
+    sim.run()
+    assert sim.kind_counts == {"disagg": 1, "colo": 0}
+
+
+def test_two_co_located_jobs_with_loose_slo_share_one_h800_node():
+    # Period 2 x (122.5 + 2) = 249 s <= 2.5 x 160 s.
+    sim = GavelSimulation([rollout_heavy("a", slo=2.5), rollout_heavy("b", slo=2.5)], CLUSTER, packed=True)
+    res = sim.run()
+    assert sim.joins == 1
+    assert res.peak_gpus == {"rollout": 0, "train": 8}
+
+
+def test_co_located_and_disaggregated_jobs_never_share_a_gang():
+    sim = GavelSimulation([rollout_heavy("a", slo=4.0), wide_rollout("b", slo=4.0)], CLUSTER, packed=True,
+                          max_pack=3)
+    sim.run()
+    assert sim.kind_counts == {"disagg": 1, "colo": 1}
+    assert sim.joins == 0
+
+
+def test_under_caps_a_job_takes_the_kind_that_fits_now():
+    # a holds all 3 H20 nodes; b's cheaper disaggregated kind would wait, its co-located one fits.
+    cluster = make_cluster(max_rollout_nodes=3, max_train_nodes=4)
+    jobs = [wide_rollout("a", duration=20_000.0), wide_rollout("b", arrival=10.0, duration=20_000.0)]
+    sim = GavelSimulation(jobs, cluster, packed=False)
+    res = sim.run()
+    assert sim.kind_counts == {"disagg": 1, "colo": 1}
+    assert {o.job_id: o.start_s for o in res.outcomes}["b"] == 10.0
+    assert sim.preemptions == 0
+
+
+@PROPS
+@given(seed=seeds)
+def test_hetero_never_costs_more_than_plain_without_caps(seed):
+    # sigma 0: each job's choice compares its exact realized cost per iteration.
+    jobs = short_trace(seed, 10, sigma=0.0)
+    hetero = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False)
+    plain = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False, hetero=False)
+    assert hetero.cost_usd <= plain.cost_usd * (1 + 1e-9)
+
+
+@PROPS
+@given(seed=seeds)
+def test_hetero_without_caps_meets_every_slo(seed):
+    jobs = short_trace(seed, 10, sigma=0.3, slo_range=(1.0, 2.0))
+    res = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False)
+    assert res.slo_attainment == 1.0, [o for o in res.outcomes if not o.slo_met]
+
+
+def test_hetero_picks_co_location_on_some_short_traces():
+    """Guards the two properties above against vacuity: the traces do co-locate jobs."""
+    colo = 0
+    for s in range(5):
+        sim = GavelSimulation(short_trace(s, 10, sigma=0.0), CLUSTER, seed=s, packed=False)
+        sim.run()
+        colo += sim.kind_counts["colo"]
+    assert colo > 0
+
+
+def test_bad_colo_speed_is_a_clear_error():
+    with pytest.raises(InputError, match="colo_speed"):
+        simulate_gavel([rollout_heavy()], CLUSTER, colo_speed=0.0)
