@@ -158,18 +158,31 @@ def study(
     quick: bool = typer.Option(False, "--quick", help="Small instances: under a minute."),
     out_dir: Path = typer.Option(Path("docs/study"), "--out", help="Where the markdown and PNGs go."),
     traces: Optional[Path] = typer.Option(None, "--traces", help="Trace folder (default: ../shared/traces)."),
+    address: Optional[str] = typer.Option(
+        None, "--address", help="Run the simulations on this Ray cluster (default: a private local Ray)."),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", min=1, help="At most this many simulations at once (default: every CPU)."),
+    serial: bool = typer.Option(False, "--serial", help="Run the simulations one by one in this process, no Ray."),
 ) -> None:
     """Regenerate the paper's scheduling study: tables and plots under --out."""
+    from contextlib import ExitStack
+
     from rollmux.study.experiments import StudyConfig, run_study
+    from rollmux.study.sweep import ray_session, serial_map
     from rollmux.workload import find_traces_dir
     try:
+        if serial and (address or workers):
+            raise InputError("--serial", "runs in this process: drop --address and --workers")
         traces = find_traces_dir(traces)  # fail on a bad folder before any work starts
         sc = StudyConfig.quick() if quick else StudyConfig()
-        with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err) as bar:
-            task = bar.add_task("study", total=None)
+        with ExitStack() as stack:
+            bar = stack.enter_context(Progress(TextColumn("{task.description:<40}"), BarColumn(),
+                                               MofNCompleteColumn(), TimeElapsedColumn(), console=err))
+            task = bar.add_task("study" if serial else f"starting Ray ({address or 'local'})", total=None)
+            pmap = serial_map if serial else stack.enter_context(ray_session(address, workers))
             md = run_study(sc, out_dir, traces,
-                           lambda what, done, total: bar.update(task, description=what, completed=done, total=total))
+                           lambda what, done, total: bar.update(task, description=what, completed=done, total=total),
+                           pmap=pmap)
         out.print(f"wrote {md}")
     except InputError as exc:
         _fail(exc)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollmux study` imports it here)
 from rollmux.study.offline_optimum import optimal_partition
-from rollmux.study.sweep import Pmap, serial_map  # noqa: F401
+from rollmux.study.sweep import OnDone, Pmap, serial_map
 from rollmux.study.report import write_report
 from rollmux.workload import find_traces_dir, paper_jobs, synthesize_philly
 
@@ -115,28 +115,55 @@ def variant_policy(label: str, cfg: SimConfig) -> RollMuxPlacement:
                             best_fit="util" if "best-fit" in label else "")
 
 
-def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path,
-                tick: Callable[[], None]) -> dict:
-    """Parts B and C on one Philly-driven trace."""
+def philly_policy_run(name: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
+    """Part B: one policy on a Philly-driven trace (one sweep task)."""
+    if name == "rollmux-static":
+        res = simulate(jobs, cluster, RollMuxPlacement(), SimConfig(seed=seed, **STATIC))
+        res.policy = name
+        return res
+    if name == "gavel":
+        return simulate_gavel(jobs, cluster, seed=seed)
+    return run_policy(name, jobs, cluster, SimConfig(seed=seed))
+
+
+def philly_variant_run(label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
+    """Part C: one rollmux variant on a Philly-driven trace (one sweep task)."""
+    cfg = replace(philly_variants()[label], seed=seed)
+    return simulate(jobs, cluster, variant_policy(label, cfg), cfg)
+
+
+_TASKS: dict[str, Callable[..., Any]] = {"small": small_cell, "policy": philly_policy_run,
+                                         "variant": philly_variant_run}
+
+
+def study_task(kind: str, *args: Any) -> Any:
+    """One independent simulation of the study: a part-A cell ("small"), a part-B policy ("policy")
+    or a part-C variant ("variant") run; the sweeps map this function."""
+    return _TASKS[kind](*args)
+
+
+def philly_tasks(mode: str, sc: StudyConfig, cluster: ClusterSpec,
+                 traces: Path) -> tuple[list[JobSpec], list[tuple]]:
+    """One mode's Philly-driven trace and its part-B and part-C runs, as `study_task` argument tuples."""
     jobs = synthesize_philly(traces, sc.philly_vc, sc.philly_jobs, sc.philly_days, mode, sc.seed)
-    bound = busy_time_bound(jobs, cluster)
-    policies: dict[str, PolicyResult] = {}
-    for name in PHILLY_POLICIES:
-        if name == "rollmux-static":
-            res = simulate(jobs, cluster, RollMuxPlacement(), SimConfig(seed=sc.seed, **STATIC))
-            res.policy = name
-        elif name == "gavel":
-            res = simulate_gavel(jobs, cluster, seed=sc.seed)
-        else:
-            res = run_policy(name, jobs, cluster, SimConfig(seed=sc.seed))
-        policies[name] = res
-        tick()
-    variants = {}
-    for label, cfg in philly_variants().items():
-        cfg = replace(cfg, seed=sc.seed)
-        variants[label] = simulate(jobs, cluster, variant_policy(label, cfg), cfg)
-        tick()
-    return {"mode": mode, "jobs": len(jobs), "bound": bound, "policies": policies, "variants": variants}
+    runs = [("policy", name, jobs, cluster, sc.seed) for name in PHILLY_POLICIES]
+    runs += [("variant", label, jobs, cluster, sc.seed) for label in philly_variants()]
+    return jobs, runs
+
+
+def philly_result(mode: str, jobs: list[JobSpec], cluster: ClusterSpec, results: list[PolicyResult]) -> dict:
+    """Parts B and C of one mode, from the results of its `philly_tasks` runs (in their order)."""
+    policies = dict(zip(PHILLY_POLICIES, results[:len(PHILLY_POLICIES)]))
+    variants = dict(zip(philly_variants(), results[len(PHILLY_POLICIES):]))
+    return {"mode": mode, "jobs": len(jobs), "bound": busy_time_bound(jobs, cluster), "policies": policies,
+            "variants": variants}
+
+
+def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap = serial_map,
+                on_done: OnDone | None = None) -> dict:
+    """Parts B and C on one Philly-driven trace, every run mapped through `pmap`."""
+    jobs, runs = philly_tasks(mode, sc, cluster, traces)
+    return philly_result(mode, jobs, cluster, pmap(study_task, runs, on_done))
 
 
 def study_cells(sc: StudyConfig) -> list[tuple[str, float | None, int]]:
@@ -148,25 +175,37 @@ def study_cells(sc: StudyConfig) -> list[tuple[str, float | None, int]]:
     return cells
 
 
+PHILLY_MODES = ("paper", "catalog")
+
+
 def run_study(sc: StudyConfig, out: Path, traces: Path | None = None,
-              progress: Callable[[str, int, int], None] | None = None) -> Path:
+              progress: Callable[[str, int, int], None] | None = None, pmap: Pmap = serial_map) -> Path:
     """Run every part and write the markdown report and plots under `out`."""
     cluster = default_cluster()
     traces = find_traces_dir(traces)
-    cells = study_cells(sc)
-    total = len(cells) + 2 * (len(PHILLY_POLICIES) + len(philly_variants()))
+    # Every independent simulation of the study goes through one `pmap` call, so a distributed map
+    # balances all of them at once; the long Philly runs go first.
+    tasks: list[tuple] = []
+    labels: list[str] = []
+    modes = []
+    for mode in PHILLY_MODES:
+        jobs, runs = philly_tasks(mode, sc, cluster, traces)
+        modes.append((mode, jobs, len(tasks), len(runs)))
+        tasks += runs
+        labels += [f"philly {mode} {run[1]}" for run in runs]
+    first_cell = len(tasks)
+    for w, s, g in study_cells(sc):
+        tasks.append(("small", w, s, g, sc, cluster))
+        labels.append(f"small {w} slo={s or 'U(1,2)'} size={g}")
     done = [0]
 
-    def tick(what: str = "") -> None:
+    def tick(i: int, _result: Any) -> None:
         done[0] += 1
         if progress is not None:
-            progress(what, done[0], total)
+            progress(labels[i], done[0], len(tasks))
 
-    small = []
-    for w, s, g in cells:
-        small.append(small_cell(w, s, g, sc, cluster))
-        tick(f"small {w} slo={s or 'U(1,2)'} size={g}")
-    philly = [philly_runs(mode, sc, cluster, traces, lambda m=mode: tick(f"philly {m}"))
-              for mode in ("paper", "catalog")]
+    results = pmap(study_task, tasks, tick)
+    philly = [philly_result(mode, jobs, cluster, results[start:start + n]) for mode, jobs, start, n in modes]
+    small = results[first_cell:]
     out.mkdir(parents=True, exist_ok=True)
     return write_report(out, sc, small, philly)

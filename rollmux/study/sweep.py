@@ -1,17 +1,153 @@
 """How the study's independent simulations are mapped over workers.
 
 A `Pmap` takes a picklable module-level function and a list of argument tuples
-and returns the results in order. Every study section receives one, so the
-same section code runs serially here or as tasks on a distributed engine.
+and returns the results in order; `on_done(index, result)`, when given, is
+called as each task finishes (in completion order), so a progress bar moves.
+Every study section receives one, so the same section code runs serially here
+(`serial_map`) or as Ray tasks (`ray_session` / `RayMap`): on a private local
+Ray by default, or on the cluster at `--address`, with no code change.
+
+Ray is imported lazily, only when a Ray map is used.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import logging
+import reprlib
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
-Pmap = Callable[[Callable[..., Any], Sequence[tuple]], list]
+from rollmux.errors import InputError
+
+OnDone = Callable[[int, Any], None]
 
 
-def serial_map(fn: Callable[..., Any], args: Sequence[tuple]) -> list:
+class Pmap(Protocol):
+    """Maps `fn` over argument tuples; returns the results in the order of `args`."""
+
+    def __call__(self, fn: Callable[..., Any], args: Sequence[tuple],
+                 on_done: OnDone | None = None) -> list: ...
+
+
+class SweepTaskError(RuntimeError):
+    """A task of a sweep raised; the message names the task and the original error."""
+
+    def __init__(self, task: str, error: str, cause: BaseException | None = None) -> None:
+        super().__init__(f"{task} failed: {error}")
+        self.task = task
+        self.cause = cause
+
+
+_short = reprlib.Repr()
+_short.maxstring, _short.maxother, _short.maxlist, _short.maxtuple, _short.maxdict = 40, 60, 3, 4, 3
+_PLAIN = (str, bytes, int, float, bool, type(None))
+
+
+def _show(a: Any) -> str:
+    if isinstance(a, (list, tuple)) and a and not isinstance(a[0], _PLAIN):
+        return f"[{len(a)} {type(a[0]).__name__}]"  # a trace: how many jobs, not their fields
+    return _short.repr(a)
+
+
+def describe_task(fn: Callable[..., Any], index: int, total: int, args: tuple) -> str:
+    """'task I/N module.fn(args…)', arguments shortened, to name a task in an error."""
+    return f"task {index + 1}/{total} {fn.__module__}.{fn.__qualname__}({', '.join(_show(a) for a in args)})"
+
+
+def _error_line(exc: BaseException) -> tuple[str, BaseException | None]:
+    """'Type: message' of the exception a Ray task raised, and that exception when it came back whole."""
+    cause = getattr(exc, "cause", None)
+    if cause is not None and type(cause).__name__ != "UnserializableException":
+        return f"{type(cause).__name__}: {cause}", cause
+    # The error did not survive pickling (or Ray itself failed): the last line of the remote traceback.
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    last = lines[-1] if lines else type(exc).__name__
+    name, sep, msg = last.partition(": ")
+    return (f"{name.rsplit('.', 1)[-1]}{sep}{msg}" if sep and " " not in name else last), None
+
+
+def serial_map(fn: Callable[..., Any], args: Sequence[tuple], on_done: OnDone | None = None) -> list:
     """Run `fn(*a)` for each argument tuple, in this process, in order."""
-    return [fn(*a) for a in args]
+    results = []
+    for i, a in enumerate(args):
+        results.append(fn(*a))
+        if on_done is not None:
+            on_done(i, results[-1])
+    return results
+
+
+class RayMap:
+    """A Pmap whose tasks run as Ray tasks on the Ray this process is connected to."""
+
+    def __init__(self, max_in_flight: int | None = None) -> None:
+        self.max_in_flight = max_in_flight
+
+    def __call__(self, fn: Callable[..., Any], args: Sequence[tuple], on_done: OnDone | None = None) -> list:
+        """Submit `fn(*a)` for every tuple, report each as it finishes, return the results in order."""
+        import ray
+
+        if not ray.is_initialized():
+            raise RuntimeError("RayMap needs a connected Ray: call ray.init() or use ray_session()")
+        remote = ray.remote(fn)
+        shared: dict[int, Any] = {}  # one object-store copy per distinct argument (a trace shared by many runs)
+
+        def ref(a: Any) -> Any:
+            if isinstance(a, _PLAIN):
+                return a
+            if id(a) not in shared:
+                shared[id(a)] = ray.put(a)
+            return shared[id(a)]
+
+        n = len(args)
+        limit = self.max_in_flight or n
+        results: list[Any] = [None] * n
+        index_of: dict[Any, int] = {}
+        pending: list[Any] = []
+        submitted = 0
+        try:
+            while submitted < n or pending:
+                while submitted < n and len(pending) < limit:
+                    task = remote.remote(*(ref(a) for a in args[submitted]))
+                    index_of[task] = submitted
+                    pending.append(task)
+                    submitted += 1
+                done, pending = ray.wait(pending, num_returns=1)
+                for task in done:
+                    i = index_of.pop(task)
+                    try:
+                        results[i] = ray.get(task)
+                    except ray.exceptions.RayError as exc:
+                        error, cause = _error_line(exc)
+                        raise SweepTaskError(describe_task(fn, i, n, args[i]), error, cause) from exc
+                    if on_done is not None:
+                        on_done(i, results[i])
+        except BaseException:
+            for task in pending:  # a failed sweep stops: do not leave its other tasks running
+                try:
+                    ray.cancel(task)
+                except Exception:  # noqa: BLE001 (already finished or gone: nothing to stop)
+                    pass
+            raise
+        return results
+
+
+@contextmanager
+def ray_session(address: str | None = None, workers: int | None = None) -> Iterator[RayMap]:
+    """Start a private local Ray (or connect to the cluster at `address`), yield a Ray Pmap, shut Ray down."""
+    import ray
+
+    import rollmux
+
+    if address is None:
+        # "local" starts a fresh Ray even when one is running or RAY_ADDRESS is set: never attach by accident.
+        ray.init(address="local", num_cpus=workers, include_dashboard=False, logging_level=logging.WARNING)
+    else:
+        try:
+            # The cluster runs this checkout's rollmux (uploaded), whatever version its nodes have installed.
+            ray.init(address=address, runtime_env={"py_modules": [rollmux]}, logging_level=logging.WARNING)
+        except (ConnectionError, ValueError) as exc:
+            raise InputError("--address", f"cannot connect to the Ray cluster at {address!r}: {exc}") from None
+    try:
+        yield RayMap(max_in_flight=workers)
+    finally:
+        ray.shutdown()
