@@ -138,3 +138,20 @@ class PolicyResult:
         if self.migrations is not None:
             out["migrations"] = dict(self.migrations)
         return out
+
+
+def group_charge_per_hour(rate_per_hour: float, members: list[JobOutcome]) -> float:
+    """The paper's charge for one group: its rate, × its worst member slowdown if a member breaks its SLO.
+
+    Slowdown is JobOutcome.slowdown (mean iteration time over the solo mean on the same
+    draws). A member that breaks its SLO has a slowdown above its slo >= 1, so a breaking
+    group is never charged less than its rate.
+    """
+    if all(o.slo_met for o in members):
+        return rate_per_hour
+    return rate_per_hour * max(o.slowdown for o in members)
+
+
+def paper_cost_per_hour(groups: list[tuple[float, list[JobOutcome]]]) -> float:
+    """The paper's cost ($/h) of a static grouping: the sum of group_charge_per_hour over (rate, members)."""
+    return sum(group_charge_per_hour(rate, members) for rate, members in groups)

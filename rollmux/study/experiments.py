@@ -1,10 +1,10 @@
 """`rollmux study`: the paper's scheduling study, regenerated with fixed seeds.
 
 Three parts, each a markdown table (and plots):
-  A. small job sets (all jobs arrive together) — each policy's steady cost rate
-     normalized to the offline optimum, and SLO attainment, for workloads
-     balanced / rollout-heavy / train-heavy / mixed, SLO 1.2 / 1.5 / 2.0 / U(1,2),
-     and max group size 2-5;
+  A. small job sets (all jobs arrive together; study/part_a.py) — each policy's
+     paper's cost and total cost to finish, normalized to the offline optimum,
+     and SLO attainment, for workloads balanced / rollout-heavy / train-heavy /
+     mixed, SLO 1.2 / 1.5 / 2.0 / U(1,2), and max group size 2-5;
   B. Philly-driven traces — every policy's cost normalized to the busy-time
      bound, gain over Solo-D and SLO attainment;
   C. ablations of what goes beyond the paper, on the same traces;
@@ -13,82 +13,27 @@ plus a cost-over-time plot of a Philly-driven trace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
-
-import numpy as np
 
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
-from rollmux.sim.baseline_policies import GreedyPlacement, RandomPlacement
 from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.gavel import simulate_gavel
 from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollmux study` imports it here)
-from rollmux.study.offline_optimum import optimal_partition
+# Part A lives in study/part_a.py; its names are re-exported here.
+from rollmux.study.part_a import (SLOS, SMALL_POLICIES, STATIC, WORKLOADS, SmallCell,  # noqa: F401
+                                  rate_at_start, small_cell, study_cells)
 from rollmux.study.sweep import OnDone, Pmap, serial_map
 from rollmux.study.report import write_report
-from rollmux.workload import find_traces_dir, paper_jobs, synthesize_philly
+from rollmux.workload import find_traces_dir, synthesize_philly
 
-WORKLOADS = ("balanced", "rollout-heavy", "train-heavy", "mixed")
-SLOS: tuple[float | None, ...] = (1.2, 1.5, 2.0, None)  # None: U(1, 2)
-SMALL_POLICIES = ("rollmux", "rollmux-paper", "random", "greedy", "gavel")
 PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "greedy", "gavel")
-STATIC = dict(shrink=False, regroup=False)
-
-
-@dataclass
-class SmallCell:
-    """One (workload, SLO, max group size) cell of part A, averaged over instances."""
-
-    workload: str
-    slo: float | None
-    group_size: int
-    cost_vs_opt: dict[str, float]
-    slo_attainment: dict[str, float]
-    exact: bool
-
-
-def rate_at_start(result: PolicyResult) -> float:
-    """Cost rate ($/h) once every job of a set arriving at t=0 is placed."""
-    at_zero = [rate for t, rate in result.cost_timeline if t <= 0.0]
-    return at_zero[-1] if at_zero else 0.0
-
-
-def _small_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, size: int, seed: int) -> PolicyResult:
-    cfg = SimConfig(seed=seed, max_group_size=size, **STATIC)
-    if name == "rollmux-paper":  # Algorithm 1 as published: file order, pruning, first fit
-        return simulate(jobs, cluster, RollMuxPlacement(cfg.intra, prune_saturated=True),
-                        replace(cfg, batch_order=False))
-    if name == "gavel":
-        return simulate_gavel(jobs, cluster, seed=seed, max_pack=size)
-    policy = {"rollmux": lambda: RollMuxPlacement(cfg.intra),
-              "greedy": lambda: GreedyPlacement(cfg.intra),
-              "random": lambda: RandomPlacement(np.random.default_rng([seed, 7]), cfg.intra)}[name]()
-    return simulate(jobs, cluster, policy, cfg)
-
-
-def small_cell(workload: str, slo: float | None, size: int, sc: StudyConfig,
-               cluster: ClusterSpec) -> SmallCell:
-    """Part A for one cell: cost vs the exact optimum and SLO attainment per policy."""
-    costs = {p: [] for p in SMALL_POLICIES}
-    slos = {p: [] for p in SMALL_POLICIES}
-    exact = True
-    for i in range(sc.instances):
-        seed = sc.seed * 1000 + i
-        jobs = paper_jobs(sc.small_jobs, profile=workload, slo=slo, seed=seed)
-        opt = optimal_partition(jobs, cluster, IntraConfig(), size)
-        exact &= opt.exact
-        for p in SMALL_POLICIES:
-            res = _small_policy(p, jobs, cluster, size, seed)
-            costs[p].append(rate_at_start(res) / opt.cost_per_hour)
-            slos[p].append(res.slo_attainment)
-    return SmallCell(workload, slo, size, {p: float(np.mean(v)) for p, v in costs.items()},
-                     {p: float(np.mean(v)) for p, v in slos.items()}, exact)
 
 
 def philly_variants() -> dict[str, SimConfig]:
@@ -164,15 +109,6 @@ def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path, 
     """Parts B and C on one Philly-driven trace, every run mapped through `pmap`."""
     jobs, runs = philly_tasks(mode, sc, cluster, traces)
     return philly_result(mode, jobs, cluster, pmap(study_task, runs, on_done))
-
-
-def study_cells(sc: StudyConfig) -> list[tuple[str, float | None, int]]:
-    """Part A's cells: every workload x SLO at the largest group size, and the group-size
-    sweep for every workload at SLO U(1,2)."""
-    big = max(sc.group_sizes)
-    cells = [(w, s, big) for w in WORKLOADS for s in SLOS]
-    cells += [(w, None, g) for w in WORKLOADS for g in sc.group_sizes if g != big]
-    return cells
 
 
 PHILLY_MODES = ("paper", "catalog")

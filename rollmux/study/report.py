@@ -11,6 +11,8 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from rollmux.study.part_a import PLACEMENT_SEEDS  # noqa: E402
+
 
 def _slo_label(slo: float | None) -> str:
     return "U(1,2)" if slo is None else f"{slo:g}"
@@ -22,30 +24,54 @@ def _pct(x: float) -> str:
 
 def _policies(cells: list) -> list[str]:
     """The policies measured in part A, in the study's order."""
-    return list(cells[0].cost_vs_opt) if cells else []
+    return list(cells[0].total_cost) if cells else []
 
 
-def _cells_table(rows: list, first: str, key: Callable) -> str:
-    """One row per cell: the `first` columns, then cost / optimum and SLO per policy."""
+# Part A's three numbers per run (rollmux.study.part_a): attribute, title, whether a percentage.
+METRICS = (("paper_cost", "paper's cost / optimum's cost rate", False),
+           ("total_cost", "total cost to finish / optimum's total cost", False),
+           ("slo_attainment", "SLO attainment", True))
+
+
+def mean_spread(values: list[float], pct: bool = False) -> str:
+    """`mean ± std` over a cell's runs ("—" when the policy has no such number)."""
+    if not values:
+        return "—"
+    m, sd = float(np.mean(values)), float(np.std(values))
+    if pct:
+        return f"{100 * m:.0f}% ± {100 * sd:.0f}" if len(values) > 1 else _pct(m)
+    return f"{m:.2f}x ± {sd:.2f}" if len(values) > 1 else f"{m:.2f}x"
+
+
+def _cells_table(rows: list, first: str, key: Callable, metric: str, pct: bool) -> str:
+    """One row per cell: the `first` columns, then one metric's mean ± std per policy."""
     pols = _policies(rows)
-    lines = [f"| {first} | " + " | ".join(f"{p} cost/opt | {p} SLO" for p in pols) + " |",
-             "|" + "---|" * (first.count("|") + 1 + 2 * len(pols))]
+    lines = [f"| {first} | " + " | ".join(pols) + " |",
+             "|" + "---|" * (first.count("|") + 1 + len(pols))]
     for c in rows:
-        vals = " | ".join(f"{c.cost_vs_opt[p]:.2f}x | {_pct(c.slo_attainment[p])}" for p in pols)
-        lines.append(f"| {key(c)} | {vals} |")
+        vals = getattr(c, metric)
+        lines.append(f"| {key(c)} | " + " | ".join(mean_spread(vals.get(p, []), pct) for p in pols) + " |")
     return "\n".join(lines)
 
 
-def small_table(cells: list, size: int) -> str:
-    """Part A at one max group size: cost / optimum and SLO attainment per policy."""
+def _metric_tables(rows: list, first: str, key: Callable) -> list[str]:
+    """The three part-A tables (paper's cost, total cost, SLO) of the same rows."""
+    out = []
+    for metric, title, pct in METRICS:
+        out += [f"**{title}**", "", _cells_table(rows, first, key, metric, pct), ""]
+    return out
+
+
+def small_tables(cells: list, size: int) -> list[str]:
+    """Part A at one max group size: the three tables, one row per workload x SLO."""
     rows = [c for c in cells if c.group_size == size]
-    return _cells_table(rows, "workload | SLO", lambda c: f"{c.workload} | {_slo_label(c.slo)}")
+    return _metric_tables(rows, "workload | SLO", lambda c: f"{c.workload} | {_slo_label(c.slo)}")
 
 
-def size_table(cells: list) -> str:
-    """Part A's group-size sweep at SLO U(1,2)."""
+def size_tables(cells: list) -> list[str]:
+    """Part A's group-size sweep at SLO U(1,2): the three tables."""
     rows = sorted((c for c in cells if c.slo is None), key=lambda c: (c.workload, c.group_size))
-    return _cells_table(rows, "workload | max group size", lambda c: f"{c.workload} | {c.group_size}")
+    return _metric_tables(rows, "workload | max group size", lambda c: f"{c.workload} | {c.group_size}")
 
 
 def philly_table(run: dict, key: str) -> str:
@@ -62,19 +88,22 @@ def philly_table(run: dict, key: str) -> str:
 
 
 def plot_small(cells: list, size: int, path: Path) -> None:
-    """Bars: cost / optimum and SLO attainment per workload at SLO U(1,2)."""
+    """Bars (mean, whiskers ± std): paper's cost, total cost and SLO per workload at SLO U(1,2)."""
     rows = [c for c in cells if c.group_size == size and c.slo is None]
     x = np.arange(len(rows))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     pols = _policies(rows)
     width = 0.8 / len(pols)
-    for i, p in enumerate(pols):
-        axes[0].bar(x + i * width, [c.cost_vs_opt[p] for c in rows], width, label=p)
-        axes[1].bar(x + i * width, [100 * c.slo_attainment[p] for c in rows], width, label=p)
-    for ax, title in ((axes[0], "cost rate / offline optimum"), (axes[1], "SLO attainment (%)")):
+    for ax, (metric, title, pct) in zip(axes, METRICS):
+        scale = 100 if pct else 1
+        for i, p in enumerate(pols):
+            runs = [getattr(c, metric).get(p, []) for c in rows]
+            ax.bar(x + i * width, [scale * np.mean(v) if v else 0 for v in runs], width,
+                   yerr=[scale * np.std(v) if v else 0 for v in runs], label=p, capsize=2)
         ax.set_xticks(x + 0.4 - width / 2, [c.workload for c in rows])
-        ax.set_title(title)
-    axes[0].axhline(1.0, color="k", lw=0.8)
+        ax.set_title(title + (" (%)" if pct else ""), fontsize=9)
+        if not pct:
+            ax.axhline(1.0, color="k", lw=0.8)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"small job sets, SLO U(1,2), max group size {size}")
     fig.tight_layout()
@@ -83,13 +112,14 @@ def plot_small(cells: list, size: int, path: Path) -> None:
 
 
 def plot_sizes(cells: list, path: Path) -> None:
-    """Lines: rollmux cost / optimum against max group size, per workload."""
+    """Lines: rollmux total cost / optimum's against max group size, per workload."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for w in sorted({c.workload for c in cells}):
-        pts = sorted((c.group_size, c.cost_vs_opt["rollmux"]) for c in cells if c.workload == w and c.slo is None)
+        pts = sorted((c.group_size, np.mean(c.total_cost["rollmux"]))
+                     for c in cells if c.workload == w and c.slo is None)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=w)
     ax.set_xlabel("max group size")
-    ax.set_ylabel("rollmux cost / optimum")
+    ax.set_ylabel("rollmux total cost / optimum's")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -114,6 +144,34 @@ def plot_cost_over_time(run: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# What part A's numbers mean (kept next to the tables that show them).
+PART_A_EXPLAINED = [
+    "Every policy places the whole set at t=0 into static groups (no shrink, no re-placement) "
+    "and runs it to the last job's end in the simulator, on the same rollout draws. "
+    "The optimum is the cheapest partition into groups that meets residency and every SLO under "
+    "worst-case planning (`optimal_partition`); its total cost comes from running that partition "
+    "as static groups in the same simulator.",
+    "",
+    "- **paper's cost / optimum**: the paper's metric. Each group costs its $/h once every job "
+    "is placed; a group in which a member broke its SLO is charged its $/h x its worst member "
+    "slowdown (mean iteration time / solo mean on the same draws). Divided by the optimum's $/h. "
+    "Group policies only (gavel: —).",
+    "- **total cost / optimum**: $ paid for nodes until the set's last job ended, divided by the "
+    "optimum's total $: the cost of finishing the same work. Below 1.00x a policy finished "
+    "cheaper than the optimum, either by breaking SLOs (packing tighter, its jobs ran slower "
+    "than promised; see the SLO table) or by a grouping that worst-case planning rejects but "
+    "the realized draws happened to allow.",
+    "- **SLO attainment**: share of jobs whose mean iteration time stayed within slo x solo.",
+    "",
+    "Each entry is the mean ± standard deviation over the cell's runs: one per instance, and "
+    f"for random one per instance x placement seed ({PLACEMENT_SEEDS} seeds). random draws uniformly among the "
+    "groups with room and a new group; greedy (Most-Idle) joins the group with room whose "
+    "busiest node idles longest per cycle. Neither checks SLOs. A policy can beat the optimum "
+    "with 100% SLO: the optimum admits a group only if it meets every SLO under worst-case "
+    "rollouts, while the SLO columns judge the realized draws.",
+]
+
+
 def write_report(out: Path, sc, small: list, philly: list[dict]) -> Path:
     """Write study.md and its PNGs under `out`; return the markdown path."""
     size = max(sc.group_sizes)
@@ -130,22 +188,16 @@ def write_report(out: Path, sc, small: list, philly: list[dict]) -> Path:
         f"## A. Small job sets vs the offline optimum ({sc.small_jobs} jobs, {sc.instances} instance(s) "
         f"per cell, all arriving together; optimum {'exact' if exact else 'partly sampled'})",
         "",
-        "Cost = the steady provisioning cost rate once every job is placed, divided by the optimum's "
-        "(the cheapest partition into groups that meets residency and every SLO under worst-case "
-        "planning). SLO = share of jobs whose mean iteration time stayed within slo x solo when the "
-        "set ran to completion. A policy below 1.00x is cheaper than the optimum only because it "
-        "breaks SLOs (random, greedy and gavel do not share RollMux's SLO admission).",
+        *PART_A_EXPLAINED,
         "",
         f"### Max group size {size}",
         "",
-        small_table(small, size),
-        "",
+        *small_tables(small, size),
         "![small sets](small_sets.png)",
         "",
         "### Max group size (SLO U(1,2))",
         "",
-        size_table(small),
-        "",
+        *size_tables(small),
         "![group size](group_size.png)",
     ]
     for run in philly:
