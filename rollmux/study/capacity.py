@@ -102,6 +102,15 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _binds(data: dict) -> str:
+    """A sentence on whether the cap binds: the uncapped runs' peak nodes against it."""
+    peaks = [max(r["peak_nodes"].values()) for r in data["runs"] if r["cap"] is None]
+    if not peaks:
+        return ""
+    verdict = "binds for every policy" if min(peaks) > data["cap"] else "does not bind for every policy"
+    return f"Uncapped, the busier pool peaks at {min(peaks)}-{max(peaks)} nodes: the cap {verdict}."
+
+
 def render(data: dict) -> str:
     """The markdown section: what it measures, the table, the command."""
     cap = data["cap"]
@@ -115,7 +124,8 @@ def render(data: dict) -> str:
         "submission to first placement; JCT: submission to finish; SLO met: mean iteration time "
         "within slo x solo, without and with the queueing delay counted in the job's time. Offered "
         f"load (Solo-D node-hours of the busier pool / ({cap} nodes x arrival window)): {loads}; "
-        "above 1 the capped Solo-D queue grows until arrivals stop, and every run still finishes.",
+        "above 1 the capped Solo-D queue grows until arrivals stop, and every run still finishes. "
+        + _binds(data),
         "",
         "| trace | policy | nodes / pool | peak nodes R / T | cost $ | span h | jobs queued | "
         "queued mean / p95 / max h | JCT mean / p50 / p95 h | SLO met | SLO met with queueing |",

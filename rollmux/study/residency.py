@@ -159,7 +159,9 @@ def render(data: dict) -> str:
         "one with unlimited DRAM), refused for another reason (SLO), accepted, or ineligible "
         "before memory matters (full, saturated, SLO budget). 'Decision changed' counts arrivals "
         "that would have gone to another group or case with unlimited DRAM (Δ: the extra $/h "
-        "those decisions committed). The last columns compare the run with a counterfactual "
+        "those decisions committed). Only arrivals are probed, not the departure-time "
+        "re-placement checks, where residency can also steer a run. The last columns compare the "
+        "run with a counterfactual "
         "run whose nodes have unlimited host DRAM. Catalog jobs keep 81-357 GB per node "
         "(docs/workload.md); paper-profile jobs 300 / 500 / 800 GB per training node.",
         "",
