@@ -69,14 +69,15 @@ def colocated_factors(job: JobSpec) -> tuple[float, float]:
     return (math.exp(lo[1] + w * (hi[1] - lo[1])), math.exp(lo[2] + w * (hi[2] - lo[2])))
 
 
-def _check_speed(speed: float) -> None:
+def check_colo_speed(speed: float) -> None:
+    """InputError unless the co-located speed factor is a finite number > 0."""
     if not (math.isfinite(speed) and speed > 0):
         raise InputError("colo_speed", f"must be a number > 0, got {speed!r}")
 
 
 def verl_rollout_scale(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0) -> float:
     """Factor by which a rollout's time changes when co-located on the job's G training GPUs."""
-    _check_speed(speed)
+    check_colo_speed(speed)
     g = max(job.rollout_gpus, job.train_gpus)
     hw = cluster.pools.rollout.bandwidth_tbs() / cluster.pools.train.bandwidth_tbs() / _PAPER_BW_RATIO
     return colocated_factors(job)[0] * job.rollout_gpus / g * hw / speed
@@ -84,7 +85,7 @@ def verl_rollout_scale(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0) -
 
 def verl_train_scale(job: JobSpec, speed: float = 1.0) -> float:
     """Factor by which a training step's time changes when co-located."""
-    _check_speed(speed)
+    check_colo_speed(speed)
     return colocated_factors(job)[1] / speed
 
 
@@ -113,7 +114,7 @@ def busy_time_bound(jobs: list[JobSpec], cluster: ClusterSpec) -> float:
 def simulate_verl(jobs: list[JobSpec], cluster: ClusterSpec, seed: int = 0,
                   colo_speed: float = 1.0) -> PolicyResult:
     """Run every job co-located on its own training-type nodes (no queueing)."""
-    _check_speed(colo_speed)
+    check_colo_speed(colo_speed)
     ledger = Ledger(cluster)
     pool = cluster.pools.train
     events: list[tuple[float, int, int]] = []  # (time, +/-nodes, order)

@@ -90,7 +90,7 @@ from rollmux.core.accounting import POOLS, Ledger
 from rollmux.core.env import SimEnvironment
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
-from rollmux.sim.baselines import _check_speed
+from rollmux.sim.baselines import check_colo_speed
 from rollmux.sim.draws import rollout_draws, solo_seconds
 from rollmux.sim.gavel_alloc import (choose_kind, expected_iter_s, host_fits, iteration_phases, job_nodes,
                                      packed_period_s, worst_iter_s)
@@ -146,7 +146,7 @@ class GavelSimulation:
                              "or a gang resumed every round would never progress")
         if max_pack < 1:
             raise InputError("max_pack", f"must be >= 1, got {max_pack}")
-        _check_speed(colo_speed)
+        check_colo_speed(colo_speed)
         for job in jobs:
             reason = cluster.job_unplaceable_reason(job)
             if reason is not None:
