@@ -187,7 +187,8 @@ class GavelSimulation:
         self._accrue(now)
         kind = "disagg"
         if self.hetero:
-            kind = choose_kind(job, self.cluster, self.speed, self._free() if self.capped else None)
+            demand = {p: sum(g.nodes[p] for g in self.gangs) for p in POOLS} if self.capped else None
+            kind = choose_kind(job, self.cluster, self.speed, demand)
         self.kind_counts[kind] += 1
         run = _Run(job, rollout_draws(job, self.seed), kind)
         gang = self._choose_gang(job, kind) if self.packed else None

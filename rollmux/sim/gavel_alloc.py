@@ -18,10 +18,15 @@ max-min fairness: every comparison in this project is the cost of finishing the 
 work on pay-per-node pools with per-job SLOs; max-min fairness over normalized
 throughput with no cap gives every job its fastest kind whatever it costs, which is
 not what a cost-aware Gavel deployment would run. Fairness still decides time shares
-when node caps bind (rounds, in gavel.py). Under caps the choice is load-aware: when
-the cheapest valid kind does not fit the nodes free right now and another valid kind
-does, the job takes that one (Gavel's heterogeneity-aware allocation moves work to
-the accelerator type with spare capacity). The kind is fixed at arrival: Gavel would
+when node caps bind (rounds, in gavel.py). Under caps the choice is load-aware, as
+Gavel's heterogeneity-aware allocation is: the demand of a pool is the nodes all
+live gangs (running or waiting) would hold, plus the newcomer's; if the cheapest
+valid kind keeps every pool's demand within its cap, the job takes it, otherwise
+it takes the valid kind that oversubscribes the most loaded pool least (demand /
+cap), the cheaper on a tie. Oversubscription is what time-slicing divides among
+the gangs, so this is the kind that raises everyone's fair share the most; with
+the training pool oversubscribed, a 16 H20 + 8 H800 job then stays disaggregated
+(one H800 node instead of two). The kind is fixed at arrival: Gavel would
 re-solve each round and could move a job between types, but a move costs a cold
 state transfer (DESIGN §5a) that this simulation would not charge, so it is left out.
 """
@@ -110,14 +115,22 @@ def cost_per_iteration(job: JobSpec, cluster: ClusterSpec, kind: str, speed: flo
     return node_rate(job_nodes(job, cluster, kind), cluster) * expected_iter_s(job, cluster, kind, speed) / 3600
 
 
+def oversubscription(job: JobSpec, cluster: ClusterSpec, kind: str, demand: dict[str, int]) -> float:
+    """Highest demand / cap over the capped pools once the job joins in `kind` (0 without caps)."""
+    worst = 0.0
+    for p, n in job_nodes(job, cluster, kind).items():
+        cap = getattr(cluster.pools, p).max_nodes
+        if cap is not None:
+            worst = max(worst, (demand.get(p, 0) + n) / cap)
+    return worst
+
+
 def choose_kind(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0,
-                free: dict[str, int | None] | None = None) -> str:
-    """Cheapest SLO-valid kind; with `free` nodes (under caps), one that fits now beats one that waits."""
+                demand: dict[str, int] | None = None) -> str:
+    """Cheapest SLO-valid kind; given the live gangs' node `demand` under caps, the cheapest that keeps
+    every pool within its cap, else the one that oversubscribes the most loaded pool least."""
     valid = [k for k in KINDS if k == "disagg" or kind_valid(job, cluster, k, speed)]
     valid.sort(key=lambda k: cost_per_iteration(job, cluster, k, speed))  # stable: ties keep disagg
-    if free is not None:
-        fits = [k for k in valid
-                if all(free[p] is None or n <= free[p] for p, n in job_nodes(job, cluster, k).items())]
-        if fits:
-            return fits[0]
-    return valid[0]
+    if demand is None or oversubscription(job, cluster, valid[0], demand) <= 1.0 + _EPS:
+        return valid[0]
+    return min(valid, key=lambda k: oversubscription(job, cluster, k, demand))  # min is stable too

@@ -262,8 +262,9 @@ def test_co_located_and_disaggregated_jobs_never_share_a_gang():
     assert sim.joins == 0
 
 
-def test_under_caps_a_job_takes_the_kind_that_fits_now():
-    # a holds all 3 H20 nodes; b's cheaper disaggregated kind would wait, its co-located one fits.
+def test_under_caps_a_job_avoids_the_kind_that_oversubscribes_a_pool():
+    # a holds all 3 H20 nodes; b's cheaper disaggregated kind would ask 6 of 3 H20 nodes,
+    # its co-located one 4 of 4 H800 nodes.
     cluster = make_cluster(max_rollout_nodes=3, max_train_nodes=4)
     jobs = [wide_rollout("a", duration=20_000.0), wide_rollout("b", arrival=10.0, duration=20_000.0)]
     sim = GavelSimulation(jobs, cluster, packed=False)
@@ -271,6 +272,21 @@ def test_under_caps_a_job_takes_the_kind_that_fits_now():
     assert sim.kind_counts == {"disagg": 1, "colo": 1}
     assert {o.job_id: o.start_s for o in res.outcomes}["b"] == 10.0
     assert sim.preemptions == 0
+
+
+def test_with_the_training_pool_oversubscribed_a_wide_job_stays_disaggregated():
+    # 16 H20 + 8 H800, rollout-heavy: co-located (2 H800 nodes, $45.6/h x 122.5 s) is cheaper than
+    # disaggregated (2 H20 + 1 H800, $38.8/h x 160 s). a takes both capped H800 nodes co-located;
+    # for b co-location would ask 4 of 2 H800 nodes, disaggregation 3 of 2 (and 2 of 4 H20).
+    cluster = make_cluster(max_rollout_nodes=4, max_train_nodes=2)
+    jobs = [rollout_heavy("a", rollout_gpus=16, duration=20_000.0),
+            rollout_heavy("b", rollout_gpus=16, arrival=10.0, duration=20_000.0)]
+    sim = GavelSimulation(jobs, cluster, packed=False)
+    sim.run()
+    assert sim.kind_counts == {"disagg": 1, "colo": 1}
+    uncapped = GavelSimulation(jobs, CLUSTER, packed=False)
+    uncapped.run()
+    assert uncapped.kind_counts == {"disagg": 0, "colo": 2}
 
 
 @PROPS
