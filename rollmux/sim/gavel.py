@@ -71,7 +71,12 @@ are 16 H20 + 8 H800 jobs (2 + 1 nodes, $38.8/h) whose co-located gang needs
 cost 1.000-1.010x as much per iteration. On the paper-profile trace it
 co-locates all 200 (1 + 1 node jobs: one $22.8/h H800 node instead of $30.8/h).
 Plain Gavel+ (hetero=False) still ties Solo-D to the dollar without caps, by
-construction; with caps it time-slices and costs the same node-hours.
+construction; with caps it time-slices and costs the same node-hours. At 41 + 41
+nodes the paper-profile trace co-locates every job and leaves the H20 pool
+empty: each of its jobs (8 H20 + 8 H800) needs one H800 node to train in either
+kind, the H800 pool is the bottleneck, and co-located a job iterates in about
+0.83x the time per H800 node; only interleaving phases of different jobs (what
+RollMux does) could put the H20 nodes to work.
 
 Accounting: the policy pays for the nodes of running gangs (provisioned when a
 gang starts or grows, released when it is preempted, shrinks or empties), and
