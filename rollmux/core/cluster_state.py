@@ -61,6 +61,7 @@ class ClusterState:
         # calls one departure's repairs make together.
         self.decision_ms: dict[str, list[float]] = {"arrival": [], "departure": [], "repair": []}
         self.estimates: dict[str, PhaseEstimate] = {}
+        self.planned: dict[str, JobSpec] = {}  # measured profiles that replaced declared ones
         self._next_gid = 0
 
     def view(self, progress: Progress) -> ClusterView:
@@ -68,6 +69,8 @@ class ClusterState:
 
         `progress` is read, not copied (a copy made every decision O(all jobs)): callers
         hand over a mapping they do not change while the decision runs."""
+        if self.planned:  # jobs planned with measured profiles owe their past at measured times
+            progress = _MeasuredProgress(progress, self.estimates, self.planned)
         pools = self.cluster.pools
         free = {p: (None if getattr(pools, p).max_nodes is None
                     else getattr(pools, p).max_nodes - self.ledger.nodes[p]) for p in ("rollout", "train")}
@@ -127,6 +130,11 @@ class ClusterState:
         gid = mv.plan.group.group_id
         self.controllers[gid].activate(job_id, mv.migration_s)
         return gid
+
+    def forget(self, job_id: str) -> None:
+        """The job ended: drop what was measured about it."""
+        self.estimates.pop(job_id, None)
+        self.planned.pop(job_id, None)
 
     def cancel_arrival(self, job_id: str) -> None:
         """A migrant ended before it moved: give its reserved slot back."""
@@ -229,11 +237,14 @@ class ClusterState:
         if abs(spec.solo_iter_s / member.job.solo_iter_s - 1) <= 0.05:
             return []
         t0 = time.perf_counter()
+        self.planned[job_id] = spec
         members = tuple(Member(spec, m.rollout_nodes, m.train_nodes) if m.job_id == job_id else m
                         for m in g.members)
         g = plan_group(Group(g.group_id, g.n_rollout, g.n_train, members), self.cfg.intra)
         self.groups[group_id] = g
         self.controllers[group_id].update_group(g)
+        if self.planned:
+            progress = _MeasuredProgress(progress, self.estimates, self.planned)
         movers = self._evict(g, progress, commit or self.apply_regroup)
         self.decision_ms["repair"].append((time.perf_counter() - t0) * 1e3)
         return movers
@@ -261,3 +272,26 @@ class ClusterState:
             movers.append(victim.job_id)
             staying.remove(victim)
         return movers
+
+
+class _MeasuredProgress(Mapping):
+    """Progress as the planner must read it for jobs planned with measured profiles (see
+    `PhaseEstimate.elapsed_charge`); other jobs read through unchanged. Lazy: a copy of
+    every job's progress per decision would cost O(all jobs)."""
+
+    def __init__(self, base: Progress, estimates: Mapping[str, PhaseEstimate],
+                 planned: Mapping[str, JobSpec]) -> None:
+        self.base, self.estimates, self.planned = base, estimates, planned
+
+    def __getitem__(self, job_id: str) -> tuple[int, float]:
+        done, elapsed = self.base[job_id]
+        spec = self.planned.get(job_id)
+        if spec is None:
+            return done, elapsed
+        return done, elapsed + self.estimates[job_id].elapsed_charge(done, spec)
+
+    def __iter__(self):
+        return iter(self.base)
+
+    def __len__(self) -> int:
+        return len(self.base)

@@ -35,6 +35,8 @@ class PhaseEstimate:
     logs: deque = field(default_factory=deque)
     train_ratio: float = 1.0
     over_max: float = 1.0  # largest rollout seen / declared max (> 1 only under drift)
+    count: int = 0          # iterations observed
+    solo_done_s: float = 0.0  # their measured phase times: what they would have taken solo
 
     def observe(self, rollout_s: float, train_s: float) -> None:
         """One finished iteration's measured rollout and training seconds."""
@@ -44,6 +46,15 @@ class PhaseEstimate:
             self.logs.popleft()
         self.over_max = max(self.over_max, rollout_s / d.max)
         self.train_ratio = train_s / self.job.train_time(rollout_s)
+        self.count += 1
+        self.solo_done_s += rollout_s + train_s + self.job.sync_s
+
+    def elapsed_charge(self, done: int, planned: JobSpec) -> float:
+        """Seconds to add to the job's elapsed time so that `period_budget`, computed with the
+        measured profile `planned` for every iteration, gives its true budget: the iterations
+        done are owed at their measured solo time, not at the measured profile's."""
+        owed = self.solo_done_s + max(done - self.count, 0) * planned.solo_iter_s
+        return planned.slo * (done * planned.solo_iter_s - owed)
 
     def rollout_scale(self) -> float:
         """Estimated factor on the declared rollout times (1.0 unless the evidence is clear)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import Case, PlacementPlan
+from rollmux.core.regroup import Move, Regroup
 from rollmux.core.spec import JobSpec
 
 
@@ -50,3 +51,20 @@ def plan_from_dict(d: dict, cfg: IntraConfig) -> PlacementPlan:
     """Rebuild a journaled placement plan."""
     return PlacementPlan(d["job_id"], Case(d["case"]), group_from_dict(d["group"], cfg),
                          d["added_rollout_nodes"], d["added_train_nodes"], d["delta_cost_per_hour"])
+
+
+def regroup_to_dict(r: Regroup) -> dict:
+    """A regrouping decision (each move's reserved plan) as JSON-native data."""
+    return {"group_id": r.group_id, "dissolve": r.dissolve,
+            "moves": [{"job_id": m.job_id, "from_group": m.from_group, "plan": plan_to_dict(m.plan),
+                       "migration_s": m.migration_s} for m in r.moves]}
+
+
+def move_from_dict(d: dict, cfg: IntraConfig) -> Move:
+    """Rebuild one journaled move."""
+    return Move(d["job_id"], d["from_group"], plan_from_dict(d["plan"], cfg), d["migration_s"])
+
+
+def regroup_from_dict(d: dict, cfg: IntraConfig) -> Regroup:
+    """Rebuild a journaled regrouping decision."""
+    return Regroup(d["group_id"], tuple(move_from_dict(m, cfg) for m in d["moves"]), d["dissolve"])

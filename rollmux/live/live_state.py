@@ -13,8 +13,10 @@ Record kinds (payloads are JSON-native):
   grant     {job_id, phase, group_id, ...}      a permit was granted
   release   {job_id, phase, timings}            a permit was released; train ends an iteration
   tail      {job_id}                            its rollout is tail-bound (long-tail migration)
-  movers    {job_ids, group_ids}                groups being dissolved; members move at their boundary
-  move_out  {job_id}                            a mover (or re-admitted job) leaves its group
+  movers    {group_id, dissolve, moves}         a regrouping: each mover's slot is reserved at once;
+                                                (older journals: {job_ids, group_ids}, re-placed at the boundary)
+  move_out  {job_id}                            a mover (or re-admitted job) leaves its group; a mover
+                                                with a reserved slot takes it
   leave     {job_id, status, reason}            done or failed: permits reclaimed, group left
 """
 
@@ -29,7 +31,8 @@ from rollmux.core.group import Group
 from rollmux.core.group_controller import GroupController
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.live.codec import group_from_dict, group_to_dict, job_to_dict, plan_from_dict
+from rollmux.live.codec import (group_from_dict, group_to_dict, job_to_dict, move_from_dict, plan_from_dict,
+                                plan_to_dict, regroup_from_dict)
 
 EWMA = 0.3  # weight of the newest phase measurement in a job's profile
 
@@ -120,17 +123,30 @@ class LiveState:
         self.cluster.controllers[job.group_id].tail_started(job.spec.job_id)
 
     def _apply_movers(self, p: dict, replay: bool) -> None:
-        self.cluster.dissolving.update(p["group_ids"])
-        for jid in p["job_ids"]:
-            self.jobs[jid].migrate = True
+        if "moves" not in p:  # a journal written before moves were reserved
+            self.cluster.dissolving.update(p["group_ids"])
+            for jid in p["job_ids"]:
+                self.jobs[jid].migrate = True
+            return
+        r = regroup_from_dict(p, self.cfg.intra)
+        self.cluster.apply_regroup(r)
+        for mv in r.moves:
+            self.jobs[mv.job_id].migrate = True
 
     def _apply_move_out(self, p: dict, replay: bool) -> Group | None:
-        self.jobs[p["job_id"]].status = "moving"
-        return self._out_of_group(p["job_id"])
+        job_id = p["job_id"]
+        self.jobs[job_id].status = "moving"
+        rest = self._out_of_group(job_id)
+        if job_id in self.cluster.arriving:  # its slot was reserved when the move was decided
+            job = self.jobs[job_id]
+            job.group_id, job.status = self.cluster.arrive(job_id), "running"
+            job.epoch += 1
+        return rest
 
     def _apply_leave(self, p: dict, replay: bool) -> Group | None:
         job = self.jobs[p["job_id"]]
         job.status, job.reason = p["status"], p.get("reason")
+        self.cluster.cancel_arrival(p["job_id"])  # it leaves for good before a planned move
         return self._out_of_group(p["job_id"])
 
     def _out_of_group(self, job_id: str) -> Group | None:
@@ -153,6 +169,8 @@ class LiveState:
                 "groups": [group_to_dict(g) for g in cs.groups.values()],
                 "controllers": {str(g): c.export_state() for g, c in cs.controllers.items()},
                 "dissolving": sorted(cs.dissolving), "next_gid": cs._next_gid, "cases": cs.cases,
+                "arriving": {j: {"job_id": m.job_id, "from_group": m.from_group, "plan": plan_to_dict(m.plan),
+                                 "migration_s": m.migration_s} for j, m in cs.arriving.items()},
                 "nodes": cs.ledger.nodes}
 
     def load(self, d: dict) -> None:
@@ -167,6 +185,7 @@ class LiveState:
             cs.controllers[g.group_id] = GroupController(cs.env, g, self.cfg.intra)
             cs.controllers[g.group_id].import_state(d["controllers"][str(g.group_id)])
         cs.dissolving = set(d["dissolving"])
+        cs.arriving = {j: move_from_dict(m, self.cfg.intra) for j, m in d.get("arriving", {}).items()}
         cs._next_gid, cs.cases = d["next_gid"], dict(d["cases"])
         for pool, n in d["nodes"].items():
             cs.ledger.provision(pool, n, cs.env.now())

@@ -42,7 +42,7 @@ from rollmux.core.env import WallClockEnvironment
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
-from rollmux.live.codec import job_to_dict, plan_to_dict
+from rollmux.live.codec import job_to_dict, plan_to_dict, regroup_to_dict
 from rollmux.live.handoff import Inbox, settle
 from rollmux.live.in_process import ADMIN, InProcessApi
 from rollmux.live.journal import JournalError, Store, open_store
@@ -535,7 +535,12 @@ class SchedulerCore(Supervision, InProcessApi):
             self._closed(job_id, phase)
             self._resume_after_release(job_id, phase)
         self._repair(rest)
-        self._queue.appendleft(job_id)
+        if self.state.jobs[job_id].group_id is None:  # no reserved slot: placed again, first in line
+            self._queue.appendleft(job_id)
+        else:
+            for phase in PHASES:  # it took its reserved slot: permits it waits for are asked there
+                if (job_id, phase) in self._waiting:
+                    self._request(job_id, phase)
         self._drain()
 
     def _depart(self, job_id: str, status: str, reason: str | None) -> None:
@@ -551,10 +556,10 @@ class SchedulerCore(Supervision, InProcessApi):
         self._drain()
 
     def _repair(self, rest) -> None:
-        """Departure-time regrouping, as in the simulator: movers go at their next boundary."""
-        movers = self.state.cluster.after_departure(rest, self.state.progress(time.time()))
-        if movers:
-            self._record("movers", {"job_ids": movers, "group_ids": sorted(self.state.cluster.dissolving)})
+        """Departure-time regrouping, as in the simulator: each decision is journaled (its moves'
+        slots reserved) before the next is made; movers go at their next boundary."""
+        self.state.cluster.after_departure(rest, self.state.progress(time.time()),
+                                           commit=lambda r: self._record("movers", regroup_to_dict(r)))
 
     # -- inspection ---------------------------------------------------------------------
     def _op_job(self, caller: str, job_id: str) -> dict:

@@ -45,6 +45,7 @@ class _JobRun:
     rollout_s: float = 0.0  # this iteration's true phase times, as the scheduler measures them
     train_s: float = 0.0
     sync_parts: int = 0     # parts of the sync still running (fixed time, link transfer)
+    solo_s: float = 0.0     # the same iterations (same draws, same drift) run solo
 
 
 @dataclass
@@ -154,6 +155,7 @@ class Simulation:
         base = float(run.rollouts[run.done])
         r = a * base
         run.rollout_s, run.train_s = r, b * run.job.train_time(base)
+        run.solo_s += run.rollout_s + run.train_s + run.job.sync_s
         ctl = self.state.controllers[g.group_id]
         tails = [[(self.tail_end[j], f) for j, f in ctl.tails_on(n).items()] for n in g.nodes]
         head = head_finish(tails, now + g.switch_s, (1.0 - g.tail_share) * r)
@@ -231,11 +233,15 @@ class Simulation:
     # -- departures ---------------------------------------------------------------------
     def _depart(self, run: _JobRun) -> None:
         job, now = run.job, self.env.now()
+        # A drifted job is judged against the same iterations run solo: the same draws and
+        # the same drift on each (the solo run would drift at another iteration, doing other work).
+        solo = solo_seconds(job, run.rollouts) if job.drift is None else run.solo_s
         self.outcomes.append(JobOutcome(job.job_id, job.iterations, run.start_s, now,
-                                        solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s, job.arrival_s))
+                                        solo, job.slo, job.solo_iter_s, job.arrival_s))
         del self.runs[job.job_id]
         self.tail_end.pop(job.job_id, None)
         self.state.cancel_arrival(job.job_id)  # it ended before a planned move
+        self.state.forget(job.job_id)
         rest = self.state.leave(job.job_id, run.group_id)
         self.state.after_departure(rest, self.progress())  # movers go at their next boundary
         if self._progress is not None:

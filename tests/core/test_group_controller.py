@@ -355,3 +355,22 @@ def test_newcomer_trains_in_the_current_meta_iteration():
     d.env.run()
     b_trains = [x.granted_at for x in d.grants if x.job_id == "b" and x.phase == "train"]
     assert b_trains[0] == pytest.approx(200.0)
+
+
+def test_a_held_member_is_out_of_the_turn_order_until_it_arrives_with_its_migration():
+    env = SimEnvironment()
+    a, m = make_job("a"), make_job("m")
+    ctl = GroupController(env, Group(0, 1, 1, (Member(a, (0,), (0,)),)), IntraConfig())
+    ctl.hold("m")
+    ctl.update_group(Group(0, 1, 1, (Member(a, (0,), (0,)), Member(m, (0,), (0,)))))
+    got: list[Grant] = []
+    ctl.request("a", "rollout", got.append)
+    assert [g.job_id for g in got] == ["a"]  # m's reserved slot does not block a
+    ctl.release("a", "rollout")
+    ctl.activate("m", 300.0)
+    ctl.request("m", "rollout", got.append)
+    assert got[-1].job_id == "m" and got[-1].switch_s == 300.0  # its migration holds the node
+    ctl.request("a", "rollout", got.append)
+    assert len(got) == 2  # a waits until m's migration and rollout release the node
+    ctl.release("m", "rollout")
+    assert got[-1].job_id == "a" and got[-1].switch_s == IntraConfig().warm_switch_s

@@ -138,3 +138,24 @@ def test_restart_from_a_snapshot_or_a_full_replay_rebuilds_the_exact_state(tmp_p
             assert again.dump() == before
         finally:
             again.shutdown()
+
+
+def test_a_reserved_move_is_journaled_and_rebuilt_by_a_restart(tmp_path):
+    path = str(tmp_path / "j.db")
+    core = SchedulerCore(CLUSTER, store=path)
+    jobs = [make_job("a", rollout=100, train=20), make_job("b", rollout=20, train=100),
+            make_job("c", rollout=20, train=100, slo=1.05)]
+    tok = {j.job_id: core.submit(j.model_dump(exclude_none=True))["token"] for j in jobs}
+    core.finish("b", tok["b"])  # a is left alone: it fits next to c for less
+    before = json.loads(json.dumps(core.dump()))
+    assert set(before["arriving"]) == {"a"}
+    kinds = [r.kind for r in open_store(path, readonly=True).records()]
+    assert kinds.count("movers") == 1
+    core.shutdown()
+    again = SchedulerCore(None, store=path)
+    try:
+        assert again.dump() == before
+        target = before["arriving"]["a"]["plan"]["group"]["group_id"]
+        assert again.state.cluster.controllers[target].export_state()["held"] == ["a"]
+    finally:
+        again.shutdown()
