@@ -25,3 +25,32 @@ def test_concurrent_transfers_share_and_the_survivor_speeds_up():
     # 0-5 s: a alone sends 50; then both at 5 Gb/s: b's 50 and a's last 50 end together at 15 s.
     assert done == {"a": pytest.approx(15.0), "b": pytest.approx(15.0)}
     assert link.peak_transfers == 2
+
+
+def _syncing_jobs(n: int):
+    from factories import make_job
+    return [make_job(f"j{i}", rollout=100, train=100, sync=1.0, slo=5.0, duration=201.0 * 20,
+                     rollout_gpus=16, weights_gb=10.0) for i in range(n)]
+
+
+def _run(jobs, gbps, **cfg):
+    from factories import make_cluster
+
+    from rollmux.core.inter_group import RollMuxPlacement
+    from rollmux.sim.simulator import SimConfig, simulate
+    cluster = make_cluster().model_copy(update={"inter_pool_gbps": gbps})
+    return simulate(jobs, cluster, RollMuxPlacement(), SimConfig(**cfg))
+
+
+def test_without_a_link_bandwidth_behaviour_is_unchanged():
+    jobs = _syncing_jobs(3)
+    plain = _run([j.model_copy(update={"weights_gb": None}) for j in jobs], None)
+    assert _run(jobs, None).cost_usd == plain.cost_usd
+
+
+def test_a_narrow_shared_link_slows_syncs_and_flat_sync_slows_them_more():
+    jobs = _syncing_jobs(3)
+    wide, narrow = _run(jobs, 10_000.0), _run(jobs, 8.0)
+    flat = _run(jobs, 8.0, flat_sync=True)  # two rollout nodes each: two copies per sync
+    span = [max(o.finish_s for o in r.outcomes) for r in (wide, narrow, flat)]
+    assert span[0] < span[1] < span[2]
