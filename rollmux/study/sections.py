@@ -1,0 +1,45 @@
+"""Shared plumbing of the study sections: the Philly-driven traces and one run's summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.sim.baseline_policies import SoloPlacement
+from rollmux.sim.metrics import PolicyResult
+from rollmux.sim.simulator import SimConfig, simulate
+from rollmux.study.config import StudyConfig
+from rollmux.workload import synthesize_philly
+
+MODES = ("paper", "catalog")
+
+
+def philly_jobs(sc: StudyConfig, traces: Path, mode: str) -> list[JobSpec]:
+    """The study's Philly-driven trace of one profile mode."""
+    return synthesize_philly(traces, sc.philly_vc, sc.philly_jobs, sc.philly_days, mode, sc.seed)
+
+
+def run_config(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig, solo: bool = False) -> PolicyResult:
+    """RollMux (or Solo-D) with `cfg` on the trace."""
+    policy = SoloPlacement(cfg.intra) if solo else RollMuxPlacement(cfg.intra)
+    return simulate(jobs, cluster, policy, cfg)
+
+
+def summary(res: PolicyResult) -> dict:
+    """What the sections tabulate of one run (picklable)."""
+    mig = res.migrations or {"count": 0, "stall_hours": 0.0, "cost_usd": 0.0}
+    return {"cost_usd": res.cost_usd, "slo": res.slo_attainment, "migrations": dict(mig),
+            "mean_slowdown": float(res.slowdowns.mean()) if len(res.outcomes) else 0.0,
+            "placements": res.placement_shares()}
+
+
+def pct(x: float) -> str:
+    """A share as a percentage with one decimal."""
+    return f"{100 * x:.1f}%"
+
+
+def mig_cells(s: dict) -> str:
+    """Migrations count · stall hours · cost $ as table cells."""
+    m = s["migrations"]
+    return f"{m['count']} | {m['stall_hours']:.1f} | {m['cost_usd']:,.0f}"
