@@ -17,6 +17,7 @@ from rollmux.core.accounting import Ledger
 from rollmux.core.env import Environment
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
+from rollmux.core.group_index import IndexedGroups, IndexSnapshot
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, validate_plan
 from rollmux.core.estimates import PhaseEstimate, measured_spec
@@ -51,7 +52,9 @@ class ClusterState:
                  cfg: SchedulerConfig) -> None:
         self.env, self.cluster, self.policy, self.cfg = env, cluster, policy, cfg
         self.ledger = Ledger(cluster)
-        self.groups: dict[int, Group] = {}
+        # Every write to the groups also updates their placement index (core/group_index.py).
+        self.groups: dict[int, Group] = IndexedGroups(cfg.intra)
+        self._view_groups: tuple = (None, (), None)  # (key, groups, index snapshot) of the last view
         self.controllers: dict[int, GroupController] = {}
         self.dissolving: set[int] = set()
         self.cases: dict[str, int] = {}
@@ -74,9 +77,21 @@ class ClusterState:
         pools = self.cluster.pools
         free = {p: (None if getattr(pools, p).max_nodes is None
                     else getattr(pools, p).max_nodes - self.ledger.nodes[p]) for p in ("rollout", "train")}
-        groups = tuple(g for g in self.groups.values() if g.group_id not in self.dissolving)
+        groups, index = self._groups_in_view()
         return ClusterView(self.cluster, groups, free["rollout"], free["train"],
-                           self.cfg.max_group_size, self._next_gid, progress)
+                           self.cfg.max_group_size, self._next_gid, progress, index)
+
+    def _groups_in_view(self) -> tuple[tuple[Group, ...], IndexSnapshot | None]:
+        """The groups a view offers (dissolving ones hidden) and the index as of them,
+        rebuilt only when a group or the dissolving set changed (a rebuild is O(groups))."""
+        groups = self.groups
+        if not isinstance(groups, IndexedGroups):  # replaced by a plain dict: no index
+            return tuple(g for g in groups.values() if g.group_id not in self.dissolving), None
+        key = (groups.index.version, frozenset(self.dissolving))
+        if self._view_groups[0] != key:
+            view_groups = groups.values_without(self.dissolving)
+            self._view_groups = (key, view_groups, groups.index.snapshot(view_groups, self.dissolving))
+        return self._view_groups[1], self._view_groups[2]
 
     def place(self, job: JobSpec, progress: Progress, arrival: bool = True) -> PlacementPlan | None:
         """Decide, validate and apply a placement for `job`; None if it must wait."""
@@ -177,7 +192,7 @@ class ClusterState:
         commit = commit or self.apply_regroup
         t0 = time.perf_counter()
         movers = self._dissolve(rest, progress, commit) if rest is not None else []
-        for g in self.consolidation_candidates():
+        for g in self.consolidation_candidates(rest, progress):
             # The departure freed room: small groups elsewhere may now fit into others.
             # An earlier move of this pass may have reserved a slot in it: take it as it is now.
             now = self.groups.get(g.group_id)
@@ -186,17 +201,33 @@ class ClusterState:
         self.decision_ms["departure"].append((time.perf_counter() - t0) * 1e3)
         return movers
 
-    def consolidation_candidates(self) -> list[Group]:
-        """Groups the consolidation pass tries to dissolve, smallest first (stable order).
+    def consolidation_candidates(self, rest: Group | None = None,
+                                 progress: Progress | None = None) -> list[Group]:
+        """The small groups a departure may have made movable, smallest first (stable order).
 
-        Only groups of at most `consolidate` members that are not already dissolving:
-        the filter runs before the sort, so the pass sorts a few groups, not all. The
-        pass adds and removes no group and marks only the group it visits, so the list
-        can be taken once before the pass."""
+        Small: at most `consolidate` members, not dissolving. A departure frees room only
+        in its own group (`rest`, what is left of it; None: the group is gone) and, under
+        node caps, frees nodes. So without caps a small group is revisited only when one of
+        its members could now join `rest` (the policy's cheap necessary check `could_join`),
+        and none is when the group is gone or being dissolved; with caps, or with a policy
+        without that check, every small group is. `rest` itself was just tried: left out.
+        The pass adds and removes no group, so the list can be taken once before it."""
         k = self.cfg.consolidate
         if not k:
             return []
-        small = [g for g in self.groups.values() if len(g.members) <= k and g.group_id not in self.dissolving]
+        groups = self.groups
+        small = (groups.index.small(k) if isinstance(groups, IndexedGroups)
+                 else [g for g in groups.values() if len(g.members) <= k])
+        skip = self.dissolving if rest is None else self.dissolving | {rest.group_id}
+        small = [g for g in small if g.group_id not in skip]
+        pools = self.cluster.pools
+        could_join = getattr(self.policy, "could_join", None)
+        if could_join is not None and pools.rollout.max_nodes is None and pools.train.max_nodes is None:
+            target = None if rest is None else groups.get(rest.group_id)
+            if target is None or target.group_id in self.dissolving:
+                return []  # no room was freed anywhere
+            view = self.view(progress if progress is not None else {})
+            small = [g for g in small if any(could_join(m.job, target, view) for m in g.members)]
         return sorted(small, key=lambda g: g.size)
 
     def _dissolve(self, group: Group, progress: Progress,

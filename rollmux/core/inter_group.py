@@ -14,8 +14,14 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import numpy as np
+
 from rollmux.core.group import Group, Member, isolated_group
-from rollmux.core.intra_group import IntraConfig, group_planning_times, plan_group, planning_times, t_cycle, t_load
+from rollmux.core.group_index import MARGIN, JobNeeds, group_bounds
+from rollmux.core.intra_group import (IntraConfig, PhaseTimes, group_planning_times, plan_group, planning_times,
+                                      t_cycle, t_load)
+
+NO_BOUND = float("-inf")  # a candidate without index bounds: only the exact checks decide
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -122,14 +128,16 @@ class RollMuxPlacement(PlacementPolicy):
         slack_new = period_budget(job, view.progress)  # a migrating job brings its past
         own = planning_times(job, q)
         own_cycle = own.rollout + own.train + own.sync
-        candidates = self._candidates(job, view, slack_new)
+        candidates = self._candidates(job, view, slack_new, own)
         for new_nodes in range(0, k + 1):
             if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
                 break
             best, best_fit = None, -1.0
-            for g, slack in candidates:
+            for g, slack, rollout_lb in candidates:
                 if own_cycle > slack:
                     continue  # the newcomer alone already breaks someone's SLO
+                if new_nodes < k and rollout_lb > slack * (1 + 1e-9) * (1 + MARGIN):
+                    continue  # an existing rollout node takes it: already over budget there
                 plan = self._try(g, job, new_nodes, slack, view, q)
                 if plan is None:
                     continue
@@ -142,28 +150,99 @@ class RollMuxPlacement(PlacementPolicy):
                 return best
         return None
 
-    def _candidates(self, job: JobSpec, view: ClusterView, slack_new: float) -> list[tuple[Group, float]]:
-        """Groups `job` may join, in view order, each with its period budget with `job`.
+    def could_join(self, job: JobSpec, g: Group, view: ClusterView) -> bool:
+        """Cheap necessary condition for `place_joined` to put `job` into `g`: False means no
+        plan of this policy puts it there, with `view`'s progress or any later charge to it.
+
+        The departure pass asks it to find the small groups a departure can affect. The SLO
+        budgets are taken uncharged (a migration charge only lowers them) and the period only
+        through closed-form lower bounds, so it may say True where the exact check refuses."""
+        shape = g.shape
+        kt = view.cluster.pools.train.nodes_for(job.train_gpus)
+        if (len(g.members) >= view.max_group_size or shape is None or kt > g.n_train
+                or (self.prune_saturated and shape.status != "unsaturated")):
+            return False
+        slack = period_budget(job, view.progress)
+        if shape.t_cycle_s > slack:
+            return False
+        t_cap = view.cluster.pools.train.host_gb_per_node + 1e-9
+        if any(u + job.host_gb.train > t_cap for u in g.train_gb[:kt]):
+            return False
+        own = planning_times(job, self.cfg.plan_quantile)
+        for m in g.members:
+            slack = min(slack, period_budget(m.job, view.progress))
+        if own.rollout + own.train + own.sync > slack:
+            return False
+        b = group_bounds(g, self.cfg)
+        return max(b.lb_s, b.train0_sw + own.train) <= slack * (1 + 1e-9) * (1 + MARGIN)
+
+    def _candidates(self, job: JobSpec, view: ClusterView, slack_new: float,
+                    own: PhaseTimes) -> list[tuple[Group, float, float]]:
+        """Groups `job` may join, in view order, each with its period budget with `job` and a
+        lower bound of the closed-form period if the job takes an existing rollout node.
 
         Pruned: full-size, saturated or full groups (Algorithm 1), groups whose slowest
         member alone breaks the newcomer's SLO, and groups whose training nodes are too
-        few or too full for it; the cheap checks run first and the per-job constants are
-        computed once, so the scan over all groups costs little per group.
+        few or too full for it. With the view's group index, one vectorized pass first
+        drops every group whose closed-form bounds already exceed the newcomer's budget
+        (`_try` would refuse them), so only the survivors reach this loop.
         """
         max_size, prune = view.max_group_size, self.prune_saturated
         kt = view.cluster.pools.train.nodes_for(job.train_gpus)
         t_cap, need = view.cluster.pools.train.host_gb_per_node + 1e-9, job.host_gb.train
         progress = view.progress
+        pool = self._indexed(job, view, slack_new, own, kt, t_cap)
+        if pool is None:
+            pool = [(g, NO_BOUND, NO_BOUND) for g in view.groups]  # no usable index: every group
         out = []
-        for g in view.groups:
+        for g, fixed_lb, rollout_lb in pool:
             shape = g.shape
             if (len(g.members) >= max_size or shape is None or shape.t_cycle_s > slack_new
                     or kt > g.n_train or (prune and shape.status != "unsaturated")):
                 continue
             if kt and any(u + need > t_cap for u in g.train_gb[:kt]):
                 continue
-            out.append((g, min([slack_new] + [period_budget(m.job, progress) for m in g.members])))
+            slack = slack_new
+            for m in g.members:
+                b = period_budget(m.job, progress)
+                if b < slack:
+                    slack = b
+            if fixed_lb > slack * (1 + 1e-9) * (1 + MARGIN):
+                continue  # over budget whatever the plan: `_try` would refuse it
+            out.append((g, slack, rollout_lb))
         return out
+
+    def _indexed(self, job: JobSpec, view: ClusterView, slack_new: float, own: PhaseTimes,
+                 kt: int, t_cap: float) -> list[tuple[Group, float, float]] | None:
+        """The groups the view's index cannot exclude, in view order, each with its bounds
+        (fixed part, rollout part); None when the view has no index this policy can use.
+
+        A view derived from the indexed one by tentative plans (regroup.py) differs in a few
+        groups: those are found by identity and passed on unbounded."""
+        snap = view.index
+        if snap is None or not snap.current or snap.index.intra != self.cfg:
+            return None
+        idx, base = snap.index, snap.groups
+        needs = JobNeeds(kt, job.host_gb.train, own.train, slack_new, view.max_group_size, t_cap,
+                         self.prune_saturated)
+        slots = snap.slots
+        pos = np.flatnonzero(idx.may_take(needs)[slots])
+        sel = slots[pos]
+        fixed = np.maximum(idx.lb[sel], idx.train0_sw[sel] + own.train).tolist()
+        roll = (idx.rollout_min_sw[sel] + own.rollout).tolist()
+        groups = view.groups
+        if groups is base:
+            return [(base[p], f, r) for p, f, r in zip(pos.tolist(), fixed, roll)]
+        if len(groups) < len(base):
+            return None
+        changed = [i for i, (a, b) in enumerate(zip(groups, base)) if a is not b]
+        if any(groups[i].group_id != base[i].group_id for i in changed):
+            return None
+        bounded = {p: (f, r) for p, f, r in zip(pos.tolist(), fixed, roll)}
+        for i in changed:
+            bounded[i] = (NO_BOUND, NO_BOUND)  # a tentatively changed group: the exact checks decide
+        out = [(groups[p], *bounded[p]) for p in sorted(bounded)]
+        return out + [(g, NO_BOUND, NO_BOUND) for g in groups[len(base):]]
 
     def _try(self, g: Group, job: JobSpec, new_nodes: int, slack: float,
              view: ClusterView, q: float) -> PlacementPlan | None:

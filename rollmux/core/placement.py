@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Mapping
 
 from rollmux.core.group import Group, residency_ok
+from rollmux.core.group_index import IndexSnapshot
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 
@@ -37,6 +38,9 @@ class ClusterView:
     next_group_id: int
     # job_id -> (iterations done, seconds since it started); jobs absent have not started.
     progress: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    # The group index as of `groups` (core/group_index.py), if the executor keeps one: a
+    # policy may use it to skip groups that cannot take a job; it never changes what is valid.
+    index: IndexSnapshot | None = field(default=None, compare=False, repr=False)
 
     def group(self, group_id: int) -> Group | None:
         """The group with this id, if any."""

@@ -7,32 +7,50 @@ import time
 import numpy as np
 
 from rollmux.core.group import Group
+from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.intra_group import IntraConfig
 from rollmux.core.placement import ClusterView, PlacementPolicy, validate_plan
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 
 
 def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSpec,
-                max_group_size: int = 5) -> dict[int, Group]:
-    """Place `jobs` one after another (no departures) and return the resulting groups."""
-    groups: dict[int, Group] = {}
+                max_group_size: int = 5, intra: IntraConfig | None = None) -> dict[int, Group]:
+    """Place `jobs` one after another (no departures) and return the resulting groups.
+
+    The groups are kept indexed (core/group_index.py) with `intra` (default: the policy's
+    own planning configuration), as the cluster state keeps them."""
+    groups = IndexedGroups(intra or getattr(policy, "cfg", None) or IntraConfig())
     for job in jobs:
-        view = ClusterView(cluster, tuple(groups.values()), None, None, max_group_size,
-                           max(groups, default=-1) + 1)
+        view = indexed_view(groups, cluster, max_group_size)
         plan = policy.place(job, view)
         validate_plan(plan, job, view)
         groups[plan.group.group_id] = plan.group
     return groups
 
 
-def placement_latency(n_active: int, probes: int = 50, seed: int = 0) -> dict:
-    """p50/p99 (ms) of one RollMux placement decision with `n_active` jobs placed."""
+def indexed_view(groups: dict[int, Group], cluster: ClusterSpec, max_group_size: int = 5) -> ClusterView:
+    """An uncapped view of `groups`, with their index when they are kept indexed."""
+    if isinstance(groups, IndexedGroups):
+        snap = groups.index.snapshot(groups.values_tuple())
+        return ClusterView(cluster, groups.values_tuple(), None, None, max_group_size,
+                           max(groups, default=-1) + 1, index=snap)
+    return ClusterView(cluster, tuple(groups.values()), None, None, max_group_size, max(groups, default=-1) + 1)
+
+
+def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: bool = True) -> dict:
+    """p50/p99 (ms) of one RollMux placement decision with `n_active` jobs placed.
+
+    `indexed`: the view carries the group index, as `ClusterState` hands it to the policy
+    (False: the plain scan over every group, for comparison)."""
     from rollmux.workload import paper_jobs
     cluster = default_cluster()
     policy = RollMuxPlacement()
     active = paper_jobs(n_active, seed=seed)
+    t0 = time.perf_counter()
     groups = build_state(active, policy, cluster)
-    view = ClusterView(cluster, tuple(groups.values()), None, None, 5, max(groups) + 1)
+    build_s = time.perf_counter() - t0
+    view = indexed_view(groups, cluster) if indexed else indexed_view(dict(groups), cluster)
     probe_jobs = [j.model_copy(update={"job_id": f"probe{i}"})
                   for i, j in enumerate(paper_jobs(probes, seed=seed + 1))]
     times = []
@@ -41,4 +59,4 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0) -> dict:
         policy.place(job, view)
         times.append((time.perf_counter() - t0) * 1e3)
     return {"jobs": n_active, "groups": len(groups), "p50_ms": float(np.percentile(times, 50)),
-            "p99_ms": float(np.percentile(times, 99))}
+            "p99_ms": float(np.percentile(times, 99)), "build_s": build_s}

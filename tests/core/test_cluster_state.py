@@ -13,8 +13,8 @@ from rollmux.core.inter_group import RollMuxPlacement
 CLUSTER = make_cluster()
 
 
-def _state(**cfg) -> ClusterState:
-    return ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(), SchedulerConfig(**cfg))
+def _state(cluster=CLUSTER, **cfg) -> ClusterState:
+    return ClusterState(SimEnvironment(), cluster, RollMuxPlacement(), SchedulerConfig(**cfg))
 
 
 def test_place_applies_a_validated_plan_and_provisions_nodes():
@@ -42,14 +42,24 @@ def test_complementary_jobs_share_and_a_re_placement_is_not_counted_as_an_arriva
 
 
 def test_a_departure_consolidates_lone_groups_that_fit_together():
-    st = _state(max_group_size=1)  # forces a and b into groups of their own
-    st.place(make_job("a", rollout=100, train=100, slo=2.0), {})
-    st.place(make_job("b", rollout=100, train=100, slo=2.0), {})
-    gone = st.place(make_job("c"), {}).group.group_id
-    st.cfg = dataclasses.replace(st.cfg, max_group_size=5)
-    movers = st.after_departure(st.leave("c", gone), {})
-    assert movers == ["a"]  # a fits into b's group; b cannot move into a dissolving group
+    st = _state(max_group_size=2)
+    st.place(make_job("b", rollout=100, train=100, slo=2.0, train_gpus=16), {})  # 2 training nodes
+    st.place(make_job("c"), {})             # joins b: the group is full
+    st.place(make_job("a", rollout=100, train=100, slo=2.0), {})  # a group of its own
+    gid = next(g.group_id for g in st.groups.values() if "c" in g.job_ids())
+    movers = st.after_departure(st.leave("c", gid), {})
+    assert movers == ["a"]  # a fits into b's group now; b needs more training nodes than a's group has
     assert len(st.dissolving) == 1
+
+
+def test_a_group_that_is_gone_frees_room_only_under_node_caps():
+    for caps, want in ((None, []), (100, ["a"])):
+        st = _state(max_group_size=1, cluster=make_cluster(max_rollout_nodes=caps))
+        st.place(make_job("a", rollout=100, train=100, slo=2.0), {})
+        st.place(make_job("b", rollout=100, train=100, slo=2.0), {})
+        gone = st.place(make_job("c"), {}).group.group_id
+        st.cfg = dataclasses.replace(st.cfg, max_group_size=5)
+        assert st.after_departure(st.leave("c", gone), {}) == want
 
 
 def test_no_regrouping_when_it_is_off():

@@ -1,4 +1,4 @@
-"""The departure-time consolidation pass visits exactly the small groups a full scan would."""
+"""The departure-time consolidation pass revisits only the small groups a departure can affect."""
 
 from __future__ import annotations
 
@@ -11,51 +11,91 @@ from hypothesis import strategies as st
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
 from rollmux.core.env import SimEnvironment
 from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement import ClusterView
 
 CLUSTER = make_cluster()
+CAPPED = make_cluster(max_rollout_nodes=1000, max_train_nodes=1000)
 
 jobs_st = st.lists(st.tuples(st.sampled_from([50.0, 100.0, 200.0]), st.sampled_from([50.0, 100.0, 200.0]),
-                             st.sampled_from([1.2, 1.5, 2.0, 3.0])), min_size=2, max_size=12)
+                             st.sampled_from([1.2, 1.5, 2.0, 3.0]), st.sampled_from([8, 16])),
+                   min_size=2, max_size=12)
 
 
-def _build(jobs: list[tuple[float, float, float]], cap: int) -> ClusterState:
+def _build(jobs: list[tuple[float, float, float, int]], cap: int, cluster=CLUSTER) -> ClusterState:
     """Jobs placed one by one with groups capped at `cap` members, then the cap lifted."""
-    state = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(), SchedulerConfig(max_group_size=cap))
-    for i, (r, t, slo) in enumerate(jobs):
-        state.place(make_job(f"j{i}", rollout=r, train=t, slo=slo), {})
+    state = ClusterState(SimEnvironment(), cluster, RollMuxPlacement(), SchedulerConfig(max_group_size=cap))
+    for i, (r, t, slo, tg) in enumerate(jobs):
+        state.place(make_job(f"j{i}", rollout=r, train=t, slo=slo, train_gpus=tg), {})
     state.cfg = dataclasses.replace(state.cfg, max_group_size=5)
     return state
 
 
-def _full_scan(state: ClusterState, rest, progress) -> list[str]:
-    """The pass as it was: every group, smallest first, each tried if still small."""
-    movers = state._dissolve(rest, progress) if rest is not None else []
-    for g in sorted(state.groups.values(), key=lambda g: g.size):
-        if g.size <= state.cfg.consolidate and g.group_id in state.groups:
-            movers += state._dissolve(state.groups[g.group_id], progress)
-    return movers
+def _small(state: ClusterState, rest) -> list:
+    """Every small group not dissolving, smallest first, `rest` left out (the pass before the index)."""
+    k = state.cfg.consolidate
+    return [g for g in sorted(state.groups.values(), key=lambda g: g.size)
+            if k and g.size <= k and g.group_id not in state.dissolving
+            and (rest is None or g.group_id != rest.group_id)]
 
 
 @settings(max_examples=40, deadline=None)
-@given(jobs=jobs_st, cap=st.integers(1, 3), leaver=st.integers(0, 11))
-def test_consolidation_matches_a_full_scan(jobs, cap, leaver):
-    job_id = f"j{leaver % len(jobs)}"
-    a, b = _build(jobs, cap), _build(jobs, cap)
-    gid = next(g.group_id for g in a.groups.values() if job_id in g.job_ids())
-    rest_a, rest_b = a.leave(job_id, gid), b.leave(job_id, gid)
-    expected = _full_scan(b, rest_b, {})
-    assert a.after_departure(rest_a, {}) == expected
-    assert a.dissolving == b.dissolving
-    assert len(a.decision_ms["departure"]) == 1
-
-
-@settings(max_examples=40, deadline=None)
-@given(jobs=jobs_st, cap=st.integers(1, 3), k=st.integers(0, 3))
-def test_candidates_are_exactly_the_small_groups_not_dissolving(jobs, cap, k):
+@given(jobs=jobs_st, cap=st.integers(1, 3), leaver=st.integers(0, 11), k=st.integers(0, 3))
+def test_revisited_groups_are_the_small_ones_a_member_of_which_could_join_the_departed_group(jobs, cap, leaver, k):
     state = _build(jobs, cap)
     state.cfg = dataclasses.replace(state.cfg, consolidate=k)
-    state.dissolving.update(list(state.groups)[::2])
-    got = [g.group_id for g in state.consolidation_candidates()]
-    want = [g.group_id for g in sorted(state.groups.values(), key=lambda g: g.size)
-            if k and g.size <= k and g.group_id not in state.dissolving]
+    job_id = f"j{leaver % len(jobs)}"
+    gid = next(g.group_id for g in state.groups.values() if job_id in g.job_ids())
+    rest = state.leave(job_id, gid)
+    got = [g.group_id for g in state.consolidation_candidates(rest, {})]
+    view = state.view({})
+    want = [] if rest is None else [
+        g.group_id for g in _small(state, rest)
+        if any(state.policy.could_join(m.job, state.groups[rest.group_id], view) for m in g.members)]
     assert got == want
+    assert set(got) <= {g.group_id for g in _small(state, rest)}
+
+
+@settings(max_examples=30, deadline=None)
+@given(jobs=jobs_st, cap=st.integers(1, 3), leaver=st.integers(0, 11))
+def test_under_node_caps_every_small_group_is_revisited(jobs, cap, leaver):
+    """Freed nodes may let any small group's members scale another group: no filter applies."""
+    state = _build(jobs, cap, CAPPED)
+    job_id = f"j{leaver % len(jobs)}"
+    gid = next(g.group_id for g in state.groups.values() if job_id in g.job_ids())
+    rest = state.leave(job_id, gid)
+    assert [g.group_id for g in state.consolidation_candidates(rest, {})] == [
+        g.group_id for g in _small(state, rest)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs=jobs_st, cap=st.integers(1, 4), probe=st.tuples(st.sampled_from([50.0, 100.0, 200.0]),
+                                                            st.sampled_from([50.0, 100.0, 200.0]),
+                                                            st.sampled_from([1.2, 1.5, 2.0, 3.0]),
+                                                            st.sampled_from([8, 16])),
+       done=st.integers(0, 30), late=st.floats(0.0, 3.0))
+def test_could_join_is_necessary_for_a_joined_plan(jobs, cap, probe, done, late):
+    """Whenever the policy can put a job into a group, `could_join` says it may."""
+    state = _build(jobs, cap)
+    r, t, slo, tg = probe
+    job = make_job("probe", rollout=r, train=t, slo=slo, train_gpus=tg)
+    progress = {m.job_id: (done, late * done * m.job.solo_iter_s) for g in state.groups.values()
+                for m in g.members}
+    progress["probe"] = (done // 2, late * done * job.solo_iter_s / 2)
+    for g in state.groups.values():
+        view = ClusterView(CLUSTER, (g,), None, None, 5, g.group_id + 1, progress)
+        if state.policy.place_joined(job, view) is not None:
+            assert state.policy.could_join(job, g, view)
+
+
+def test_a_departure_that_frees_no_room_for_a_small_group_revisits_none():
+    state = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(), SchedulerConfig(max_group_size=1))
+    state.place(make_job("a", rollout=100, train=100, slo=2.0), {})
+    state.place(make_job("b", rollout=100, train=100, slo=2.0), {})  # could share a's group: never asked
+    state.cfg = dataclasses.replace(state.cfg, max_group_size=2)
+    # c and d fill a group a and b can never join (SLO 1.0: nobody may share with them).
+    state.place(make_job("c", rollout=50, train=50, slo=1.0), {})
+    gid = state.place(make_job("d", rollout=50, train=50, slo=1.0), {}).group.group_id
+    rest = state.leave("d", gid)
+    assert rest is None or state.consolidation_candidates(rest, {}) == []
+    assert state.after_departure(rest, {}) == []
+    assert len(state.decision_ms["departure"]) == 1
