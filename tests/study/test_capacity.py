@@ -51,6 +51,7 @@ def test_a_binding_cap_queues_jobs_and_holds_the_peak():
 
 def test_run_and_render_on_a_small_config():
     data = capacity.run(SMALL, default_cluster(), find_traces_dir(), serial_map, cap_nodes=4)
+    assert data["days"] == capacity.SPREAD * SMALL.philly_days
     assert data["cap"] == 4 and len(data["runs"]) == len(capacity.MODES) * 2 * len(capacity.POLICIES)
     for r in data["runs"]:
         assert r["finished"] == SMALL.philly_jobs
