@@ -53,8 +53,9 @@ def main() -> None:
         ap.error(f"unknown policy {unknown[0]!r}; choose from {', '.join(POLICY_NAMES)}")
     others = [n for n in names if n != "solo-d"]
 
+    seeds = list(map(int, args.seeds.split(",")))
     rows = [(mode, vc, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
-            for mode in args.modes.split(",") for vc in available_vcs(traces) for seed in map(int, args.seeds.split(","))]
+            for mode in args.modes.split(",") for vc in available_vcs(traces) for seed in seeds]
     runs = [(name, jobs, cluster, SimConfig(seed=seed)) for _, _, seed, jobs in rows for name in names]
     results: dict[int, dict] = {}
     printed = [0]

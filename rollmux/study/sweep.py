@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import reprlib
+import socket
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
@@ -131,6 +132,17 @@ class RayMap:
         return results
 
 
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """InputError at once when nothing listens at a HOST:PORT Ray address (ray.init retries for minutes)."""
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto" or a form only Ray resolves
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise InputError("--address", f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+
+
 @contextmanager
 def ray_session(address: str | None = None, workers: int | None = None) -> Iterator[RayMap]:
     """Start a private local Ray (or connect to the cluster at `address`), yield a Ray Pmap, shut Ray down."""
@@ -142,6 +154,7 @@ def ray_session(address: str | None = None, workers: int | None = None) -> Itera
         # "local" starts a fresh Ray even when one is running or RAY_ADDRESS is set: never attach by accident.
         ray.init(address="local", num_cpus=workers, include_dashboard=False, logging_level=logging.WARNING)
     else:
+        check_reachable(address)
         try:
             # The cluster runs this checkout's rollmux (uploaded), whatever version its nodes have installed.
             ray.init(address=address, runtime_env={"py_modules": [rollmux]}, logging_level=logging.WARNING)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import ray
 import pytest
@@ -113,6 +114,7 @@ class FakeRay:
 
 def test_ray_session_starts_a_private_local_ray_unless_given_an_address(monkeypatch):
     fake = FakeRay()
+    monkeypatch.setattr(sweep, "check_reachable", lambda address: None)
     monkeypatch.setattr(ray, "init", fake.init)
     monkeypatch.setattr(ray, "shutdown", fake.shutdown)
     monkeypatch.setenv("RAY_ADDRESS", "10.9.8.7:6379")  # a running cluster must not be picked up
@@ -129,7 +131,14 @@ def test_ray_session_starts_a_private_local_ray_unless_given_an_address(monkeypa
 
 
 def test_an_unreachable_cluster_is_an_input_error(monkeypatch):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(InputError, match=f"--address: cannot reach the Ray cluster at '127.0.0.1:{port}'"):
+        with ray_session(f"127.0.0.1:{port}"):
+            pass
     fake = FakeRay(fail=ConnectionError("no GCS at 10.1.2.3:6379"))
+    monkeypatch.setattr(sweep, "check_reachable", lambda address: None)
     monkeypatch.setattr(ray, "init", fake.init)
     monkeypatch.setattr(ray, "shutdown", fake.shutdown)
     with pytest.raises(InputError, match="--address: cannot connect to the Ray cluster at '10.1.2.3:6379'"):
