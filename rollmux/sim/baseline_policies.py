@@ -21,6 +21,7 @@ too few that fit.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -140,8 +141,7 @@ class FixedPartition(PlacementPolicy):
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
         """The job's group of the partition, grown by the job."""
         if job.job_id not in self.where:
-            view = ClusterView(view.cluster, view.groups, view.free_rollout_nodes, view.free_train_nodes,
-                               view.max_group_size, max(view.next_group_id, self._next_id), view.progress)
+            view = replace(view, next_group_id=max(view.next_group_id, self._next_id))
             plan = isolated_plan(job, view, self.cfg)
             if plan is not None:
                 self._next_id = plan.group.group_id + 1
