@@ -48,9 +48,13 @@ def test_simulate_json_has_exactly_the_documented_keys(small_results):
     assert set(small_results["policies"]) == {"rollmux", "solo-d", "verl", "random", "greedy"}
     for name, doc in small_results["policies"].items():
         expected = POLICY_KEYS | ({"placements", "decision_ms"} if name != "verl" else set())
+        expected |= {"migrations"} if name == "rollmux" else set()  # the one policy that regroups
         assert set(doc) == expected, name
+        if "migrations" in doc:
+            assert set(doc["migrations"]) == {"count", "stall_hours", "cost_usd"}
+            assert doc["migrations"]["count"] >= 0 and doc["migrations"]["cost_usd"] >= 0
         if "decision_ms" in doc:
-            assert set(doc["decision_ms"]) <= {"arrival", "departure"} and "arrival" in doc["decision_ms"]
+            assert set(doc["decision_ms"]) <= {"arrival", "departure", "repair"} and "arrival" in doc["decision_ms"]
             assert all(set(p) == {"p50", "p99"} for p in doc["decision_ms"].values())
         assert set(doc["idle_share"]) == {"rollout", "train"}
         if "placements" in doc:

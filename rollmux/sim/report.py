@@ -28,6 +28,12 @@ def _latency(r: PolicyResult) -> str:
                       for k in ("arrival", "departure"))
 
 
+def _moves(r: PolicyResult) -> str:
+    """Migrations cell: count and job-hours stalled ('-' for policies that never move jobs)."""
+    m = r.migrations
+    return "-" if m is None else f"{m['count']:,} ({m['stall_hours']:.1f} h)"
+
+
 def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec, source: str) -> Table:
     """The table `rollmux simulate` prints: one row per policy."""
     solo = cmp.results.get("solo-d")
@@ -38,9 +44,9 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
               caption=f"gain = Solo-D cost ({basis}) / policy cost; slowdown = mean iteration time vs "
                       f"solo, mean and max over jobs; R / T = rollout / training pool; peaks in GPUs; "
                       f"placements = direct packing / "
-                      f"rollout scaling / isolated; decide ms = policy time per arrival (one placement) · per departure (all its re-placement checks), p50/p99 each; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
+                      f"rollout scaling / isolated; migrations = jobs moved between groups (job-hours they stalled); decide ms = policy time per arrival (one placement) · per departure (all its re-placement checks), p50/p99 each; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
     for col in ("policy", "cost $", "$/h", "gain", "SLO met", "slowdown", "max", "idle R",
-                "idle T", "peak R", "peak T", "placements", "decide ms"):
+                "idle T", "peak R", "peak T", "placements", "migrations", "decide ms"):
         t.add_column(col, justify="left" if col in ("policy", "placements") else "right", no_wrap=True)
     for name, r in cmp.results.items():
         j = r.to_json()
@@ -52,5 +58,5 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
                   f"{j['mean_slowdown']:.3f}", f"{j['max_slowdown']:.3f}",
                   _pct(r.idle_share["rollout"]) if r.peak_gpus["rollout"] else "-",
                   _pct(r.idle_share["train"]), str(r.peak_gpus["rollout"]), str(r.peak_gpus["train"]),
-                  places, _latency(r))
+                  places, _moves(r), _latency(r))
     return t
