@@ -256,8 +256,8 @@ class ClusterState:
         group was planned with, the group is re-planned with measured times; if that plan
         breaks a member's SLO budget, members are evicted (slowest first) until it does
         not. Returns the evicted jobs (they migrate at their next boundary)."""
-        if not self.cfg.repair or group_id in self.dissolving:
-            return []
+        if not (self.cfg.repair and getattr(self.policy, "regroups", False)) or group_id in self.dissolving:
+            return []  # only a policy with SLO admission repairs (baselines never check SLOs)
         g = self.groups[group_id]
         member = g.member(job_id)
         est = self.estimates.get(job_id)
