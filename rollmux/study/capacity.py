@@ -32,7 +32,7 @@ CAP_NODES = 41        # the paper's production cluster: 41 rollout + 41 training
 QUICK_CAP_NODES = 8   # the quick study's 30-job traces never reach 41 nodes
 # The study's jobs spread over twice its days: at 200 jobs in 14 days the catalog trace offers
 # Solo-D 1.46x what 41 nodes serve (queues of days, overload rather than a cap); over 28 days
-# the cap still binds for every policy (uncapped peaks 58-100 nodes) at an offered load of 0.34-0.59.
+# the cap still binds for every policy (uncapped peaks 44-100 nodes) at an offered load of 0.34-0.59.
 SPREAD = 2.0
 HOUR = 3600.0
 
