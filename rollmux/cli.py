@@ -84,7 +84,7 @@ def simulate(
     flat_sync: bool = typer.Option(False, "--flat-sync", help="Weight sync sends one copy per rollout node over the inter-pool link."),
     consolidate: int = typer.Option(2, "--consolidate", min=0,
                                     help="On any departure, also try to dissolve groups of at most N members."),
-    static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup."),
+    static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup --no-repair."),
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:
@@ -97,7 +97,8 @@ def simulate(
                         intra=IntraConfig(warm_switch_s=spec.warm_switch_s, migration=migration,
                                           plan_quantile=plan_quantile),
                         shrink=shrink and not static, regroup=regroup and not static,
-                        migration_scale=migration_scale, regroup_margin=regroup_margin, repair=repair,
+                        repair=repair and not static,
+                        migration_scale=migration_scale, regroup_margin=regroup_margin,
                         flat_sync=flat_sync, consolidate=consolidate)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
