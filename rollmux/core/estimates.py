@@ -9,8 +9,8 @@ training ratio to what the declared profile predicts for that rollout.
   with generated tokens), so one iteration tells its scale exactly.
 * Rollout times are lognormal around the median, so their scale is the
   geometric mean of the window, trusted only when it differs from 1 by more
-  than `z` standard errors (sigma / sqrt(n)): noise alone must not trigger a
-  repair. A rollout past the declared maximum is drift by definition.
+  than `z` standard errors (sigma / sqrt(n)) over at least `min_n` iterations:
+  noise alone must not trigger a repair. A rollout past the declared maximum is drift by definition.
 
 `measured_spec` turns the estimate into a JobSpec the planner uses unchanged:
 median and max scaled, training re-based, the same number of iterations.
@@ -31,7 +31,8 @@ class PhaseEstimate:
 
     job: JobSpec
     window: int = 8
-    z: float = 3.0
+    z: float = 4.0
+    min_n: int = 4  # no verdict on rollout drift from fewer iterations
     logs: deque = field(default_factory=deque)
     train_ratio: float = 1.0
     over_max: float = 1.0  # largest rollout seen / declared max (> 1 only under drift)
@@ -59,8 +60,8 @@ class PhaseEstimate:
     def rollout_scale(self) -> float:
         """Estimated factor on the declared rollout times (1.0 unless the evidence is clear)."""
         n = len(self.logs)
-        if n == 0:
-            return 1.0
+        if n < self.min_n:
+            return max(1.0, self.over_max)
         mean = sum(self.logs) / n
         sigma = self.job.rollout_s.sigma
         noise = self.z * sigma / math.sqrt(n) if sigma > 0 else 1e-6

@@ -56,7 +56,7 @@ def offered_load(jobs: list[JobSpec], cluster: ClusterSpec, nodes: int) -> float
 def simulate_policy(policy: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
     """Run one of POLICIES on the trace."""
     if policy == "rollmux-static":
-        cfg = SimConfig(seed=seed, shrink=False, regroup=False)
+        cfg = SimConfig(seed=seed, shrink=False, regroup=False, repair=False)
         return simulate(jobs, cluster, RollMuxPlacement(cfg.intra), cfg)
     cfg = SimConfig(seed=seed)
     place = RollMuxPlacement(cfg.intra) if policy == "rollmux" else SoloPlacement(cfg.intra)

@@ -28,7 +28,7 @@ def migration_run(mode: str, row: str, jobs: list[JobSpec], cluster: ClusterSpec
     """One row of the section on one trace."""
     cfg = SimConfig(seed=seed)
     if row == "static":
-        cfg = replace(cfg, shrink=False, regroup=False)
+        cfg = replace(cfg, shrink=False, regroup=False, repair=False)
     elif row.startswith("x"):
         cfg = replace(cfg, migration_scale=float(row[1:]))
     return {"mode": mode, "row": row, **summary(run_config(jobs, cluster, cfg, solo=row == "solo-d"))}
