@@ -8,7 +8,10 @@ Three parts, each a markdown table (and plots):
   B. Philly-driven traces — every policy's cost normalized to the busy-time
      bound, gain over Solo-D and SLO attainment;
   C. ablations of what goes beyond the paper, on the same traces;
-plus a cost-over-time plot of a Philly-driven trace.
+plus a cost-over-time plot of a Philly-driven trace, and the sections in
+SECTIONS: priced-migration sensitivity, profile drift with and without repair,
+a finite inter-pool link, how often residency decides, fixed capacity (41 + 41
+nodes) and the baselines' calibration.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollm
 from rollmux.study.part_a import (SLOS, SMALL_POLICIES, STATIC, WORKLOADS, SmallCell,  # noqa: F401
                                   rate_at_start, small_cell, study_cells)
 from rollmux.study.sweep import OnDone, Pmap, serial_map
+from rollmux.study import baseline_sensitivity, capacity, drift, link, migration, residency
 from rollmux.study.report import write_report
 from rollmux.workload import find_traces_dir, synthesize_philly
 
@@ -112,6 +116,8 @@ def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path, 
 
 
 PHILLY_MODES = ("paper", "catalog")
+# Further sections, each `run(sc, cluster, traces, pmap) -> data` and `render(data) -> markdown`.
+SECTIONS = (migration, drift, link, residency, capacity, baseline_sensitivity)
 
 
 def run_study(sc: StudyConfig, out: Path, traces: Path | None = None,
@@ -143,5 +149,11 @@ def run_study(sc: StudyConfig, out: Path, traces: Path | None = None,
     results = pmap(study_task, tasks, tick)
     philly = [philly_result(mode, jobs, cluster, results[start:start + n]) for mode, jobs, start, n in modes]
     small = results[first_cell:]
+    rendered = []
+    for i, section in enumerate(SECTIONS):
+        name = section.__name__.rsplit(".", 1)[-1]
+        rendered.append(section.render(section.run(sc, cluster, traces, pmap)))
+        if progress is not None:
+            progress(f"section {name}", i + 1, len(SECTIONS))
     out.mkdir(parents=True, exist_ok=True)
-    return write_report(out, sc, small, philly)
+    return write_report(out, sc, small, philly, rendered)

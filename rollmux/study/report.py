@@ -77,13 +77,15 @@ def size_tables(cells: list) -> list[str]:
 def philly_table(run: dict, key: str) -> str:
     """Parts B/C: cost / busy-time bound, gain vs Solo-D, SLO attainment, jobs finished."""
     solo = run["policies"]["solo-d"].cost_usd
-    lines = ["| policy | cost $ | cost / busy-time bound | gain vs Solo-D | SLO met | jobs finished | mean slowdown |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| policy | cost $ | cost / busy-time bound | gain vs Solo-D | SLO met | jobs finished | mean slowdown "
+             "| migrations (stall h, $) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, r in run[key].items():
-        s = r.slowdowns
+        s, m = r.slowdowns, r.migrations
+        moves = "-" if m is None else f"{m['count']} ({m['stall_hours']:.1f} h, ${m['cost_usd']:,.0f})"
         lines.append(f"| {name} | {r.cost_usd:,.0f} | {r.cost_usd / run['bound']:.2f}x | "
                      f"{solo / r.cost_usd:.2f}x | {_pct(r.slo_attainment)} | {len(r.outcomes)}/{r.jobs_total} | "
-                     f"{s.mean():.3f} |")
+                     f"{s.mean():.3f} | {moves} |")
     return "\n".join(lines)
 
 
@@ -176,8 +178,9 @@ PART_A_EXPLAINED = [
 ]
 
 
-def write_report(out: Path, sc, small: list, philly: list[dict]) -> Path:
-    """Write study.md and its PNGs under `out`; return the markdown path."""
+def write_report(out: Path, sc, small: list, philly: list[dict], sections: list[str] = ()) -> Path:
+    """Write study.md and its PNGs under `out`; return the markdown path. `sections`: rendered
+    markdown of the study's further sections, appended in order."""
     size = max(sc.group_sizes)
     plot_small(small, size, out / "small_sets.png")
     plot_sizes(small, out / "group_size.png")
@@ -220,6 +223,8 @@ def write_report(out: Path, sc, small: list, philly: list[dict]) -> Path:
             philly_table(run, "variants"),
         ]
     parts += ["", "![cost over time](cost_over_time.png)", ""]
+    for section in sections:
+        parts += ["", section]
     md = out / "study.md"
     md.write_text("\n".join(parts))
     return md
