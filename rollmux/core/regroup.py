@@ -74,15 +74,18 @@ class Regroup:
 
 
 def migration_seconds(job: JobSpec, cluster: ClusterSpec, scale: float = 1.0) -> float:
-    """Time a migration takes: the job's host-resident training state crosses the network,
-    then the job cold-starts on its new nodes (cluster.cold_switch_s).
+    """Time a migration takes: the job's training state crosses the network once, then the
+    job cold-starts on its new nodes (cluster.cold_switch_s).
 
-    Calibrated to the paper's 197-419 s for 7B-32B models: their training state (bf16
-    weights, fp32 master weights and two Adam moments, 16 bytes per parameter) is 112 and
-    512 GB, so 135 s + GB / 1.8 GB/s gives 197 and 419 s. `scale` stretches the whole time
-    (the study's sensitivity row)."""
-    nodes = cluster.pools.train.nodes_for(job.train_gpus)
-    state_gb = job.host_gb.train * nodes
+    The state is 16 bytes per parameter (bf16 policy and reference weights, fp32 master
+    weights and two Adam moments), i.e. 8 x `weights_gb` (one bf16 copy) when the job gives
+    it, else its host-resident training state (`host_gb.train` per training node). Calibrated
+    to the paper's 197-419 s for 7B-32B models: 122 and 520 GB, so 135 s + GB / 1.8 GB/s
+    gives 203 and 424 s. `scale` stretches the whole time (the study's sensitivity row)."""
+    if job.weights_gb is not None:
+        state_gb = 8 * job.weights_gb
+    else:
+        state_gb = job.host_gb.train * cluster.pools.train.nodes_for(job.train_gpus)
     return scale * (cluster.cold_switch_s + state_gb / cluster.migration_gb_per_s)
 
 

@@ -1,7 +1,8 @@
 """Study section: a finite inter-pool link shared by every job's weight sync.
 
-The traces carry no model sizes, so each job gets `weights_gb` = one bf16 copy
-of its model: its host-resident training state (16 bytes per parameter) / 8.
+Catalog jobs carry `weights_gb` (one bf16 copy of the model); a paper-profile
+job, which names no model, gets its host-resident training state (16 bytes per
+parameter) / 8.
 Concurrent syncs share the link evenly. Topology-aware sync sends one model
 copy per job across the link (the rollout nodes all-gather on their own
 network); flat sync sends one copy per rollout node (the ablation row). The
@@ -27,9 +28,10 @@ ROWS = (("unlimited", None, False), ("400 Gb/s, topology-aware", 400.0, False),
 
 
 def with_weights(jobs: list[JobSpec], cluster: ClusterSpec) -> list[JobSpec]:
-    """Each job with `weights_gb`: one bf16 model copy, from its training state."""
+    """Each job with `weights_gb`: its own, else one bf16 model copy from its training state."""
     nodes = cluster.pools.train.nodes_for
-    return [JobSpec(**{**dict(j), "weights_gb": round(j.host_gb.train * nodes(j.train_gpus) / 8, 1)})
+    return [j if j.weights_gb is not None else
+            JobSpec(**{**dict(j), "weights_gb": round(j.host_gb.train * nodes(j.train_gpus) / 8, 1)})
             for j in jobs]
 
 
@@ -55,7 +57,7 @@ def render(data: dict) -> str:
         "",
         "Weight syncs share the link between the pools (`inter_pool_gbps`); a sync ends when its "
         "fixed part (`sync_s`) is over and its bytes crossed the link. Each job's `weights_gb` is one "
-        "bf16 model copy (training state / 8). The planner still plans with `sync_s`: a congested "
+        "bf16 model copy (catalog: from the model; paper profiles: training state / 8). The planner still plans with `sync_s`: a congested "
         "link shows up as slowdown (and, through measured times, repair).",
         "",
         "| trace | link | cost $ | vs unlimited | SLO met | mean slowdown |",

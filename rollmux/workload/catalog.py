@@ -80,6 +80,7 @@ def recipe_profile(r: Recipe) -> Profile:
         rollout_sigma=rollout_sigma(r.cap, r.multi_turn), rollout_max=ph.rollout_max,
         tail_frac=tail_frac(r.cap, r.multi_turn), train_s=ph.train, sync_s=ph.sync,
         host_rollout_gb=ph.host_rollout_gb, host_train_gb=ph.host_train_gb,
+        weights_gb=r.arch.weight_bytes / 1e9,
     )
 
 

@@ -26,6 +26,7 @@ class Profile:
     sync_s: float
     host_rollout_gb: float
     host_train_gb: float
+    weights_gb: float | None = None  # one bf16 copy of the model (what a weight sync sends)
 
 
 def job_id(prefix: str, index: int, n_jobs: int) -> str:
@@ -45,6 +46,8 @@ def make_job(jid: str, arrival_s: float, lifetime_s: float, slo: float, p: Profi
         tail_frac=round(p.tail_frac, 3), train_s=round(p.train_s, 1), sync_s=round(p.sync_s, 1),
         host_gb=HostGB(rollout=round(p.host_rollout_gb, 1), train=round(p.host_train_gb, 1)),
     )
+    if p.weights_gb is not None:
+        body["weights_gb"] = round(p.weights_gb, 1)
     solo = JobSpec(**body).solo_iter_s
     # Round up to whole seconds so the floor holds after rounding.
     body["duration_s"] = float(max(round(lifetime_s), -(-MIN_ITERATIONS * solo // 1)))

@@ -118,3 +118,8 @@ def test_consolidation_dissolves_small_groups_on_any_departure():
     consol_res = consol.run()
     assert consol.migrations > plain.migrations
     assert consol_res.slo_attainment == 1.0 and len(consol_res.outcomes) == 40
+
+
+def test_a_job_that_gives_its_weights_moves_sixteen_bytes_per_parameter():
+    job = make_job("7b", host_train=200.0, weights_gb=15.2)  # host_gb counts replicas; the state moves once
+    assert migration_seconds(job, CLUSTER) == pytest.approx(135.0 + 8 * 15.2 / 1.8)
