@@ -1,8 +1,12 @@
-"""Placement decision latency of RollMux's inter-group scheduler with 10, 100 and 1,000 active jobs.
+"""Placement decision latency of RollMux's inter-group scheduler with 10 to 10,000 active jobs.
 
-Usage: .venv/bin/python benchmarks/placement_latency.py [--json OUT]
-Each row places N paper-profile jobs (no departures), then times 50 fresh
-placement decisions against that state and reports p50 / p99 in milliseconds.
+Usage: .venv/bin/python benchmarks/placement_latency.py [--sizes 10,100,1000,10000] [--probes 50] [--json OUT]
+Each row places N paper-profile jobs (no departures; the groups kept indexed as
+the cluster state keeps them), then times `--probes` fresh placement decisions
+against that state and reports p50 / p99 in milliseconds, wall clock and CPU
+time of this process (on a shared machine the wall clock also counts other
+processes' turns), and how long building the state took. `rollmux bench
+placement --jobs N` prints the same wall-clock row for one size.
 """
 
 import argparse
@@ -12,14 +16,19 @@ from rollmux.study.placement_bench import placement_latency
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--sizes", default="10,100,1000")
+    ap.add_argument("--sizes", default="10,100,1000,10000")
+    ap.add_argument("--probes", type=int, default=50)
     args = ap.parse_args()
-    rows = [placement_latency(int(n)) for n in args.sizes.split(",")]
-    print(f"{'active jobs':>12} {'groups':>7} {'p50 ms':>9} {'p99 ms':>9}")
-    for r in rows:
-        print(f"{r['jobs']:>12} {r['groups']:>7} {r['p50_ms']:>9.2f} {r['p99_ms']:>9.2f}")
+    print(f"{'active jobs':>12} {'groups':>7} {'p50 ms':>9} {'p99 ms':>9} {'p50 cpu':>9} {'p99 cpu':>9} {'build s':>8}",
+          flush=True)
+    rows = []
+    for n in args.sizes.split(","):
+        r = placement_latency(int(n), probes=args.probes)
+        rows.append(r)
+        print(f"{r['jobs']:>12} {r['groups']:>7} {r['p50_ms']:>9.2f} {r['p99_ms']:>9.2f} "
+              f"{r['p50_cpu_ms']:>9.2f} {r['p99_cpu_ms']:>9.2f} {r['build_s']:>8.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)

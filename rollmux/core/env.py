@@ -72,16 +72,22 @@ class SimEnvironment(Environment):
 
     def call_at(self, when: float, fn: Callable[..., Any], *args: Any) -> None:
         """Schedule fn(*args) at virtual time `when` (never in the past)."""
-        self._queue.push(max(when, self._now), fn, args)
+        q = self._queue  # _Queue.push inlined: this runs for every simulated event
+        heapq.heappush(q._heap, (when if when > self._now else self._now, next(q._seq), fn, args))
+
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Schedule fn(*args) `delay` seconds from now."""
+        q = self._queue
+        heapq.heappush(q._heap, (self._now + (delay if delay > 0.0 else 0.0), next(q._seq), fn, args))
 
     def run(self, until: float | None = None) -> None:
         """Process events in time order until the queue is empty or `until`."""
-        while len(self._queue):
-            t = self._queue.peek_time()
-            if until is not None and t > until:
+        heap, pop = self._queue._heap, heapq.heappop  # the queue's methods inlined: the hot loop
+        while heap:
+            if until is not None and heap[0][0] > until:
                 self._now = until
                 return
-            when, fn, args = self._queue.pop()
+            when, _, fn, args = pop(heap)
             self._now = when
             self.events_processed += 1
             fn(*args)

@@ -92,6 +92,7 @@ class GroupController:
             self._meta[pool] = {j: self._meta[pool].get(j, current) for j in ids}
         self._pos = {j: i for i, j in enumerate(ids)}
         self.group = group
+        self._members = {m.job_id: m for m in group.members}  # Group.member scans: this is hot
         for pool in (ROLLOUT, TRAIN):
             for idx, node in enumerate(self.nodes[pool]):
                 node.pinned = [m.job_id for m in group.members
@@ -129,14 +130,14 @@ class GroupController:
     # -- the permit protocol ----------------------------------------------------------
     def request(self, job_id: str, phase: str, on_grant: Callable[[Grant], None]) -> None:
         """Ask for a permit; `on_grant` is called (maybe at once) when it is granted."""
-        self.group.member(job_id)  # unknown job -> KeyError
+        self._members[job_id]  # unknown job -> KeyError
         self._pending[(job_id, phase)] = on_grant
         self._dispatch()
 
     def tail_started(self, job_id: str) -> None:
         """The job's rollout is tail-bound: stragglers move to a few workers, nodes free up."""
         share = self.cfg.tail_worker_frac
-        for idx in self.group.member(job_id).rollout_nodes:
+        for idx in self._members[job_id].rollout_nodes:
             node = self.nodes[ROLLOUT][idx]
             if node.holder == job_id:
                 node.holder = None
@@ -146,7 +147,7 @@ class GroupController:
 
     def release(self, job_id: str, phase: str) -> None:
         """The job finished `phase`: its nodes (and any tail workers) are free."""
-        member = self.group.member(job_id)
+        member = self._members[job_id]
         pool = ROLLOUT if phase == ROLLOUT else TRAIN
         for idx in self._pins(member, pool):
             node = self.nodes[pool][idx]
@@ -199,15 +200,47 @@ class GroupController:
         return True
 
     def _dispatch(self) -> None:
+        # Grants every pending request that can run, in request order, until a pass grants
+        # nothing (a grant's callback may ask again). The checks are `_grantable` inlined:
+        # this runs on every request and release, the simulator's hottest loop.
+        pending = self._pending
+        if not pending:
+            return
+        members, pos, nodes_of, meta_of = self._members, self._pos, self.nodes, self._meta
+        cap = 1.0 - self.cfg.start_ratio + 1e-12
         progressed = True
         while progressed:
             progressed = False
-            for (job_id, phase), cb in list(self._pending.items()):
-                member = self.group.member(job_id)
-                pool = ROLLOUT if phase == ROLLOUT else TRAIN
-                idxs = self._pins(member, pool)
-                nodes = [self.nodes[pool][i] for i in idxs]
-                if not self._grantable(job_id, phase, nodes):
+            for (job_id, phase), cb in list(pending.items()):
+                member = members[job_id]
+                if phase == ROLLOUT:
+                    pool, idxs = ROLLOUT, member.rollout_nodes
+                else:
+                    pool, idxs = TRAIN, member.train_nodes
+                pool_nodes, meta = nodes_of[pool], meta_of[phase]
+                nodes = [pool_nodes[i] for i in idxs]
+                ok = True
+                for node in nodes:
+                    pinned = node.pinned
+                    if node.holder is not None or not pinned:
+                        ok = False
+                        break
+                    # Its turn: the smallest (meta-iteration, position) pinned here (positions
+                    # are distinct, so the minimum is unique), as `_turn` computes it.
+                    if len(pinned) == 1:
+                        if pinned[0] != job_id:
+                            ok = False
+                            break
+                    else:
+                        mine = (meta[job_id], pos[job_id]) if job_id in meta else None
+                        if (mine is None or job_id not in pinned
+                                or any((meta[j], pos[j]) < mine for j in pinned)):
+                            ok = False
+                            break
+                    if pool == ROLLOUT and node.tails and sum(node.tails.values()) > cap:
+                        ok = False
+                        break
+                if not ok:
                     continue
                 switch = self.cfg.warm_switch_s if any(n.last not in (None, job_id) for n in nodes) else 0.0
                 if pool == ROLLOUT and job_id in self._cold:
@@ -217,7 +250,7 @@ class GroupController:
                     n.holder = job_id
                     n.last = job_id
                 self._meta[pool][job_id] += 1
-                del self._pending[(job_id, phase)]
+                del pending[(job_id, phase)]
                 share = tail_share(member.job, shared, self.cfg) if pool == ROLLOUT else 0.0
                 cb(Grant(self.group.group_id, job_id, phase, pool, idxs, switch, self.env.now(), share))
                 progressed = True

@@ -26,7 +26,7 @@ order), so slot order is the dict's insertion order: the order of `view.groups`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -129,9 +129,15 @@ class GroupIndex:
         self._tld = np.zeros((cap, KT_MAX))
         self.train0_sw = np.zeros(cap)
         self.rollout_min_sw = np.zeros(cap)
+        # Members' SLO budget terms (period_budget): slo * solo_iter_s * iterations, and
+        # iterations; padding beyond a group's members is never read.
+        self._width = getattr(self, "_width", 5)
+        self._mS = np.zeros((cap, self._width))
+        self._mI = np.zeros((cap, self._width))
 
     def _arrays(self) -> tuple[str, ...]:
-        return ("_size", "_ntrain", "_ok", "_live", "_unsat", "_tcyc", "lb", "_gb", "_tld", "train0_sw", "rollout_min_sw")
+        return ("_size", "_ntrain", "_ok", "_live", "_unsat", "_tcyc", "lb", "_gb", "_tld", "train0_sw", "rollout_min_sw",
+                "_mS", "_mI")
 
     def _grow(self) -> None:
         cap = len(self._size) * 2
@@ -144,8 +150,18 @@ class GroupIndex:
     def __len__(self) -> int:
         return len(self._slot)
 
+    def _widen(self, width: int) -> None:
+        for name in ("_mS", "_mI"):
+            a = getattr(self, name)
+            b = np.zeros((len(a), width))
+            b[:, :a.shape[1]] = a
+            setattr(self, name, b)
+        self._width = width
+
     def put(self, g: Group) -> None:
         """Add the group, or update it in place (an update keeps its position)."""
+        if len(g.members) > self._width:
+            self._widen(max(len(g.members), 2 * self._width))
         s = self._slot.get(g.group_id)
         if s is None:
             if self._n == len(self._size):
@@ -160,6 +176,10 @@ class GroupIndex:
         self._tcyc[s], self.lb[s] = b.t_cycle_s, b.lb_s
         self._gb[s], self._tld[s] = b.train_gb, b.train_load
         self.train0_sw[s], self.rollout_min_sw[s] = b.train0_sw, b.rollout_min_sw
+        for i, m in enumerate(g.members):
+            j = m.job
+            self._mS[s, i] = j.slo * j.solo_iter_s * j.iterations
+            self._mI[s, i] = j.iterations
         self.version += 1
 
     def discard(self, group_id: int) -> None:
@@ -222,6 +242,27 @@ class GroupIndex:
             mask &= self._tld[:n, col] + need.own_train <= thr
             mask &= self.train0_sw[:n] + need.own_train <= thr
         return mask
+
+    def min_budgets(self, slots: np.ndarray, progress: Mapping[str, tuple[int, float]]) -> np.ndarray:
+        """The least member period budget (inter_group.period_budget) of each slot's group.
+
+        Computed as period_budget does, member by member, vectorized: only the progress
+        look-ups are per member."""
+        if not len(slots):
+            return np.zeros(0)
+        sizes = self._size[slots]
+        cols = np.arange(self._width)[None, :] < sizes[:, None]
+        S, iters = self._mS[slots][cols], self._mI[slots][cols]
+        if not (type(progress) is dict and not progress):  # (a Mapping's len() may be O(all jobs))
+            get, none = progress.get, (0, 0.0)
+            groups = self._groups
+            dp = np.array([get(m.job.job_id, none) for s in slots.tolist() for m in groups[s].members],
+                          dtype=float).reshape(-1, 2)
+            budgets = (S - dp[:, 1]) / (np.maximum(iters - dp[:, 0], 0.0) + 1.0)
+        else:
+            budgets = S / (iters + 1.0)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        return np.minimum.reduceat(budgets, starts)
 
     def group_at(self, slot: int) -> Group | None:
         """The group in a slot."""

@@ -228,7 +228,11 @@ class RollMuxPlacement(PlacementPolicy):
         slots = snap.slots
         pos = np.flatnonzero(idx.may_take(needs)[slots])
         sel = slots[pos]
-        fixed = np.maximum(idx.lb[sel], idx.train0_sw[sel] + own.train).tolist()
+        fixed = np.maximum(idx.lb[sel], idx.train0_sw[sel] + own.train)
+        # The members' budgets, vectorized: the exact loop recomputes them for the few left.
+        slack = np.minimum(idx.min_budgets(sel, view.progress), slack_new) * (1 + MARGIN)
+        ok = (own.rollout + own.train + own.sync <= slack) & (fixed <= slack * (1 + 1e-9))
+        pos, sel, fixed = pos[ok], sel[ok], fixed[ok].tolist()
         roll = (idx.rollout_min_sw[sel] + own.rollout).tolist()
         groups = view.groups
         if groups is base:
