@@ -205,29 +205,36 @@ class ClusterState:
                                  progress: Progress | None = None) -> list[Group]:
         """The small groups a departure may have made movable, smallest first (stable order).
 
-        Small: at most `consolidate` members, not dissolving. A departure frees room only
-        in its own group (`rest`, what is left of it; None: the group is gone) and, under
-        node caps, frees nodes. So without caps a small group is revisited only when one of
-        its members could now join `rest` (the policy's cheap necessary check `could_join`),
-        and none is when the group is gone or being dissolved; with caps, or with a policy
-        without that check, every small group is. `rest` itself was just tried: left out.
-        The pass adds and removes no group, so the list can be taken once before it."""
+        Small: at most `consolidate` members, not dissolving. Room appears only in a group
+        that lost a member (`rest`, what is left of the departed job's group; None: it is
+        gone) or is new, and, under node caps, as freed nodes. So without caps a small group
+        is revisited only when one of its members could join such a group: `rest` or one
+        that appeared or lost a member since the last pass (`IndexedGroups.roomier`, taken
+        and cleared here), by the policy's cheap necessary check `could_join`; with caps,
+        or with a policy without that check, every small group is. `rest` itself was just
+        tried: left out. The pass adds and removes no group, so the list is taken once."""
+        groups = self.groups
+        indexed = isinstance(groups, IndexedGroups)
+        roomier = set(groups.roomier) if indexed else set()
+        if indexed:
+            groups.roomier.clear()
         k = self.cfg.consolidate
         if not k:
             return []
-        groups = self.groups
-        small = (groups.index.small(k) if isinstance(groups, IndexedGroups)
-                 else [g for g in groups.values() if len(g.members) <= k])
+        small = (groups.index.small(k) if indexed else [g for g in groups.values() if len(g.members) <= k])
         skip = self.dissolving if rest is None else self.dissolving | {rest.group_id}
         small = [g for g in small if g.group_id not in skip]
         pools = self.cluster.pools
         could_join = getattr(self.policy, "could_join", None)
-        if could_join is not None and pools.rollout.max_nodes is None and pools.train.max_nodes is None:
-            target = None if rest is None else groups.get(rest.group_id)
-            if target is None or target.group_id in self.dissolving:
+        if indexed and could_join is not None and pools.rollout.max_nodes is None and pools.train.max_nodes is None:
+            if rest is not None:
+                roomier.add(rest.group_id)
+            targets = [groups[i] for i in sorted(roomier) if i in groups and i not in self.dissolving]
+            if not targets:
                 return []  # no room was freed anywhere
             view = self.view(progress if progress is not None else {})
-            small = [g for g in small if any(could_join(m.job, target, view) for m in g.members)]
+            small = [g for g in small if any(could_join(m.job, t, view) for t in targets
+                                             if t.group_id != g.group_id for m in g.members)]
         return sorted(small, key=lambda g: g.size)
 
     def _dissolve(self, group: Group, progress: Progress,

@@ -290,9 +290,15 @@ class IndexedGroups(dict):
     def __init__(self, intra: IntraConfig) -> None:
         super().__init__()
         self.index = GroupIndex(intra)
+        # Ids of groups that appeared or lost a member since the consolidation pass last
+        # took them (ClusterState.consolidation_candidates): the only ones with new room.
+        self.roomier: set[int] = set()
         self._values: tuple[Group, ...] | None = None
 
     def __setitem__(self, gid: int, g: Group) -> None:
+        old = self.get(gid)
+        if old is None or len(g.members) < len(old.members):
+            self.roomier.add(gid)
         super().__setitem__(gid, g)
         self.index.put(g)
         self._values = None
@@ -300,12 +306,14 @@ class IndexedGroups(dict):
     def __delitem__(self, gid: int) -> None:
         super().__delitem__(gid)
         self.index.discard(gid)
+        self.roomier.discard(gid)
         self._values = None
 
     def pop(self, gid, *default):
         """dict.pop, index kept in step."""
         out = super().pop(gid, *default)
         self.index.discard(gid)
+        self.roomier.discard(gid)
         self._values = None
         return out
 
@@ -313,6 +321,7 @@ class IndexedGroups(dict):
         """dict.popitem, index kept in step."""
         gid, g = super().popitem()
         self.index.discard(gid)
+        self.roomier.discard(gid)
         self._values = None
         return gid, g
 
@@ -335,6 +344,7 @@ class IndexedGroups(dict):
         """dict.clear, index kept in step."""
         super().clear()
         self.index.clear()
+        self.roomier.clear()
         self._values = None
 
     def values_tuple(self) -> tuple[Group, ...]:

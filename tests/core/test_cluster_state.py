@@ -58,6 +58,7 @@ def test_a_group_that_is_gone_frees_room_only_under_node_caps():
         st.place(make_job("a", rollout=100, train=100, slo=2.0), {})
         st.place(make_job("b", rollout=100, train=100, slo=2.0), {})
         gone = st.place(make_job("c"), {}).group.group_id
+        st.consolidation_candidates(None, {})  # a pass took the new groups: none is new now
         st.cfg = dataclasses.replace(st.cfg, max_group_size=5)
         assert st.after_departure(st.leave("c", gone), {}) == want
 

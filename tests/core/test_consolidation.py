@@ -39,18 +39,27 @@ def _small(state: ClusterState, rest) -> list:
 
 
 @settings(max_examples=40, deadline=None)
-@given(jobs=jobs_st, cap=st.integers(1, 3), leaver=st.integers(0, 11), k=st.integers(0, 3))
-def test_revisited_groups_are_the_small_ones_a_member_of_which_could_join_the_departed_group(jobs, cap, leaver, k):
+@given(jobs=jobs_st, cap=st.integers(1, 3), leaver=st.integers(0, 11), k=st.integers(0, 3),
+       settled=st.booleans())
+def test_revisited_groups_are_the_small_ones_a_member_of_which_could_join_a_group_with_new_room(
+        jobs, cap, leaver, k, settled):
     state = _build(jobs, cap)
     state.cfg = dataclasses.replace(state.cfg, consolidate=k)
+    if settled:
+        state.consolidation_candidates(None, {})  # a pass took every new group: none is new now
+        assert state.groups.roomier == set()
     job_id = f"j{leaver % len(jobs)}"
     gid = next(g.group_id for g in state.groups.values() if job_id in g.job_ids())
     rest = state.leave(job_id, gid)
+    roomier = set(state.groups.roomier)
+    assert roomier == ({gid} if settled and rest is not None else roomier)
     got = [g.group_id for g in state.consolidation_candidates(rest, {})]
+    assert state.groups.roomier == set()
     view = state.view({})
-    want = [] if rest is None else [
-        g.group_id for g in _small(state, rest)
-        if any(state.policy.could_join(m.job, state.groups[rest.group_id], view) for m in g.members)]
+    targets = [state.groups[i] for i in roomier if i in state.groups]
+    want = [g.group_id for g in _small(state, rest)
+            if any(state.policy.could_join(m.job, t, view) for t in targets if t.group_id != g.group_id
+                   for m in g.members)]
     assert got == want
     assert set(got) <= {g.group_id for g in _small(state, rest)}
 
@@ -90,12 +99,24 @@ def test_could_join_is_necessary_for_a_joined_plan(jobs, cap, probe, done, late)
 def test_a_departure_that_frees_no_room_for_a_small_group_revisits_none():
     state = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(), SchedulerConfig(max_group_size=1))
     state.place(make_job("a", rollout=100, train=100, slo=2.0), {})
-    state.place(make_job("b", rollout=100, train=100, slo=2.0), {})  # could share a's group: never asked
-    state.cfg = dataclasses.replace(state.cfg, max_group_size=2)
-    # c and d fill a group a and b can never join (SLO 1.0: nobody may share with them).
-    state.place(make_job("c", rollout=50, train=50, slo=1.0), {})
-    gid = state.place(make_job("d", rollout=50, train=50, slo=1.0), {}).group.group_id
+    state.place(make_job("b", rollout=100, train=100, slo=2.0), {})  # could share a's group
+    state.cfg = dataclasses.replace(state.cfg, max_group_size=2, regroup_margin=0.0)
+    # c and d fill a group neither a nor b can ever join (SLO 1.0: nobody may share with them).
+    state.place(make_job("c", rollout=50, train=50, slo=1.0, train_gpus=16), {})
+    state.place(make_job("d", rollout=50, train=50, slo=1.0, train_gpus=16), {})
+    state.consolidation_candidates(None, {})  # an earlier pass took the new groups
+    gid = next(g.group_id for g in state.groups.values() if "d" in g.job_ids())
     rest = state.leave("d", gid)
-    assert rest is None or state.consolidation_candidates(rest, {}) == []
+    assert state.consolidation_candidates(rest, {}) == []
     assert state.after_departure(rest, {}) == []
     assert len(state.decision_ms["departure"]) == 1
+
+
+def test_a_new_group_is_room_for_small_groups_at_the_next_departure():
+    state = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(), SchedulerConfig(max_group_size=1))
+    state.place(make_job("a", rollout=100, train=100, slo=2.0), {})
+    state.consolidation_candidates(None, {})  # a's group is not new any more
+    state.place(make_job("b", rollout=100, train=100, slo=2.0), {})  # new: a could join it
+    gone = state.place(make_job("c"), {}).group.group_id
+    state.cfg = dataclasses.replace(state.cfg, max_group_size=5)
+    assert [g.job_ids() for g in state.consolidation_candidates(state.leave("c", gone), {})] == [("a",)]
