@@ -14,14 +14,17 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import MODES, mig_cells, pct, philly_jobs, run_config, summary
+from rollmux.study.sections import MODES, pct, philly_jobs, run_config, summary
 from rollmux.study.sweep import Pmap
 
 SCALES = (0.5, 1.0, 2.0, 4.0)
 ROWS = ("solo-d", "static") + tuple(f"x{s:g}" for s in SCALES)
+SEEDS = 3  # draw seeds per row: one run's order of close rows can be luck of its path
 
 
 def migration_run(mode: str, row: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
@@ -35,31 +38,60 @@ def migration_run(mode: str, row: str, jobs: list[JobSpec], cluster: ClusterSpec
 
 
 def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap) -> dict:
-    """Every row on both traces."""
-    tasks = [(mode, row, jobs, cluster, sc.seed) for mode in MODES
-             for jobs in [philly_jobs(sc, traces, mode)] for row in ROWS]
-    return {"quick": sc.is_quick, "jobs": sc.philly_jobs, "runs": pmap(migration_run, tasks)}
+    """Every row on both traces, each with SEEDS draw seeds."""
+    tasks = [(mode, row, jobs, cluster, sc.seed + k) for mode in MODES
+             for jobs in [philly_jobs(sc, traces, mode)] for row in ROWS for k in range(SEEDS)]
+    runs = pmap(migration_run, tasks)
+    for t, r in zip(tasks, runs):
+        r["seed"] = t[-1]
+    return {"quick": sc.is_quick, "jobs": sc.philly_jobs, "runs": runs}
+
+
+def _rows(data: dict, mode: str) -> dict[str, list[dict]]:
+    """Each row's runs (one per seed) on one trace."""
+    out: dict[str, list[dict]] = {}
+    for r in data["runs"]:
+        if r["mode"] == mode:
+            out.setdefault(r["row"], []).append(r)
+    return out
+
+
+def _mean(runs: list[dict], key) -> float:
+    return sum(key(r) for r in runs) / len(runs)
 
 
 def findings(data: dict) -> list[str]:
     """Sentences computed from the runs: does regrouping pay, and is cost monotone in the price?"""
     out = []
+    cost = lambda r: r["cost_usd"]  # noqa: E731
     for mode in MODES:
-        rows = {r["row"]: r for r in data["runs"] if r["mode"] == mode}
-        static, default = rows["static"]["cost_usd"], rows["x1"]["cost_usd"]
+        rows = _rows(data, mode)
+        static, default = _mean(rows["static"], cost), _mean(rows["x1"], cost)
         out.append(f"- {mode}: regrouping at the calibrated price costs {default / static:.3f}x the static "
-                   f"groups ({'no more' if default <= static else 'MORE'} than static).")
+                   f"groups on average ({'no more' if default <= static else 'MORE'} than static).")
         scales = [f"x{s:g}" for s in SCALES]
         for slow, fast in zip(scales[1:], scales[:-1]):
-            a, b = rows[slow], rows[fast]
-            if a["cost_usd"] < b["cost_usd"]:
-                out.append(
-                    f"- {mode}: {slow} is cheaper than {fast} by ${b['cost_usd'] - a['cost_usd']:,.0f} "
-                    f"({(1 - a['cost_usd'] / b['cost_usd']) * 100:.2f}%). The migrations themselves cost "
-                    f"${a['migrations']['cost_usd']:,.0f} vs ${b['migrations']['cost_usd']:,.0f}; the runs made "
-                    f"{a['migrations']['count']} vs {b['migrations']['count']} moves. The difference is path "
-                    "dependence, not cheaper moves: a pricier move is refused where a cheaper one was taken, "
-                    "the groups that form afterwards differ, and later arrivals pack differently.")
+            flips = [a["seed"] for a, b in zip(rows[slow], rows[fast]) if a["cost_usd"] < b["cost_usd"]]
+            if not flips:
+                continue
+            a, b = _mean(rows[slow], cost), _mean(rows[fast], cost)
+            moves = [_mean(rows[x], lambda r: r["migrations"]["count"]) for x in (slow, fast)]
+            paid = [_mean(rows[x], lambda r: r["migrations"]["cost_usd"]) for x in (slow, fast)]
+            alone = [_mean(rows[x], lambda r: r["placements"]["isolated"]) for x in (slow, fast)]
+            spread = max(float(np.std([r["cost_usd"] for r in rows[x]])) for x in (slow, fast))
+            verdict = (f"on average {slow} still costs more (${a:,.0f} vs ${b:,.0f})" if a >= b else
+                       f"on average too (${a:,.0f} vs ${b:,.0f})")
+            why = (f"Slower moves are fewer ({moves[0]:.0f} vs {moves[1]:.0f}) and cost more in all (${paid[0]:,.0f} "
+                   f"vs ${paid[1]:,.0f}), so the moves did not get cheaper. ")
+            if alone[0] < alone[1] - 1e-9:
+                why += (f"Fewer arrivals opened a group of their own ({100 * alone[0]:.1f}% vs {100 * alone[1]:.1f}%): "
+                        "a move refused at the higher price left its slot free for a later arrival.")
+            else:
+                why += (f"Arrivals opened groups of their own as often ({100 * alone[0]:.1f}% vs {100 * alone[1]:.1f}%); "
+                        f"the gap is within the seeds' spread (std up to ${spread:,.0f}): the runs' groups "
+                        "diverge after the first decision that differs.")
+            out.append(f"- {mode}: {slow} came out cheaper than {fast} with seed(s) {', '.join(map(str, flips))}; "
+                       f"{verdict}. {why}")
     return out
 
 
@@ -75,16 +107,21 @@ def render(data: dict) -> str:
         "Stall h: job-hours from leaving the old group to the end of the migration; migration $: "
         "that time priced at a job-sized slice of both pools.",
         "",
+        f"Every row is the mean over {SEEDS} seeds of the rollout draws (cost: mean ± std).",
+        "",
         "| trace | run | cost $ | vs static | SLO met | mean slowdown | migrations | stall h | migration $ |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for mode in MODES:
-        rows = {r["row"]: r for r in data["runs"] if r["mode"] == mode}
-        static = rows["static"]["cost_usd"]
+        rows = _rows(data, mode)
+        static = _mean(rows["static"], lambda r: r["cost_usd"])
         for row in ROWS:
-            r = rows[row]
-            lines.append(f"| {mode} | {row} | {r['cost_usd']:,.0f} | {r['cost_usd'] / static:.3f}x | {pct(r['slo'])} | "
-                         f"{r['mean_slowdown']:.3f} | {mig_cells(r)} |")
+            rs = rows[row]
+            c = np.array([r["cost_usd"] for r in rs])
+            m = {k: _mean(rs, lambda r, k=k: r["migrations"][k]) for k in ("count", "stall_hours", "cost_usd")}
+            lines.append(f"| {mode} | {row} | {c.mean():,.0f} ± {c.std():,.0f} | {c.mean() / static:.3f}x | "
+                         f"{pct(_mean(rs, lambda r: r['slo']))} | {_mean(rs, lambda r: r['mean_slowdown']):.3f} | "
+                         f"{m['count']:.0f} | {m['stall_hours']:.1f} | {m['cost_usd']:,.0f} |")
     lines += ["", *findings(data), "",
               "Regenerate: `rollmux study" + (" --quick" if data["quick"] else "") +
               "` (section `rollmux/study/migration.py`); one row: `rollmux simulate --policy rollmux "
