@@ -61,6 +61,10 @@ class GroupController:
         self._pos: dict[str, int] = {}
         self._held: set[str] = set()       # reserved for migrants that have not arrived
         self._cold: dict[str, float] = {}  # arrived migrants: switch time of their first rollout
+        # Settled: a dispatch ran to the end since the state last changed, so no pending
+        # request can be granted; a new request then needs only its own check.
+        self._settled = False
+        self._depth = 0                    # dispatches in progress (a grant's callback may re-enter)
         self.update_group(group)
 
     # -- membership -----------------------------------------------------------------
@@ -101,6 +105,7 @@ class GroupController:
 
     def hold(self, job_id: str) -> None:
         """Keep `job_id` out of the turn order (a reserved slot); call before `update_group`."""
+        self._settled = False
         self._held.add(job_id)
 
     def activate(self, job_id: str, switch_s: float) -> None:
@@ -132,6 +137,8 @@ class GroupController:
         """Ask for a permit; `on_grant` is called (maybe at once) when it is granted."""
         self._members[job_id]  # unknown job -> KeyError
         self._pending[(job_id, phase)] = on_grant
+        if self._settled and not self._depth and not self._grantable_now(job_id, phase):
+            return  # every other request was already blocked and nothing else changed
         self._dispatch()
 
     def tail_started(self, job_id: str) -> None:
@@ -179,6 +186,7 @@ class GroupController:
 
     def import_state(self, d: dict) -> None:
         """Adopt an exported state (of a controller of the same group)."""
+        self._settled = False
         self._meta = {p: dict(m) for p, m in d["meta"].items()}
         self._migrating = set(d["migrating"])
         self._held, self._cold = set(d.get("held", ())), dict(d.get("cold", {}))
@@ -199,58 +207,64 @@ class GroupController:
                 return False
         return True
 
+    def _grantable_now(self, job_id: str, phase: str) -> bool:
+        """`_grantable` for a pending request, inlined (this is the simulator's hottest check)."""
+        member = self._members[job_id]
+        if phase == ROLLOUT:
+            pool, idxs = ROLLOUT, member.rollout_nodes
+        else:
+            pool, idxs = TRAIN, member.train_nodes
+        pool_nodes, meta, pos = self.nodes[pool], self._meta[phase], self._pos
+        for i in idxs:
+            node = pool_nodes[i]
+            pinned = node.pinned
+            if node.holder is not None or not pinned:
+                return False
+            # Its turn: the smallest (meta-iteration, position) pinned here (positions are
+            # distinct, so the minimum is unique), as `_turn` computes it.
+            if len(pinned) == 1:
+                if pinned[0] != job_id:
+                    return False
+            else:
+                mine = (meta[job_id], pos[job_id]) if job_id in meta else None
+                if mine is None or job_id not in pinned or any((meta[j], pos[j]) < mine for j in pinned):
+                    return False
+            if pool == ROLLOUT and node.tails and sum(node.tails.values()) > 1.0 - self.cfg.start_ratio + 1e-12:
+                return False
+        return True
+
     def _dispatch(self) -> None:
         # Grants every pending request that can run, in request order, until a pass grants
-        # nothing (a grant's callback may ask again). The checks are `_grantable` inlined:
-        # this runs on every request and release, the simulator's hottest loop.
+        # nothing (a grant's callback may ask again).
         pending = self._pending
+        self._settled = False
         if not pending:
+            self._settled = True
             return
-        members, pos, nodes_of, meta_of = self._members, self._pos, self.nodes, self._meta
-        cap = 1.0 - self.cfg.start_ratio + 1e-12
-        progressed = True
-        while progressed:
-            progressed = False
-            for (job_id, phase), cb in list(pending.items()):
-                member = members[job_id]
-                if phase == ROLLOUT:
-                    pool, idxs = ROLLOUT, member.rollout_nodes
-                else:
-                    pool, idxs = TRAIN, member.train_nodes
-                pool_nodes, meta = nodes_of[pool], meta_of[phase]
-                nodes = [pool_nodes[i] for i in idxs]
-                ok = True
-                for node in nodes:
-                    pinned = node.pinned
-                    if node.holder is not None or not pinned:
-                        ok = False
-                        break
-                    # Its turn: the smallest (meta-iteration, position) pinned here (positions
-                    # are distinct, so the minimum is unique), as `_turn` computes it.
-                    if len(pinned) == 1:
-                        if pinned[0] != job_id:
-                            ok = False
-                            break
-                    else:
-                        mine = (meta[job_id], pos[job_id]) if job_id in meta else None
-                        if (mine is None or job_id not in pinned
-                                or any((meta[j], pos[j]) < mine for j in pinned)):
-                            ok = False
-                            break
-                    if pool == ROLLOUT and node.tails and sum(node.tails.values()) > cap:
-                        ok = False
-                        break
-                if not ok:
-                    continue
-                switch = self.cfg.warm_switch_s if any(n.last not in (None, job_id) for n in nodes) else 0.0
-                if pool == ROLLOUT and job_id in self._cold:
-                    switch = self._cold.pop(job_id)
-                shared = pool == ROLLOUT and any(len(n.pinned) > 1 for n in nodes)
-                for n in nodes:
-                    n.holder = job_id
-                    n.last = job_id
-                self._meta[pool][job_id] += 1
-                del pending[(job_id, phase)]
-                share = tail_share(member.job, shared, self.cfg) if pool == ROLLOUT else 0.0
-                cb(Grant(self.group.group_id, job_id, phase, pool, idxs, switch, self.env.now(), share))
-                progressed = True
+        self._depth += 1
+        try:
+            progressed = True
+            while progressed:
+                progressed = False
+                for (job_id, phase), cb in list(pending.items()):
+                    if not self._grantable_now(job_id, phase):
+                        continue
+                    member = self._members[job_id]
+                    pool = ROLLOUT if phase == ROLLOUT else TRAIN
+                    idxs = member.rollout_nodes if pool == ROLLOUT else member.train_nodes
+                    nodes = [self.nodes[pool][i] for i in idxs]
+                    switch = self.cfg.warm_switch_s if any(n.last not in (None, job_id) for n in nodes) else 0.0
+                    if pool == ROLLOUT and job_id in self._cold:
+                        switch = self._cold.pop(job_id)
+                    shared = pool == ROLLOUT and any(len(n.pinned) > 1 for n in nodes)
+                    for n in nodes:
+                        n.holder = job_id
+                        n.last = job_id
+                    self._meta[pool][job_id] += 1
+                    del pending[(job_id, phase)]
+                    share = tail_share(member.job, shared, self.cfg) if pool == ROLLOUT else 0.0
+                    cb(Grant(self.group.group_id, job_id, phase, pool, idxs, switch, self.env.now(), share))
+                    progressed = True
+        finally:
+            self._depth -= 1
+        self._settled = not self._depth

@@ -220,7 +220,7 @@ class GroupIndex:
         slots = np.flatnonzero(live)
         if len(slots) != len(groups):
             return None
-        return IndexSnapshot(self, self.version, groups, slots)
+        return IndexSnapshot(self, self.version, groups, slots, frozenset(hidden))
 
     def small(self, k: int) -> list[Group]:
         """Live groups of at most `k` members, in slot (insertion) order."""
@@ -277,11 +277,17 @@ class IndexSnapshot:
     version: int
     groups: tuple[Group, ...]
     slots: np.ndarray
+    hidden: frozenset[int] = frozenset()
 
     @property
     def current(self) -> bool:
         """Nothing changed since the snapshot was taken."""
         return self.version == self.index.version
+
+    def find(self, group_id: int) -> Group | None:
+        """The group with this id among `groups` (None if absent or hidden); valid while current."""
+        s = None if group_id in self.hidden else self.index._slot.get(group_id)
+        return None if s is None else self.index._groups[s]
 
 
 class IndexedGroups(dict):

@@ -44,6 +44,9 @@ class ClusterView:
 
     def group(self, group_id: int) -> Group | None:
         """The group with this id, if any."""
+        snap = self.index
+        if snap is not None and snap.groups is self.groups and snap.current:
+            return snap.find(group_id)  # a dict look-up, not a scan of every group
         return next((g for g in self.groups if g.group_id == group_id), None)
 
 

@@ -152,3 +152,15 @@ def test_values_without_hides_exactly_the_given_ids_in_order(n, hidden, dropped)
     for gid in dropped:
         groups.pop(gid, None)
     assert groups.values_without(hidden) == tuple(g for g in groups.values() if g.group_id not in hidden)
+
+
+@settings(max_examples=30, deadline=None)
+@given(specs=st.lists(job_st, min_size=1, max_size=15), hidden=st.sets(st.integers(0, 16), max_size=4))
+def test_view_group_finds_what_a_scan_finds(specs, hidden):
+    policy = RollMuxPlacement()
+    groups = _groups(specs, policy, 2)
+    shown = groups.values_without(hidden)
+    view = ClusterView(CLUSTER, shown, None, None, 5, 99, index=groups.index.snapshot(shown, hidden))
+    assert view.index is not None
+    for gid in range(18):
+        assert view.group(gid) is next((g for g in shown if g.group_id == gid), None)
