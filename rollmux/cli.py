@@ -164,17 +164,21 @@ def study(
     workers: Optional[int] = typer.Option(
         None, "--workers", min=1, help="At most this many simulations at once (default: every CPU)."),
     serial: bool = typer.Option(False, "--serial", help="Run the simulations one by one in this process, no Ray."),
+    sections: str = typer.Option("all", "--sections",
+                                 help="Further sections after parts A-C: all, none, or names, comma-separated "
+                                      "(migration, drift, link, residency, capacity, baseline_sensitivity)."),
 ) -> None:
     """Regenerate the paper's scheduling study: tables and plots under --out."""
     from contextlib import ExitStack
 
-    from rollmux.study.experiments import StudyConfig, run_study
+    from rollmux.study.experiments import StudyConfig, pick_sections, run_study
     from rollmux.study.sweep import ray_session, serial_map
     from rollmux.workload import find_traces_dir
     try:
         if serial and (address or workers):
             raise InputError("--serial", "runs in this process: drop --address and --workers")
         traces = find_traces_dir(traces)  # fail on a bad folder before any work starts
+        chosen = pick_sections(sections)
         sc = StudyConfig.quick() if quick else StudyConfig()
         with ExitStack() as stack:
             bar = stack.enter_context(Progress(TextColumn("{task.description:<40}"), BarColumn(),
@@ -183,7 +187,7 @@ def study(
             pmap = serial_map if serial else stack.enter_context(ray_session(address, workers))
             md = run_study(sc, out_dir, traces,
                            lambda what, done, total: bar.update(task, description=what, completed=done, total=total),
-                           pmap=pmap)
+                           pmap=pmap, sections=chosen)
         out.print(f"wrote {md}")
     except InputError as exc:
         _fail(exc)

@@ -11,6 +11,10 @@ class InputError(ValueError):
         self.place = place
         self.reason = reason
 
+    def __reduce__(self):
+        # Picklable with its two arguments: a sweep task's error crosses process boundaries (Ray).
+        return (type(self), (self.place, self.reason))
+
 
 def pydantic_reason(exc: Exception) -> tuple[str, str]:
     """Return (field path, message) of the first error of a pydantic ValidationError."""

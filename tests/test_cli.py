@@ -143,9 +143,16 @@ def test_bench_placement_writes_p50_and_p99(tmp_path):
 
 
 def test_quick_study_writes_tables_and_plots(tmp_path):
-    res = runner.invoke(app, ["study", "--quick", "--out", str(tmp_path)])
+    # One further section (the study's sections have their own tests); --serial: no Ray start-up.
+    res = runner.invoke(app, ["study", "--quick", "--serial", "--sections", "drift", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "study.md").read_text()
     assert "offline optimum" in md and "busy-time bound" in md and "beyond the paper" in md
+    assert "## Profile drift" in md and "## Priced migrations" not in md
     for png in ("small_sets.png", "group_size.png", "cost_over_time.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_study_refuses_an_unknown_section(tmp_path):
+    res = runner.invoke(app, ["study", "--quick", "--serial", "--sections", "drift,nope", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "--sections" in res.output and "'nope'" in res.output

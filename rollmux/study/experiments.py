@@ -23,6 +23,7 @@ from typing import Any, Callable
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
+from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.gavel import simulate_gavel
 from rollmux.sim.metrics import PolicyResult
@@ -120,8 +121,24 @@ PHILLY_MODES = ("paper", "catalog")
 SECTIONS = (migration, drift, link, residency, capacity, baseline_sensitivity)
 
 
+def pick_sections(spec: str) -> tuple:
+    """The SECTIONS named in `spec` ("all", "none" or comma-separated module names), in study order."""
+    names = {m.__name__.rsplit(".", 1)[-1]: m for m in SECTIONS}
+    if spec.strip() == "all":
+        return SECTIONS
+    if spec.strip() == "none":
+        return ()
+    wanted = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in names]
+    if unknown or not wanted:
+        raise InputError("--sections", f"unknown section {(unknown or [spec])[0]!r}; choose all, none or "
+                                       f"{', '.join(names)}")
+    return tuple(m for n, m in names.items() if n in wanted)
+
+
 def run_study(sc: StudyConfig, out: Path, traces: Path | None = None,
-              progress: Callable[[str, int, int], None] | None = None, pmap: Pmap = serial_map) -> Path:
+              progress: Callable[[str, int, int], None] | None = None, pmap: Pmap = serial_map,
+              sections: tuple = SECTIONS) -> Path:
     """Run every part and write the markdown report and plots under `out`."""
     cluster = default_cluster()
     traces = find_traces_dir(traces)
@@ -150,10 +167,10 @@ def run_study(sc: StudyConfig, out: Path, traces: Path | None = None,
     philly = [philly_result(mode, jobs, cluster, results[start:start + n]) for mode, jobs, start, n in modes]
     small = results[first_cell:]
     rendered = []
-    for i, section in enumerate(SECTIONS):
+    for i, section in enumerate(sections):
         name = section.__name__.rsplit(".", 1)[-1]
         rendered.append(section.render(section.run(sc, cluster, traces, pmap)))
         if progress is not None:
-            progress(f"section {name}", i + 1, len(SECTIONS))
+            progress(f"section {name}", i + 1, len(sections))
     out.mkdir(parents=True, exist_ok=True)
     return write_report(out, sc, small, philly, rendered)
