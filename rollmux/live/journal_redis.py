@@ -13,9 +13,21 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
-from rollmux.live.journal import (JournalCorrupt, JournalError, Record, _check_snapshot_seq, _damage, _encode,
-                                  _hide_password, _in_use, _int_or_none, _Journal, _no_open_batch, _parse_records,
-                                  _parse_snapshot)
+from rollmux.live.journal import (
+    JournalCorrupt,
+    JournalError,
+    Record,
+    _check_snapshot_seq,
+    _damage,
+    _encode,
+    _hide_password,
+    _in_use,
+    _int_or_none,
+    _Journal,
+    _no_open_batch,
+    _parse_records,
+    _parse_snapshot,
+)
 
 _FENCE = """
 local lease = redis.call('GET', KEYS[1])

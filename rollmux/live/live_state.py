@@ -31,8 +31,15 @@ from rollmux.core.group import Group
 from rollmux.core.group_controller import GroupController
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.live.codec import (group_from_dict, group_to_dict, job_to_dict, move_from_dict, plan_from_dict,
-                                plan_to_dict, regroup_from_dict)
+from rollmux.live.codec import (
+    group_from_dict,
+    group_to_dict,
+    job_to_dict,
+    move_from_dict,
+    plan_from_dict,
+    plan_to_dict,
+    regroup_from_dict,
+)
 
 EWMA = 0.3  # weight of the newest phase measurement in a job's profile
 

@@ -97,8 +97,15 @@ from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
 from rollmux.sim.baselines import check_colo_speed
 from rollmux.sim.draws import rollout_draws, solo_seconds
-from rollmux.sim.gavel_alloc import (choose_kind, expected_iter_s, host_fits, iteration_phases, job_nodes,
-                                     packed_period_s, worst_iter_s)
+from rollmux.sim.gavel_alloc import (
+    choose_kind,
+    expected_iter_s,
+    host_fits,
+    iteration_phases,
+    job_nodes,
+    packed_period_s,
+    worst_iter_s,
+)
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 from rollmux.sim.simulator import SimulationStalled
 

@@ -20,9 +20,9 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import ROLLOUT, TRAIN, Grant
 from rollmux.core.intra_group import head_finish
 from rollmux.core.placement import PlacementPolicy
+from rollmux.core.regroup import slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
-from rollmux.core.regroup import slice_rate
 from rollmux.sim.draws import drift_scales, rollout_draws, solo_seconds
 from rollmux.sim.link import SharedLink
 from rollmux.sim.metrics import JobOutcome, PolicyResult

@@ -29,13 +29,22 @@ from rollmux.sim.gavel import simulate_gavel
 from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig, simulate
-from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollmux study` imports it here)
-# Part A lives in study/part_a.py; its names are re-exported here.
-from rollmux.study.part_a import (SLOS, SMALL_POLICIES, STATIC, WORKLOADS, SmallCell,  # noqa: F401
-                                  rate_at_start, small_cell, study_cells)
-from rollmux.study.sweep import OnDone, Pmap, serial_map
 from rollmux.study import baseline_sensitivity, capacity, drift, link, migration, residency
+from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollmux study` imports it here)
+
+# Part A lives in study/part_a.py; its names are re-exported here.
+from rollmux.study.part_a import (  # noqa: F401
+    SLOS,
+    SMALL_POLICIES,
+    STATIC,
+    WORKLOADS,
+    SmallCell,
+    rate_at_start,
+    small_cell,
+    study_cells,
+)
 from rollmux.study.report import write_report
+from rollmux.study.sweep import OnDone, Pmap, serial_map
 from rollmux.workload import find_traces_dir, synthesize_philly
 
 PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "greedy", "gavel")

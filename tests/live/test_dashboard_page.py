@@ -9,9 +9,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from dashboard_checks import EVIL_ID, canned_status, check_dashboard_dom, check_screenshot, dump_dom, parse, screenshot
 
-from dashboard_checks import (EVIL_ID, canned_status, check_dashboard_dom, check_screenshot, dump_dom, parse,
-                              screenshot)
 from rollmux.live.dashboard import PAGES, page
 
 COOKIE = "rollmux_session=s3cr3t-session"

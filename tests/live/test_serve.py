@@ -156,8 +156,9 @@ def test_tls_serves_https_with_secure_cookies(tmp_path):
         assert server.url.startswith("https://")
         client = HttpPermitClient(server.url, admin_token=server.admin_token, verify=str(cert))
         assert client.submit(_jobs("a")[0])["group"] == 0
-        import httpx
         import ssl
+
+        import httpx
         r = httpx.post(f"{server.url}/login", data={"token": server.admin_token},
                        verify=ssl.create_default_context(cafile=str(cert)),
                        follow_redirects=False)

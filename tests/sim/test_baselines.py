@@ -11,8 +11,15 @@ from hypothesis import strategies as st
 
 from rollmux.core.spec import default_cluster
 from rollmux.errors import InputError
-from rollmux.sim.baselines import (PAPER_COLOCATED_PAIRS, busy_time_bound, colocated_factors, simulate_verl,
-                                   solo_d_cost, verl_rollout_scale, verl_train_scale)
+from rollmux.sim.baselines import (
+    PAPER_COLOCATED_PAIRS,
+    busy_time_bound,
+    colocated_factors,
+    simulate_verl,
+    solo_d_cost,
+    verl_rollout_scale,
+    verl_train_scale,
+)
 from rollmux.workload.catalog import recipe, recipe_profile
 from rollmux.workload.jobs import make_job as make_job_from_profile
 from tests.factories import make_cluster, make_job, synthetic_trace

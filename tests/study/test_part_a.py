@@ -9,8 +9,15 @@ from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import default_cluster
 from rollmux.study.config import StudyConfig
 from rollmux.study.offline_optimum import optimal_partition
-from rollmux.study.part_a import (PLACEMENT_SEEDS, SMALL_POLICIES, _small_policy, optimum_run, paper_cost_of,
-                                  rate_at_start, small_cell)
+from rollmux.study.part_a import (
+    PLACEMENT_SEEDS,
+    SMALL_POLICIES,
+    _small_policy,
+    optimum_run,
+    paper_cost_of,
+    rate_at_start,
+    small_cell,
+)
 from rollmux.study.report import mean_spread, small_tables
 from rollmux.workload import paper_jobs
 

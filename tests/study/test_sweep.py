@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 import socket
 
-import ray
 import pytest
+import ray
 
 from rollmux.core.spec import default_cluster
 from rollmux.errors import InputError
