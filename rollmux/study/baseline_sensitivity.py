@@ -31,6 +31,7 @@ from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.capacity import capped
 from rollmux.study.config import StudyConfig
+from rollmux.study.sections import regenerate
 from rollmux.study.sweep import Pmap
 from rollmux.workload import synthesize_philly
 
@@ -158,6 +159,5 @@ def render(data: dict) -> str:
               "and nothing fills its bubbles); heterogeneity-aware Gavel+ is, job by job, the cheaper of "
               "Solo-D and veRL within the SLO, so it can at best match the cheaper of the two on each job: "
               "neither fills one job's bubbles with another's phases.",
-              "", "Regenerate: `rollmux study" + (" --quick" if data["quick"] else "") +
-              "` (section `rollmux/study/baseline_sensitivity.py`).", ""]
+              "", regenerate(data, "baseline_sensitivity"), ""]
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.config import StudyConfig
+from rollmux.study.sections import regenerate
 from rollmux.study.sweep import Pmap
 from rollmux.workload import synthesize_philly
 
@@ -148,6 +149,5 @@ def render(data: dict) -> str:
             f"{r['queued_mean_h']:.1f} / {r['queued_p95_h']:.1f} / {r['queued_max_h']:.1f} | "
             f"{r['jct_mean_h']:.1f} / {r['jct_p50_h']:.1f} / {r['jct_p95_h']:.1f} | "
             f"{_pct(r['slo'])} | {_pct(r['slo_with_queueing'])} |")
-    lines += ["", "Regenerate: `rollmux study" + (" --quick" if data["quick"] else "") +
-              "` (section `rollmux/study/capacity.py`).", ""]
+    lines += ["", regenerate(data, "capacity"), ""]
     return "\n".join(lines)

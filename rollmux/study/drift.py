@@ -17,7 +17,7 @@ from pathlib import Path
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import MODES, mig_cells, pct, philly_jobs, run_config, summary
+from rollmux.study.sections import MODES, mig_cells, pct, philly_jobs, regenerate, run_config, summary
 from rollmux.study.sweep import Pmap
 from rollmux.workload.drift import add_drift
 
@@ -74,7 +74,6 @@ def render(data: dict) -> str:
     for r in data["runs"]:
         lines.append(f"| {r['mode']} | {r['severity']} | {'on' if r['repair'] else 'off'} | {r['cost_usd']:,.0f} | "
                      f"{pct(r['slo'])} | {pct(r['slo_drifted'])} | {pct(r['slo_others'])} | {mig_cells(r)} |")
-    lines += ["", "Regenerate: `rollmux study" + (" --quick" if data["quick"] else "") +
-              "` (section `rollmux/study/drift.py`); a drifted trace is a trace whose jobs carry a `drift` "
-              "field, e.g. `rollmux simulate --jobs drifted.jsonl --no-repair`.", ""]
+    lines += ["", regenerate(data, "drift", "a drifted trace is a trace whose jobs carry a `drift` "
+              "field, e.g. `rollmux simulate --jobs drifted.jsonl --no-repair`."), ""]
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from pathlib import Path
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import MODES, pct, philly_jobs, run_config, summary
+from rollmux.study.sections import MODES, pct, philly_jobs, regenerate, run_config, summary
 from rollmux.study.sweep import Pmap
 
 # (label, link Gb/s or None, flat sync)
@@ -69,7 +69,6 @@ def render(data: dict) -> str:
         for r in rows:
             lines.append(f"| {mode} | {r['row']} | {r['cost_usd']:,.0f} | {r['cost_usd'] / base:.3f}x | "
                          f"{pct(r['slo'])} | {r['mean_slowdown']:.3f} |")
-    lines += ["", "Regenerate: `rollmux study" + (" --quick" if data["quick"] else "") +
-              "` (section `rollmux/study/link.py`); on a cluster file, set `inter_pool_gbps` and give jobs "
-              "`weights_gb`; `rollmux simulate --flat-sync` for the flat ablation.", ""]
+    lines += ["", regenerate(data, "link", "on a cluster file, set `inter_pool_gbps` and give jobs "
+              "`weights_gb`; `rollmux simulate --flat-sync` for the flat ablation."), ""]
     return "\n".join(lines)

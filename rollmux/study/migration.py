@@ -19,7 +19,7 @@ import numpy as np
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import MODES, pct, philly_jobs, run_config, summary
+from rollmux.study.sections import MODES, pct, philly_jobs, regenerate, run_config, summary
 from rollmux.study.sweep import Pmap
 
 SCALES = (0.5, 1.0, 2.0, 4.0)
@@ -123,7 +123,6 @@ def render(data: dict) -> str:
                          f"{pct(_mean(rs, lambda r: r['slo']))} | {_mean(rs, lambda r: r['mean_slowdown']):.3f} | "
                          f"{m['count']:.0f} | {m['stall_hours']:.1f} | {m['cost_usd']:,.0f} |")
     lines += ["", *findings(data), "",
-              "Regenerate: `rollmux study" + (" --quick" if data["quick"] else "") +
-              "` (section `rollmux/study/migration.py`); one row: `rollmux simulate --policy rollmux "
-              "--migration-scale 2 --json out.json`.", ""]
+              regenerate(data, "migration", "one row: `rollmux simulate --policy rollmux "
+              "--migration-scale 2 --json out.json`."), ""]
     return "\n".join(lines)

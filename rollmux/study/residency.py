@@ -35,6 +35,7 @@ from rollmux.core.placement import ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.config import StudyConfig
+from rollmux.study.sections import regenerate
 from rollmux.study.sweep import Pmap
 from rollmux.workload import synthesize_philly
 
@@ -186,6 +187,5 @@ def render(data: dict) -> str:
             f"{c['accepted']} | {c['residency']} ({_pct(c['residency'] / eligible if eligible else 0.0)} "
             f"of eligible) | {c['other']} | {c['arrivals_with_residency_refusal']} | "
             f"{c['arrivals_changed']} ({r['extra_per_hour']:+,.0f}) | {cost} |")
-    lines += ["", "Regenerate: `rollmux study" + (" --quick" if data["quick"] else "") +
-              "` (section `rollmux/study/residency.py`).", ""]
+    lines += ["", regenerate(data, "residency"), ""]
     return "\n".join(lines)

@@ -43,3 +43,10 @@ def mig_cells(s: dict) -> str:
     """Migrations count · stall hours · cost $ as table cells."""
     m = s["migrations"]
     return f"{m['count']} | {m['stall_hours']:.1f} | {m['cost_usd']:,.0f}"
+
+
+def regenerate(data: dict, name: str, extra: str = "") -> str:
+    """The section's closing line: the command that regenerates it (and `extra`, a sentence)."""
+    quick = " --quick" if data["quick"] else ""
+    return (f"Regenerate: `rollmux study{quick} --sections {name}` "
+            f"(section `rollmux/study/{name}.py`){'; ' + extra if extra else '.'}")
