@@ -136,8 +136,8 @@ class GroupIndex:
         self._mI = np.zeros((cap, self._width))
 
     def _arrays(self) -> tuple[str, ...]:
-        return ("_size", "_ntrain", "_ok", "_live", "_unsat", "_tcyc", "lb", "_gb", "_tld", "train0_sw", "rollout_min_sw",
-                "_mS", "_mI")
+        return ("_size", "_ntrain", "_ok", "_live", "_unsat", "_tcyc", "lb", "_gb", "_tld", "train0_sw",
+                "rollout_min_sw", "_mS", "_mI")
 
     def _grow(self) -> None:
         cap = len(self._size) * 2
