@@ -11,6 +11,7 @@ node caps, arrivals queue FIFO.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,28 @@ class _JobRun:
     train_s: float = 0.0
     sync_parts: int = 0     # parts of the sync still running (fixed time, link transfer)
     solo_s: float = 0.0     # the same iterations (same draws, same drift) run solo
+
+
+class _Progress(Mapping):
+    """A read-only view of the running jobs' progress at one instant."""
+
+    __slots__ = ("runs", "now")
+
+    def __init__(self, runs: dict[str, _JobRun], now: float) -> None:
+        self.runs, self.now = runs, now
+
+    def __getitem__(self, job_id: str) -> tuple[int, float]:
+        run = self.runs[job_id]
+        return run.done, self.now - run.start_s
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.runs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.runs)
+
+    def __len__(self) -> int:
+        return len(self.runs)
 
 
 @dataclass
@@ -106,10 +129,11 @@ class Simulation:
                                         migrations=self.moves.to_json() if regroups or self.moves.count else None)
 
     # -- placement ------------------------------------------------------------------
-    def progress(self) -> dict[str, tuple[int, float]]:
-        """Each running job's (iterations done, seconds since it started)."""
-        now = self.env.now()
-        return {jid: (run.done, now - run.start_s) for jid, run in self.runs.items()}
+    def progress(self) -> Mapping[str, tuple[int, float]]:
+        """Each running job's (iterations done, seconds since it started), read on demand: a
+        decision looks up a few jobs, and building every running job's entry per iteration
+        dominated long traces."""
+        return _Progress(self.runs, self.env.now())
 
     def _arrive(self, job: JobSpec) -> None:
         if not self.cfg.batch_order:
