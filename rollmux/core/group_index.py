@@ -31,7 +31,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from rollmux.core.group import Group
-from rollmux.core.intra_group import IntraConfig, group_planning_times, t_cycle, t_load
+from rollmux.core.intra_group import IntraConfig, group_planning_times, node_loads, t_cycle, t_load
 
 KT_MAX = 8         # training-node prefixes indexed; jobs needing more are checked on the first KT_MAX
 MARGIN = 1e-6      # relative slack on every bound: rounding can never exclude a valid group
@@ -58,17 +58,7 @@ def group_bounds(g: Group, cfg: IntraConfig) -> GroupBounds:
     members = g.members
     times = group_planning_times(members, cfg) if members else []
     w = cfg.warm_switch_s
-    t_ld = [0.0] * g.n_train
-    t_cnt = [0] * g.n_train
-    r_ld = [0.0] * g.n_rollout
-    r_cnt = [0] * g.n_rollout
-    for m, pt in zip(members, times):
-        for n in m.train_nodes:
-            t_ld[n] += pt.train
-            t_cnt[n] += 1
-        for n in m.rollout_nodes:
-            r_ld[n] += pt.rollout
-            r_cnt[n] += 1
+    r_ld, r_cnt, t_ld, t_cnt = node_loads(members, g.n_rollout, g.n_train, times)
     gb = g.train_gb
     pre_gb, pre_ld = [], []
     hi_gb = hi_ld = 0.0

@@ -201,20 +201,26 @@ def t_cycle(members: Sequence[Member], times: Sequence[PhaseTimes]) -> float:
     return max(t.rollout + t.train + t.sync for t in times) if members else 0.0
 
 
-def t_load(members: Sequence[Member], n_rollout: int, n_train: int,
-           times: Sequence[PhaseTimes], warm_switch_s: float) -> float:
-    """Bottleneck load: the busiest node's work per meta-iteration, switches included."""
-    r_load = [0.0] * n_rollout
-    r_cnt = [0] * n_rollout
-    t_ld = [0.0] * n_train
-    t_cnt = [0] * n_train
+def node_loads(members: Sequence[Member], n_rollout: int, n_train: int, times: Sequence[PhaseTimes]
+               ) -> tuple[list[float], list[int], list[float], list[int]]:
+    """Per node of each pool: planned seconds per meta-iteration and how many members share it
+    (rollout loads, rollout counts, training loads, training counts)."""
+    r_load, r_cnt = [0.0] * n_rollout, [0] * n_rollout
+    t_load_, t_cnt = [0.0] * n_train, [0] * n_train
     for mem, t in zip(members, times):
         for n in mem.rollout_nodes:
             r_load[n] += t.rollout
             r_cnt[n] += 1
         for n in mem.train_nodes:
-            t_ld[n] += t.train
+            t_load_[n] += t.train
             t_cnt[n] += 1
+    return r_load, r_cnt, t_load_, t_cnt
+
+
+def t_load(members: Sequence[Member], n_rollout: int, n_train: int,
+           times: Sequence[PhaseTimes], warm_switch_s: float) -> float:
+    """Bottleneck load: the busiest node's work per meta-iteration, switches included."""
+    r_load, r_cnt, t_ld, t_cnt = node_loads(members, n_rollout, n_train, times)
     loads = [ld + (warm_switch_s * c if c > 1 else 0.0) for ld, c in zip(r_load + t_ld, r_cnt + t_cnt)]
     return max(loads, default=0.0)
 
