@@ -65,6 +65,9 @@ class GroupController:
         # request can be granted; a new request then needs only its own check.
         self._settled = False
         self._depth = 0                    # dispatches in progress (a grant's callback may re-enter)
+        # Called once before the next membership change (the simulator's lone-member fast path
+        # brings this controller up to date there; see `advance`).
+        self.before_change: Callable[[], None] | None = None
         self.update_group(group)
 
     # -- membership -----------------------------------------------------------------
@@ -79,6 +82,9 @@ class GroupController:
         `rollout_map` (old -> new index of every kept rollout node) renumbers the
         nodes after a shrink; dropped nodes must be idle.
         """
+        hook, self.before_change = self.before_change, None
+        if hook is not None:
+            hook()
         if rollout_map is not None:
             kept = sorted(rollout_map, key=rollout_map.get)
             self.nodes[ROLLOUT] = [self.nodes[ROLLOUT][i] for i in kept]
@@ -102,6 +108,35 @@ class GroupController:
                 node.pinned = [m.job_id for m in group.members
                                if idx in self._pins(m, pool) and m.job_id not in self._held]
         self._dispatch()
+
+    def solo_ready(self, job_id: str) -> bool:
+        """True when `job_id` is the only member, nothing is pending, held or migrating, no
+        cold start waits for it and every node is idle: its next iteration cannot interact
+        with anyone until the membership changes."""
+        if len(self.group.members) != 1 or self._pending or self._held or self._migrating or self._cold:
+            return False
+        return all(n.holder is None and not n.tails for ns in self.nodes.values() for n in ns)
+
+    def switch_for(self, job_id: str, pool: str) -> float:
+        """The switch a permit of `pool` would carry for `job_id` now (warm if another job's
+        state is loaded on one of its nodes)."""
+        m = self._members[job_id]
+        nodes = self.nodes[pool]
+        idxs = m.rollout_nodes if pool == ROLLOUT else m.train_nodes
+        return self.cfg.warm_switch_s if any(nodes[i].last not in (None, job_id) for i in idxs) else 0.0
+
+    def advance(self, job_id: str, pool: str, holding: bool) -> None:
+        """Record a phase `job_id` ran without asking (a lone member's iteration, played in one
+        step by the simulator): its turn moves on and its state is loaded on its nodes; with
+        `holding` it still runs the phase there."""
+        m = self._members[job_id]
+        for i in (m.rollout_nodes if pool == ROLLOUT else m.train_nodes):
+            node = self.nodes[pool][i]
+            node.last = job_id
+            if holding:
+                node.holder = job_id
+        self._meta[pool][job_id] += 1
+        self._settled = False
 
     def hold(self, job_id: str) -> None:
         """Keep `job_id` out of the turn order (a reserved slot); call before `update_group`."""

@@ -47,6 +47,10 @@ class _JobRun:
     train_s: float = 0.0
     sync_parts: int = 0     # parts of the sync still running (fixed time, link transfer)
     solo_s: float = 0.0     # the same iterations (same draws, same drift) run solo
+    # A lone member's iteration played in one step: (start, rollout end, train end, sync end,
+    # train switch); None when it runs phase by phase through its controller.
+    fast: tuple[float, float, float, float, float] | None = None
+    fast_token: int = 0
 
 
 class _Progress(Mapping):
@@ -86,6 +90,8 @@ class MigrationStats:
 
 class Simulation:
     """One policy on one trace, from the first arrival to the last departure."""
+
+    lone_fast_path = True  # play a lone member's iteration in one step (off: every phase by permits)
 
     def __init__(self, jobs: list[JobSpec], cluster: ClusterSpec, policy: PlacementPolicy,
                  cfg: SimConfig | None = None) -> None:
@@ -167,7 +173,72 @@ class Simulation:
             self.runs[job.job_id] = _JobRun(job, gid, rollout_draws(job, self.cfg.seed), self.env.now())
         else:  # re-queued after a crash-free wait: it resumes where it stopped
             run.group_id = gid
-        self._request(job.job_id, ROLLOUT)
+        self._next_iteration(job.job_id)
+
+    def _next_iteration(self, jid: str) -> None:
+        """Start the job's next iteration: in one step if it is alone in its group, else by permits."""
+        run = self.runs[jid]
+        ctl = self.state.controllers[run.group_id]
+        if (self.lone_fast_path and run.moving_since is None
+                and (self.link is None or run.job.weights_gb is None) and ctl.solo_ready(jid)):
+            self._fast_iteration(run, ctl)
+        else:
+            self._request(jid, ROLLOUT)
+
+    # A lone member's permits are granted at once and nobody waits on its nodes, so its whole
+    # iteration is known when it starts: one event instead of three, and no dispatch. If the
+    # membership changes meanwhile, `_materialize` hands the controller the state the permit
+    # path would have reached and the iteration goes on phase by phase (same times, same busy
+    # time: on long traces most iterations are lone ones).
+    def _fast_iteration(self, run: _JobRun, ctl) -> None:
+        jid, now = run.job.job_id, self.env.now()
+        a, b = drift_scales(run.job, now - run.start_s)
+        base = float(run.rollouts[run.done])
+        run.rollout_s, run.train_s = a * base, b * run.job.train_time(base)
+        run.solo_s += run.rollout_s + run.train_s + run.job.sync_s
+        sw_t = ctl.switch_for(jid, TRAIN)
+        t1 = (now + ctl.switch_for(jid, ROLLOUT)) + run.rollout_s
+        t2 = t1 + (sw_t + run.train_s)
+        t3 = t2 + run.job.sync_s
+        run.fast = (now, t1, t2, t3, sw_t)
+        run.fast_token += 1
+        ctl.before_change = lambda: self._materialize(jid)
+        self.env.call_at(t3, self._fast_done, jid, run.fast_token)
+
+    def _fast_done(self, jid: str, token: int) -> None:
+        run = self.runs.get(jid)
+        if run is None or run.fast is None or run.fast_token != token:
+            return  # materialized: the permit path finishes this iteration
+        t0, t1, _, _, sw_t = run.fast
+        run.fast = None
+        ctl = self.state.controllers[run.group_id]
+        ctl.before_change = None
+        ctl.advance(jid, ROLLOUT, holding=False)
+        ctl.advance(jid, TRAIN, holding=False)
+        self.ledger.busy("rollout", run.job.rollout_gpus, t1 - t0)
+        self.ledger.busy("train", run.job.train_gpus, sw_t + run.train_s)
+        self._sync_done(jid)
+
+    def _materialize(self, jid: str) -> None:
+        """The lone member's group is about to change: continue its iteration by permits."""
+        run = self.runs[jid]
+        t0, t1, t2, t3, sw_t = run.fast
+        run.fast = None
+        ctl, now = self.state.controllers[run.group_id], self.env.now()
+        self.ledger.busy("rollout", run.job.rollout_gpus, t1 - t0)
+        if now < t1:
+            ctl.advance(jid, ROLLOUT, holding=True)
+            self.env.call_at(t1, self._rollout_done, jid)
+            return
+        ctl.advance(jid, ROLLOUT, holding=False)
+        self.ledger.busy("train", run.job.train_gpus, sw_t + run.train_s)
+        if now < t2:
+            ctl.advance(jid, TRAIN, holding=True)
+            self.env.call_at(t2, self._train_done, jid)
+            return
+        ctl.advance(jid, TRAIN, holding=False)
+        run.sync_parts = 1
+        self.env.call_at(t3, self._sync_part_done, jid)
 
     def _request(self, jid: str, phase: str) -> None:
         ctl = self.state.controllers[self.runs[jid].group_id]
@@ -239,7 +310,7 @@ class Simulation:
         if jid in self.state.arriving:
             self._migrate(run)
         else:
-            self._request(jid, ROLLOUT)
+            self._next_iteration(jid)
 
     def _observe(self, run: _JobRun) -> None:
         """Hand the iteration's measured times to the scheduler (drift repair may evict members)."""

@@ -240,3 +240,20 @@ def test_simultaneous_arrivals_are_placed_shortest_cycle_first():
     order.clear()
     simulate([slow, fast], CLUSTER, Recording(), SimConfig(batch_order=False))
     assert order[:2] == ["slow", "fast"]
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_the_lone_member_fast_path_changes_no_result(seed):
+    # Arrivals every few minutes join lone groups mid-iteration, so iterations played in one
+    # step are handed back to the permit path at every phase; departures regroup and migrate.
+    jobs = synthetic_trace(np.random.default_rng(seed), 40, sigma=0.1, mean_gap_s=200.0,
+                           duration_range=(3_000.0, 30_000.0))
+    runs = []
+    for fast in (True, False):
+        sim = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig())
+        sim.lone_fast_path = fast
+        res = sim.run()
+        runs.append((res.cost_usd, sim.migrations, sorted((o.job_id, o.finish_s) for o in res.outcomes),
+                     res.idle_share))
+    assert runs[0][:3] == runs[1][:3]
+    assert runs[0][3] == pytest.approx(runs[1][3])
