@@ -328,6 +328,14 @@ class _MeasuredProgress(Mapping):
             return done, elapsed
         return done, elapsed + self.estimates[job_id].elapsed_charge(done, spec)
 
+    def get(self, job_id: str, default=None):
+        """`self[job_id]`, or `default` for a job with no progress (without Mapping.get's try/except)."""
+        got = self.base.get(job_id)
+        if got is None:
+            return default
+        spec = self.planned.get(job_id)
+        return got if spec is None else (got[0], got[1] + self.estimates[job_id].elapsed_charge(got[0], spec))
+
     def __iter__(self):
         return iter(self.base)
 

@@ -65,6 +65,11 @@ class _Progress(Mapping):
         run = self.runs[job_id]
         return run.done, self.now - run.start_s
 
+    def get(self, job_id: str, default=None):
+        """`self[job_id]`, or `default` for a job not running (without Mapping.get's try/except)."""
+        run = self.runs.get(job_id)
+        return default if run is None else (run.done, self.now - run.start_s)
+
     def __contains__(self, job_id: object) -> bool:
         return job_id in self.runs
 
