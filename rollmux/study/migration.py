@@ -81,8 +81,8 @@ def findings(data: dict) -> list[str]:
             spread = max(float(np.std([r["cost_usd"] for r in rows[x]])) for x in (slow, fast))
             verdict = (f"on average {slow} still costs more (${a:,.0f} vs ${b:,.0f})" if a >= b else
                        f"on average too (${a:,.0f} vs ${b:,.0f})")
-            why = (f"Slower moves are fewer ({moves[0]:.0f} vs {moves[1]:.0f}) and cost more in all (${paid[0]:,.0f} "
-                   f"vs ${paid[1]:,.0f}), so the moves did not get cheaper. ")
+            why = (f"The slower run made {moves[0]:.0f} moves (vs {moves[1]:.0f}) costing ${paid[0]:,.0f} in all "
+                   f"(vs ${paid[1]:,.0f}): the moves did not get cheaper. ")
             if alone[0] < alone[1] - 0.01:  # a percentage point at least: fewer arrivals isolated
                 why += (f"Fewer arrivals opened a group of their own ({100 * alone[0]:.1f}% vs {100 * alone[1]:.1f}%): "
                         "a move refused at the higher price left its slot free for a later arrival.")
