@@ -155,10 +155,11 @@ def plan_moves(members: tuple[Member, ...], from_group: int, view: ClusterView, 
 
 
 def remaining_s(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> float:
-    """Expected seconds the job still runs: its remaining iterations at its mean so far
-    (its solo iteration time before it has finished one)."""
+    """Expected seconds the job still runs: its remaining iterations at its mean so far, and
+    at least at its profile's solo pace (a few iterations measured faster than the profile
+    are no forecast; sharing only slows a job down)."""
     done, elapsed = progress.get(job.job_id, (0, 0.0))
-    per_iter = elapsed / done if done > 0 else job.solo_iter_s
+    per_iter = max(elapsed / done, job.solo_iter_s) if done > 0 else job.solo_iter_s
     return max(job.iterations - done, 0) * per_iter
 
 
