@@ -15,13 +15,13 @@ from typing import Callable, Mapping
 
 from rollmux.core.accounting import Ledger
 from rollmux.core.env import Environment
+from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
 from rollmux.core.group_index import IndexedGroups, IndexSnapshot
+from rollmux.core.inter_group import period_budget
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, validate_plan
-from rollmux.core.estimates import PhaseEstimate, measured_spec
-from rollmux.core.inter_group import period_budget
 from rollmux.core.regroup import Move, Regroup, dissolve_decision, migration_seconds, plan_moves, shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
 

@@ -18,8 +18,15 @@ import numpy as np
 
 from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import MARGIN, JobNeeds, group_bounds
-from rollmux.core.intra_group import (IntraConfig, PhaseTimes, group_planning_times, plan_group, planning_times,
-                                      t_cycle, t_load)
+from rollmux.core.intra_group import (
+    IntraConfig,
+    PhaseTimes,
+    group_planning_times,
+    plan_group,
+    planning_times,
+    t_cycle,
+    t_load,
+)
 
 NO_BOUND = float("-inf")  # a candidate without index bounds: only the exact checks decide
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
