@@ -31,7 +31,7 @@ from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.capacity import capped
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import regenerate
+from rollmux.study.sections import pct, regenerate
 from rollmux.study.sweep import Pmap
 from rollmux.workload import synthesize_philly
 
@@ -92,10 +92,6 @@ def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap, cap_nod
             "quick": sc.is_quick, "runs": pmap(baseline_run, tasks)}
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
 def _solo_cost(data: dict, mode: str) -> float:
     return next(r["cost_usd"] for r in data["runs"] if r["mode"] == mode and r["policy"] == "solo-d")
 
@@ -117,7 +113,7 @@ def findings(data: dict) -> list[str]:
                       else "RollMux is cheaper at every calibration."))
         ties = [r for r in runs if r["policy"].startswith("gavel") and abs(r["cost_usd"] / solo - 1) < TIE_REL]
         het = [r for r in runs if r["policy"] == "gavel-hetero"]
-        shares = ", ".join(f"{_pct(r['colocated_share'])} (x{r['speed']:g}, {r['cap'] or 'uncapped'})" for r in het)
+        shares = ", ".join(f"{pct(r['colocated_share'])} (x{r['speed']:g}, {r['cap'] or 'uncapped'})" for r in het)
         tie_txt = ("; ties Solo-D (within 0.1%): " + ", ".join(
             f"{r['policy']} {r['cap'] or 'uncapped'}" for r in ties)) if ties else "; no Gavel+ run ties Solo-D"
         out.append(f"- {mode}: heterogeneity-aware Gavel+ co-locates {shares}{tie_txt}.")
@@ -151,9 +147,9 @@ def render(data: dict) -> str:
         pk = r["peak_nodes"]
         lines.append(
             f"| {r['mode']} | {r['policy']} | {'x' + format(r['speed'], 'g') if colo else '-'} | "
-            f"{r['cap'] or 'uncapped'} | {r['cost_usd']:,.0f} | {solo / r['cost_usd']:.2f}x | {_pct(r['slo'])} | "
-            f"{_pct(r['slo_with_queueing'])} | {r['mean_slowdown']:.3f} | {pk['rollout']} / {pk['train']} | "
-            f"{_pct(r['colocated_share'])} | {'-' if r['preemptions'] is None else r['preemptions']} |")
+            f"{r['cap'] or 'uncapped'} | {r['cost_usd']:,.0f} | {solo / r['cost_usd']:.2f}x | {pct(r['slo'])} | "
+            f"{pct(r['slo_with_queueing'])} | {r['mean_slowdown']:.3f} | {pk['rollout']} / {pk['train']} | "
+            f"{pct(r['colocated_share'])} | {'-' if r['preemptions'] is None else r['preemptions']} |")
     lines += ["", "What the table shows:", "", *findings(data), "",
               "Uncapped, plain Gavel+ is Solo-D by construction (a gang holds its nodes for whole iterations "
               "and nothing fills its bubbles); heterogeneity-aware Gavel+ is, job by job, the cheaper of "

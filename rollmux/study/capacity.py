@@ -23,7 +23,7 @@ from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import regenerate
+from rollmux.study.sections import pct, regenerate
 from rollmux.study.sweep import Pmap
 from rollmux.workload import synthesize_philly
 
@@ -106,10 +106,6 @@ def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap, cap_nod
             "quick": sc.is_quick, "offered_load": loads, "runs": pmap(capacity_run, tasks)}
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
 def _binds(data: dict) -> str:
     """A sentence on whether the cap binds: the uncapped runs' peak nodes against it."""
     peaks = [max(r["peak_nodes"].values()) for r in data["runs"] if r["cap"] is None]
@@ -145,9 +141,9 @@ def render(data: dict) -> str:
         pk = r["peak_nodes"]
         lines.append(
             f"| {r['mode']} | {r['policy']} | {r['cap'] or 'uncapped'} | {pk['rollout']} / {pk['train']} | "
-            f"{r['cost_usd']:,.0f} | {r['span_h']:,.0f} | {_pct(r['queued_share'])} | "
+            f"{r['cost_usd']:,.0f} | {r['span_h']:,.0f} | {pct(r['queued_share'])} | "
             f"{r['queued_mean_h']:.1f} / {r['queued_p95_h']:.1f} / {r['queued_max_h']:.1f} | "
             f"{r['jct_mean_h']:.1f} / {r['jct_p50_h']:.1f} / {r['jct_p95_h']:.1f} | "
-            f"{_pct(r['slo'])} | {_pct(r['slo_with_queueing'])} |")
+            f"{pct(r['slo'])} | {pct(r['slo_with_queueing'])} |")
     lines += ["", regenerate(data, "capacity"), ""]
     return "\n".join(lines)

@@ -35,7 +35,7 @@ from rollmux.core.placement import ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import regenerate
+from rollmux.study.sections import pct, regenerate
 from rollmux.study.sweep import Pmap
 from rollmux.workload import synthesize_philly
 
@@ -144,10 +144,6 @@ def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap) -> dict
             "runs": pmap(residency_run, tasks)}
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
 def render(data: dict) -> str:
     """The markdown section: what it measures, the table, the command."""
     unlimited = {r["mode"]: r for r in data["runs"] if r["node_gb"] is None}
@@ -174,8 +170,8 @@ def render(data: dict) -> str:
     for r in data["runs"]:
         base = unlimited[r["mode"]]["cost_usd"]
         s = r["shares"]
-        mix = " / ".join(_pct(s.get(c, 0.0)) for c in ("direct_packing", "rollout_scaling", "isolated"))
-        cost = f"{r['cost_usd']:,.0f} | {r['cost_usd'] / base:.3f}x | {mix} | {_pct(r['slo_attainment'])}"
+        mix = " / ".join(pct(s.get(c, 0.0)) for c in ("direct_packing", "rollout_scaling", "isolated"))
+        cost = f"{r['cost_usd']:,.0f} | {r['cost_usd'] / base:.3f}x | {mix} | {pct(r['slo_attainment'])}"
         if r["counts"] is None:
             lines.append(f"| {r['mode']} | unlimited | {r['jobs']} | – | – | – | – | – | – | – | {cost} |")
             continue
@@ -184,7 +180,7 @@ def render(data: dict) -> str:
         eligible = examined - c["ineligible"]
         lines.append(
             f"| {r['mode']} | {r['node_gb'] / 1024:g} TiB | {c['arrivals']} | {examined} | {eligible} | "
-            f"{c['accepted']} | {c['residency']} ({_pct(c['residency'] / eligible if eligible else 0.0)} "
+            f"{c['accepted']} | {c['residency']} ({pct(c['residency'] / eligible if eligible else 0.0)} "
             f"of eligible) | {c['other']} | {c['arrivals_with_residency_refusal']} | "
             f"{c['arrivals_changed']} ({r['extra_per_hour']:+,.0f}) | {cost} |")
     lines += ["", regenerate(data, "residency"), ""]
