@@ -64,7 +64,7 @@ def _drop_unplaceable(jobs, cluster, skip: bool):
 def simulate(
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="Job trace (JSONL); default: the embedded 200-job Philly-driven trace."),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML); default: the paper's H20/H800 cluster."),
-    policy: Optional[list[str]] = typer.Option(None, "--policy", help="rollmux, solo-d, verl, random, greedy (repeatable)."),
+    policy: Optional[list[str]] = typer.Option(None, "--policy", help="rollmux, solo-d, verl, random, greedy, gavel (repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
     max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs per co-execution group."),
