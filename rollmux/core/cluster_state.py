@@ -322,11 +322,10 @@ class _MeasuredProgress(Mapping):
         self.base, self.estimates, self.planned = base, estimates, planned
 
     def __getitem__(self, job_id: str) -> tuple[int, float]:
-        done, elapsed = self.base[job_id]
-        spec = self.planned.get(job_id)
-        if spec is None:
-            return done, elapsed
-        return done, elapsed + self.estimates[job_id].elapsed_charge(done, spec)
+        got = self.get(job_id)
+        if got is None:
+            raise KeyError(job_id)
+        return got
 
     def get(self, job_id: str, default=None):
         """`self[job_id]`, or `default` for a job with no progress (without Mapping.get's try/except)."""

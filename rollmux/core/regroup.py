@@ -105,11 +105,10 @@ class _Charged(Mapping):
         self.base, self.everyone_s, self.movers = base, everyone_s, movers
 
     def __getitem__(self, job_id: str) -> tuple[int, float]:
-        if job_id in self.movers:
-            done, elapsed = self.base.get(job_id, (0, 0.0))
-            return done, elapsed + self.movers[job_id]
-        done, elapsed = self.base[job_id]
-        return done, elapsed + self.everyone_s
+        got = self.get(job_id)
+        if got is None:
+            raise KeyError(job_id)
+        return got
 
     def get(self, job_id: str, default=None):
         """`self[job_id]`, or `default` for a job with no progress (Mapping.get's try/except,

@@ -62,8 +62,10 @@ class _Progress(Mapping):
         self.runs, self.now = runs, now
 
     def __getitem__(self, job_id: str) -> tuple[int, float]:
-        run = self.runs[job_id]
-        return run.done, self.now - run.start_s
+        got = self.get(job_id)
+        if got is None:
+            raise KeyError(job_id)
+        return got
 
     def get(self, job_id: str, default=None):
         """`self[job_id]`, or `default` for a job not running (without Mapping.get's try/except)."""
