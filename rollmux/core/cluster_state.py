@@ -21,7 +21,7 @@ from rollmux.core.group_controller import GroupController
 from rollmux.core.group_index import IndexedGroups, IndexSnapshot
 from rollmux.core.inter_group import period_budget
 from rollmux.core.intra_group import IntraConfig, plan_group
-from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, validate_plan
+from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
 from rollmux.core.regroup import Move, Regroup, dissolve_decision, migration_seconds, plan_moves, shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -312,7 +312,7 @@ class ClusterState:
         return movers
 
 
-class _MeasuredProgress(Mapping):
+class _MeasuredProgress(ProgressView):
     """Progress as the planner must read it for jobs planned with measured profiles (see
     `PhaseEstimate.elapsed_charge`); other jobs read through unchanged. Lazy: a copy of
     every job's progress per decision would cost O(all jobs)."""
@@ -321,14 +321,8 @@ class _MeasuredProgress(Mapping):
                  planned: Mapping[str, JobSpec]) -> None:
         self.base, self.estimates, self.planned = base, estimates, planned
 
-    def __getitem__(self, job_id: str) -> tuple[int, float]:
-        got = self.get(job_id)
-        if got is None:
-            raise KeyError(job_id)
-        return got
-
     def get(self, job_id: str, default=None):
-        """`self[job_id]`, or `default` for a job with no progress (without Mapping.get's try/except)."""
+        """The job's progress as the planner reads it, or `default`."""
         got = self.base.get(job_id)
         if got is None:
             return default

@@ -62,6 +62,26 @@ class PlacementPlan:
     delta_cost_per_hour: float
 
 
+class ProgressView(Mapping):
+    """A lazy, read-only progress mapping (job_id -> (iterations done, seconds since start)).
+
+    Decisions look up a few jobs out of all running ones, so the views compute entries on
+    demand. Subclasses define `get` directly (Mapping.get's try/except, on the placement
+    index's hottest path, cost more than the look-up itself); indexing goes through it."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def get(self, job_id: str, default=None):
+        """The job's progress, or `default` when it has none."""
+
+    def __getitem__(self, job_id: str) -> tuple[int, float]:
+        got = self.get(job_id)
+        if got is None:
+            raise KeyError(job_id)
+        return got
+
+
 class PlacementPolicy(ABC):
     """Decides where an arriving job goes."""
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from rollmux.core.group import Group, Member
-from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
+from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 
@@ -96,7 +96,7 @@ def slice_rate(job: JobSpec, cluster: ClusterSpec) -> float:
             + t.nodes_for(job.train_gpus) * t.node_price_per_hour)
 
 
-class _Charged(Mapping):
+class _Charged(ProgressView):
     """Progress with extra seconds charged to every job (more to `movers`), computed lazily:
     copying the progress of every job per evaluation would cost O(all jobs)."""
 
@@ -104,15 +104,8 @@ class _Charged(Mapping):
                  movers: Mapping[str, float]) -> None:
         self.base, self.everyone_s, self.movers = base, everyone_s, movers
 
-    def __getitem__(self, job_id: str) -> tuple[int, float]:
-        got = self.get(job_id)
-        if got is None:
-            raise KeyError(job_id)
-        return got
-
     def get(self, job_id: str, default=None):
-        """`self[job_id]`, or `default` for a job with no progress (Mapping.get's try/except,
-        on the placement index's hottest path, cost more than the look-up)."""
+        """The job's progress with its charge, or `default`."""
         if job_id in self.movers:
             done, elapsed = self.base.get(job_id, (0, 0.0))
             return done, elapsed + self.movers[job_id]

@@ -20,7 +20,7 @@ from rollmux.core.cluster_state import ClusterState, SchedulerConfig
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import ROLLOUT, TRAIN, Grant
 from rollmux.core.intra_group import head_finish
-from rollmux.core.placement import PlacementPolicy
+from rollmux.core.placement import PlacementPolicy, ProgressView
 from rollmux.core.regroup import slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
@@ -53,7 +53,7 @@ class _JobRun:
     fast_token: int = 0
 
 
-class _Progress(Mapping):
+class _Progress(ProgressView):
     """A read-only view of the running jobs' progress at one instant."""
 
     __slots__ = ("runs", "now")
@@ -61,14 +61,8 @@ class _Progress(Mapping):
     def __init__(self, runs: dict[str, _JobRun], now: float) -> None:
         self.runs, self.now = runs, now
 
-    def __getitem__(self, job_id: str) -> tuple[int, float]:
-        got = self.get(job_id)
-        if got is None:
-            raise KeyError(job_id)
-        return got
-
     def get(self, job_id: str, default=None):
-        """`self[job_id]`, or `default` for a job not running (without Mapping.get's try/except)."""
+        """The running job's progress, or `default`."""
         run = self.runs.get(job_id)
         return default if run is None else (run.done, self.now - run.start_s)
 
