@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
 
 from rollmux.core.accounting import Ledger
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
-from rollmux.core.group_index import IndexedGroups, IndexSnapshot
+from rollmux.core.group_index import IndexedGroups, IndexSnapshot, progress_rows
 from rollmux.core.inter_group import period_budget
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
@@ -210,8 +212,8 @@ class ClusterState:
         gone) or is new, and, under node caps, as freed nodes. So without caps a small group
         is revisited only when one of its members could join such a group: `rest` or one
         that appeared or lost a member since the last pass (`IndexedGroups.roomier`, taken
-        and cleared here), by the policy's cheap necessary check `could_join`; with caps,
-        or with a policy without that check, every small group is. `rest` itself was just
+        and cleared here), by the policy's cheap necessary check `could_join` (as `join_checker`);
+        with caps, or with a policy without that check, every small group is. `rest` itself was just
         tried: left out. The pass adds and removes no group, so the list is taken once."""
         groups = self.groups
         indexed = isinstance(groups, IndexedGroups)
@@ -225,16 +227,17 @@ class ClusterState:
         skip = self.dissolving if rest is None else self.dissolving | {rest.group_id}
         small = [g for g in small if g.group_id not in skip]
         pools = self.cluster.pools
-        could_join = getattr(self.policy, "could_join", None)
-        if indexed and could_join is not None and pools.rollout.max_nodes is None and pools.train.max_nodes is None:
+        join_checker = getattr(self.policy, "join_checker", None)
+        if indexed and join_checker is not None and pools.rollout.max_nodes is None and pools.train.max_nodes is None:
             if rest is not None:
                 roomier.add(rest.group_id)
             targets = [groups[i] for i in sorted(roomier) if i in groups and i not in self.dissolving]
             if not targets:
                 return []  # no room was freed anywhere
             view = self.view(progress if progress is not None else {})
-            small = [g for g in small if any(could_join(m.job, t, view) for t in targets
-                                             if t.group_id != g.group_id for m in g.members)]
+            checks = [(t.group_id, join_checker(t, view)) for t in targets]
+            small = [g for g in small if any(check(m.job) for gid, check in checks
+                                             if gid != g.group_id for m in g.members)]
         return sorted(small, key=lambda g: g.size)
 
     def _dissolve(self, group: Group, progress: Progress,
@@ -328,6 +331,23 @@ class _MeasuredProgress(ProgressView):
             return default
         spec = self.planned.get(job_id)
         return got if spec is None else (got[0], got[1] + self.estimates[job_id].elapsed_charge(got[0], spec))
+
+    def snapshot_key(self) -> object:
+        """The base's: estimates and plans change only with events, each of which reads a
+        new base, so views built on one base in one decision read the same entries."""
+        base = self.base
+        return base.snapshot_key() if isinstance(base, ProgressView) else None
+
+    def rows(self, job_ids: Sequence[str]) -> np.ndarray:
+        """(done, elapsed) as the planner reads them, NaN rows for jobs without progress."""
+        out = progress_rows(self.base, job_ids)
+        planned = self.planned
+        if planned:
+            for i, j in enumerate(job_ids):
+                spec = planned.get(j)
+                if spec is not None and not np.isnan(out[i, 0]):
+                    out[i, 1] += self.estimates[j].elapsed_charge(int(out[i, 0]), spec)
+        return out
 
     def __iter__(self):
         return iter(self.base)

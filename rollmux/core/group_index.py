@@ -26,7 +26,8 @@ order), so slot order is the dict's insertion order: the order of `view.groups`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from itertools import chain
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -35,6 +36,18 @@ from rollmux.core.intra_group import IntraConfig, group_planning_times, node_loa
 
 KT_MAX = 8         # training-node prefixes indexed; jobs needing more are checked on the first KT_MAX
 MARGIN = 1e-6      # relative slack on every bound: rounding can never exclude a valid group
+
+
+def progress_rows(progress: Mapping[str, tuple[int, float]], job_ids: Sequence[str]) -> np.ndarray:
+    """(iterations done, seconds elapsed) per job id as an (n, 2) array, NaN where the job has
+    no progress. A progress view answers in one `rows` call (a scan reads every member of
+    every surviving group, and a method call per look-up through stacked views cost more
+    than the rest of the scan); any other mapping is read entry by entry."""
+    rows = getattr(progress, "rows", None)
+    if rows is not None:
+        return rows(job_ids)
+    nan = (np.nan, np.nan)
+    return np.array([progress.get(j, nan) for j in job_ids], dtype=float).reshape(-1, 2)
 
 
 @dataclass(frozen=True)
@@ -104,7 +117,10 @@ class GroupIndex:
         self.version = 0
         self._slot: dict[int, int] = {}      # group id -> slot
         self._groups: list[Group | None] = []
+        self._ids: list[tuple[str, ...]] = []  # member job ids per slot, for the budget look-ups
         self._n = 0                          # slots used (live or dead)
+        self._bkey: tuple[int, object] | None = None  # budget_bounds' cache: (version, progress key)
+        self._bval = np.zeros(0)
         self._alloc(64)
 
     def _alloc(self, cap: int) -> None:
@@ -159,7 +175,9 @@ class GroupIndex:
             s = self._slot[g.group_id] = self._n
             self._n += 1
             self._groups.append(g)
+            self._ids.append(())
         self._groups[s] = g
+        self._ids[s] = tuple(m.job.job_id for m in g.members)
         b = group_bounds(g, self.intra)
         self._size[s], self._ntrain[s] = b.size, b.n_train
         self._live[s], self._ok[s], self._unsat[s] = True, b.shaped, b.unsaturated
@@ -196,6 +214,7 @@ class GroupIndex:
             b[:len(keep)] = a[keep]
             setattr(self, name, b)
         self._groups = [self._groups[i] for i in keep]
+        self._ids = [self._ids[i] for i in keep]
         self._slot = {g.group_id: i for i, g in enumerate(self._groups)}
         self._n = len(keep)
 
@@ -233,21 +252,38 @@ class GroupIndex:
             mask &= self.train0_sw[:n] + need.own_train <= thr
         return mask
 
-    def min_budgets(self, slots: np.ndarray, progress: Mapping[str, tuple[int, float]]) -> np.ndarray:
-        """The least member period budget (inter_group.period_budget) of each slot's group.
+    def budget_bounds(self, slots: np.ndarray, progress: Mapping[str, tuple[int, float]]) -> np.ndarray:
+        """At least the least member period budget (inter_group.period_budget) of each slot's
+        group: exact for an uncharged view, an upper bound for a charged one.
 
-        Computed as period_budget does, member by member, vectorized: only the progress
-        look-ups are per member."""
+        A charged view (a tentative regroup charging migrations) only lowers budgets, so its
+        `uncharged()` base bounds it from above, and a filter by these bounds never excludes
+        a group the exact check accepts. Every tentative plan of one departure pass reads the
+        same base, so the bounds are cached per slot until the groups or that base change."""
         if not len(slots):
             return np.zeros(0)
+        uncharged = getattr(progress, "uncharged", None)
+        base = uncharged() if uncharged is not None else None
+        key = base.snapshot_key() if base is not None else None
+        if key is None:
+            return self._min_budgets(slots, progress)
+        if self._bkey is None or self._bkey[0] != self.version or self._bkey[1] is not key:
+            self._bkey, self._bval = (self.version, key), np.full(self._n, np.nan)
+        vals = self._bval[slots]
+        miss = np.isnan(vals)
+        if miss.any():
+            vals[miss] = self._bval[slots[miss]] = self._min_budgets(slots[miss], base)
+        return vals
+
+    def _min_budgets(self, slots: np.ndarray, progress: Mapping[str, tuple[int, float]]) -> np.ndarray:
+        # Computed as period_budget does, member by member, vectorized; the progress of all
+        # the members is read in one `progress_rows` call.
         sizes = self._size[slots]
         cols = np.arange(self._width)[None, :] < sizes[:, None]
         S, iters = self._mS[slots][cols], self._mI[slots][cols]
         if not (type(progress) is dict and not progress):  # (a Mapping's len() may be O(all jobs))
-            get, none = progress.get, (0, 0.0)
-            groups = self._groups
-            dp = np.array([get(m.job.job_id, none) for s in slots.tolist() for m in groups[s].members],
-                          dtype=float).reshape(-1, 2)
+            ids = list(chain.from_iterable(map(self._ids.__getitem__, slots.tolist())))
+            dp = np.nan_to_num(progress_rows(progress, ids), nan=0.0)
             budgets = (S - dp[:, 1]) / (np.maximum(iters - dp[:, 0], 0.0) + 1.0)
         else:
             budgets = S / (iters + 1.0)

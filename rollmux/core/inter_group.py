@@ -12,7 +12,8 @@ cheapest and ties go to the first found.
 
 from __future__ import annotations
 
-from typing import Mapping
+import math
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -164,24 +165,37 @@ class RollMuxPlacement(PlacementPolicy):
         The departure pass asks it to find the small groups a departure can affect. The SLO
         budgets are taken uncharged (a migration charge only lowers them) and the period only
         through closed-form lower bounds, so it may say True where the exact check refuses."""
+        return self.join_checker(g, view)(job)
+
+    def join_checker(self, g: Group, view: ClusterView) -> Callable[[JobSpec], bool]:
+        """`could_join(job, g, view)` as a function of the job: what depends only on the group
+        (its bounds, its members' least budget) is computed once, for a pass that asks about
+        many jobs."""
         shape = g.shape
-        kt = view.cluster.pools.train.nodes_for(job.train_gpus)
-        if (len(g.members) >= view.max_group_size or shape is None or kt > g.n_train
-                or (self.prune_saturated and shape.status != "unsaturated")):
-            return False
-        slack = period_budget(job, view.progress)
-        if shape.t_cycle_s > slack:
-            return False
-        t_cap = view.cluster.pools.train.host_gb_per_node + 1e-9
-        if any(u + job.host_gb.train > t_cap for u in g.train_gb[:kt]):
-            return False
-        own = planning_times(job, self.cfg.plan_quantile)
-        for m in g.members:
-            slack = min(slack, period_budget(m.job, view.progress))
-        if own.rollout + own.train + own.sync > slack:
-            return False
+        if len(g.members) >= view.max_group_size or shape is None or (
+                self.prune_saturated and shape.status != "unsaturated"):
+            return lambda job: False
+        train, progress = view.cluster.pools.train, view.progress
+        t_cap = train.host_gb_per_node + 1e-9
+        members_slack = min((period_budget(m.job, progress) for m in g.members), default=math.inf)
         b = group_bounds(g, self.cfg)
-        return max(b.lb_s, b.train0_sw + own.train) <= slack * (1 + 1e-9) * (1 + MARGIN)
+        train_gb, t_cycle_s, n_train = g.train_gb, shape.t_cycle_s, g.n_train
+
+        def check(job: JobSpec) -> bool:
+            kt = train.nodes_for(job.train_gpus)
+            if kt > n_train:
+                return False
+            slack = period_budget(job, progress)
+            if t_cycle_s > slack:
+                return False
+            if any(u + job.host_gb.train > t_cap for u in train_gb[:kt]):
+                return False
+            own = planning_times(job, self.cfg.plan_quantile)
+            slack = min(slack, members_slack)
+            if own.rollout + own.train + own.sync > slack:
+                return False
+            return max(b.lb_s, b.train0_sw + own.train) <= slack * (1 + 1e-9) * (1 + MARGIN)
+        return check
 
     def _candidates(self, job: JobSpec, view: ClusterView, slack_new: float,
                     own: PhaseTimes) -> list[tuple[Group, float, float]]:
@@ -236,8 +250,9 @@ class RollMuxPlacement(PlacementPolicy):
         pos = np.flatnonzero(idx.may_take(needs)[slots])
         sel = slots[pos]
         fixed = np.maximum(idx.lb[sel], idx.train0_sw[sel] + own.train)
-        # The members' budgets, vectorized: the exact loop recomputes them for the few left.
-        slack = np.minimum(idx.min_budgets(sel, view.progress), slack_new) * (1 + MARGIN)
+        # The members' budgets (bounded from above), vectorized: the exact loop recomputes
+        # them for the few left.
+        slack = np.minimum(idx.budget_bounds(sel, view.progress), slack_new) * (1 + MARGIN)
         ok = (own.rollout + own.train + own.sync <= slack) & (fixed <= slack * (1 + 1e-9))
         pos, sel, fixed = pos[ok], sel[ok], fixed[ok].tolist()
         roll = (idx.rollout_min_sw[sel] + own.rollout).tolist()

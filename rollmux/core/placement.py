@@ -11,7 +11,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping
+from typing import Mapping, Sequence
+
+import numpy as np
 
 from rollmux.core.group import Group, residency_ok
 from rollmux.core.group_index import IndexSnapshot
@@ -74,6 +76,23 @@ class ProgressView(Mapping):
     @abstractmethod
     def get(self, job_id: str, default=None):
         """The job's progress, or `default` when it has none."""
+
+    def rows(self, job_ids: Sequence[str]) -> np.ndarray:
+        """(done, elapsed) per job id as an (n, 2) array, NaN rows for jobs without progress.
+        Views override it to read a whole scan's members without a call per look-up."""
+        nan = (np.nan, np.nan)
+        return np.array([self.get(j, nan) for j in job_ids], dtype=float).reshape(-1, 2)
+
+    def uncharged(self) -> ProgressView | None:
+        """This view less any charges that only add elapsed time (so only lower budgets);
+        None when there is no such view."""
+        return self
+
+    def snapshot_key(self) -> object | None:
+        """Identifies the instant this view reads: views with the same key (the same object)
+        give the same entries, so what is computed from one may be reused for another; None
+        when nothing can be reused (a mapping that may change in place)."""
+        return self
 
     def __getitem__(self, job_id: str) -> tuple[int, float]:
         got = self.get(job_id)

@@ -19,10 +19,13 @@ departure-time repairs are offered (both pure functions over frozen groups):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from rollmux.core.group import Group, Member
+from rollmux.core.group_index import progress_rows
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -112,6 +115,23 @@ class _Charged(ProgressView):
         got = self.base.get(job_id)
         return default if got is None else (got[0], got[1] + self.everyone_s)
 
+    def uncharged(self) -> ProgressView | None:
+        """The view without its charges (every charge is non-negative); None over a plain mapping."""
+        base = self.base
+        return base.uncharged() if isinstance(base, ProgressView) else None
+
+    def rows(self, job_ids: Sequence[str]) -> np.ndarray:
+        """(done, elapsed) with the charges, NaN rows for jobs without progress."""
+        out = progress_rows(self.base, job_ids)
+        out[:, 1] += self.everyone_s
+        movers = self.movers
+        if movers:
+            for i, j in enumerate(job_ids):
+                if j in movers:
+                    done, elapsed = self.base.get(j, (0, 0.0))
+                    out[i] = (done, elapsed + movers[j])
+        return out
+
     def __iter__(self):
         return iter(set(self.base) | set(self.movers))
 
@@ -131,6 +151,7 @@ def plan_moves(members: tuple[Member, ...], from_group: int, view: ClusterView, 
     own (the move would then cost as much as it saves) unless `isolated_ok` (a repair evicts
     a member whatever it costs), or when no plan exists (node caps)."""
     longest = max(charges.values(), default=0.0)
+    assert longest >= 0 and wait_s >= 0, "a charge only adds time (budget_bounds relies on it)"
     scratch = replace(view, progress=_Charged(view.progress, longest,
                                               {m.job_id: wait_s + charges[m.job_id] for m in members}))
     # A policy that can say "no existing group" without planning an isolated one saves that work.

@@ -11,7 +11,7 @@ node caps, arrivals queue FIFO.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +65,12 @@ class _Progress(ProgressView):
         """The running job's progress, or `default`."""
         run = self.runs.get(job_id)
         return default if run is None else (run.done, self.now - run.start_s)
+
+    def rows(self, job_ids: Sequence[str]) -> np.ndarray:
+        """(done, elapsed) per job id, NaN rows for jobs not running."""
+        get, now, nan = self.runs.get, self.now, (np.nan, np.nan)
+        return np.array([nan if (r := get(j)) is None else (r.done, now - r.start_s) for j in job_ids],
+                        dtype=float).reshape(-1, 2)
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self.runs
