@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Mapping, Protocol
 
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group_controller import Grant, GroupController
 
 PHASES = ("rollout", "train")
+log = logging.getLogger("rollmux.shim")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class PhaseTimings:
     run_s: float       # the phase itself
     offload_s: float   # moving state back to host memory
     epoch: int = 0     # placement epoch of the permit (a release from an older placement is stale)
+    # Bytes the job's offloaded state holds in host memory per node, by pool ("rollout",
+    # "train"), read from the job's `host_memory` hook right after offload; None: not measured.
+    host_bytes: dict[str, int] | None = None
 
 
 class PermitClient(Protocol):
@@ -67,8 +72,10 @@ class JobShim:
                  onload: Callable[[str], None] | None = None,
                  offload: Callable[[str], None] | None = None,
                  tail_threshold: float = 0.8,
-                 on_move: Callable[[Grant], None] | None = None) -> None:
+                 on_move: Callable[[Grant], None] | None = None,
+                 host_memory: Callable[[], Mapping[str, int]] | None = None) -> None:
         self.job_id = job_id
+        self._host_memory = host_memory  # measured after each offload (see PhaseTimings.host_bytes)
         self.client = client
         self._onload = onload or (lambda phase: None)
         self._offload = offload or (lambda phase: None)
@@ -108,7 +115,18 @@ class JobShim:
                 self._offload(name)
             finally:  # a failed offload still releases the permit; its error then propagates
                 t4 = time.perf_counter()
-                self._release(PhaseTimings(self.job_id, name, t1 - t0, t2 - t1, t3 - t2, t4 - t3, grant.epoch))
+                self._release(PhaseTimings(self.job_id, name, t1 - t0, t2 - t1, t3 - t2, t4 - t3, grant.epoch,
+                                           self._held_bytes()))
+
+    def _held_bytes(self) -> dict[str, int] | None:
+        """What the job's `host_memory` hook says its offloaded state holds (None without a hook)."""
+        if self._host_memory is None:
+            return None
+        try:
+            return {pool: int(n) for pool, n in self._host_memory().items()}
+        except Exception:  # noqa: BLE001 -- a broken measurement must not keep the permit
+            log.warning("%s: host_memory hook failed; releasing without a measurement", self.job_id, exc_info=True)
+            return None
 
     def _release(self, timings: PhaseTimings) -> None:
         """Leave the phase and hand its permit back with what it cost."""
