@@ -274,8 +274,12 @@ class ClusterState:
         if est is None:
             est = self.estimates[job_id] = PhaseEstimate(member.job)  # the declared profile
         est.observe(rollout_s, train_s)
-        spec = measured_spec(est.job, *est.scales())
+        scales = est.scales()
+        if est.accepted is not None and est.accepted[0] == scales and est.accepted[1] is member.job:
+            return []
+        spec = measured_spec(est.job, *scales)
         if abs(spec.solo_iter_s / member.job.solo_iter_s - 1) <= 0.05:
+            est.accepted = (scales, member.job)
             return []
         t0 = time.perf_counter()
         self.planned[job_id] = spec

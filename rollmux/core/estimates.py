@@ -38,6 +38,9 @@ class PhaseEstimate:
     over_max: float = 1.0  # largest rollout seen / declared max (> 1 only under drift)
     count: int = 0          # iterations observed
     solo_done_s: float = 0.0  # their measured phase times: what they would have taken solo
+    # The last (scales, planned spec) the scheduler found within tolerance: the same scales
+    # against the same plan need no new check (measured_spec builds two models).
+    accepted: tuple[tuple[float, float], JobSpec] | None = None
 
     def observe(self, rollout_s: float, train_s: float) -> None:
         """One finished iteration's measured rollout and training seconds."""

@@ -3,7 +3,24 @@
 A job asks for a phase (`request`); the controller grants it when it is the
 job's turn on every node the phase is pinned to and those nodes are free; the
 job later reports its rollout tail-bound (`tail_started`, long-tail migration)
-and releases the phase (`release`). The controller never measures time itself
+and releases the phase (`release`).
+
+Phases: `rollout` and `train` take turns per node (below). `init` (a job's
+start: its state is built on its nodes, then offloaded) holds every node of
+the job in both pools: it waits until they are all free and no migrated tail
+runs there, and while it waits no other phase starts on them (so it cannot
+starve); it does not move the turn order. `sync` (the trainer's weights into
+the rollout workers' host-resident copy, over the inter-pool link) holds no
+node: it is granted at once and its release frees nothing. The simulator
+models sync the same way (a delay after the training release, before the next
+rollout request, with no node held) and has no init (an arrival is placed
+with its state built).
+
+Workers: a rollout node's workers are `units` equal slots (the denominator of
+`tail_worker_frac`, e.g. 4 for 0.25). A rollout permit covers the slots no
+migrated tail keeps (`Grant.workers`); a tail keeps the lowest
+`tail_worker_frac * units` of the slots its permit covered (`Grant.keep`), so
+two jobs never run on one worker. The controller never measures time itself
 beyond reading the environment's clock, so the same class serves the
 simulator (virtual time, simulated jobs) and the live plane (wall clock, real
 jobs behind the job shim).
@@ -12,13 +29,15 @@ jobs behind the job shim).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from fractions import Fraction
+from typing import Any, Callable
 
 from rollmux.core.env import Environment
 from rollmux.core.group import Group
 from rollmux.core.intra_group import IntraConfig, tail_share
 
-ROLLOUT, TRAIN = "rollout", "train"
+ROLLOUT, TRAIN, INIT, SYNC = "rollout", "train", "init", "sync"
+CONTROLLED = (INIT, ROLLOUT, TRAIN, SYNC)  # phases a controller grants
 
 
 @dataclass(frozen=True)
@@ -34,16 +53,34 @@ class Grant:
     granted_at: float
     tail_share: float  # tail fraction the job should migrate (0 = no migration)
     epoch: int = 0     # the job's placement count (live plane): a change means it was moved
+    units: int = 0     # rollout: worker slots per node (0 on other pools)
+    workers: tuple[tuple[int, ...], ...] = ()  # rollout: per node, the slots covered (() = all)
+    keep: tuple[tuple[int, ...], ...] = ()     # rollout: per node, the slots a migrated tail keeps
+    train_nodes: tuple[int, ...] = ()          # init: the training nodes it holds too
+
+    def slots(self, i: int) -> tuple[int, ...]:
+        """The worker slots this permit covers on its `i`-th node."""
+        return self.workers[i] if self.workers else tuple(range(self.units))
+
+    def kept(self, i: int) -> tuple[int, ...]:
+        """The worker slots a migrated tail keeps on the permit's `i`-th node."""
+        return self.keep[i] if self.keep else ()
+
+
+_UNKNOWN: Any = object()  # a node's turn, not computed since the turn order last changed
 
 
 class _NodeState:
-    __slots__ = ("pinned", "holder", "last", "tails")
+    __slots__ = ("pinned", "holder", "last", "tails", "turn", "slots", "kept")
 
     def __init__(self) -> None:
         self.pinned: list[str] = []       # members pinned here
+        self.turn: str | None = _UNKNOWN  # whose turn it is (cached; see _grantable_now)
         self.holder: str | None = None    # job running its (head) phase here
         self.last: str | None = None      # job whose state is loaded
         self.tails: dict[str, float] = {}  # migrated tails still running: job -> worker share
+        self.slots: tuple[int, ...] | None = None  # worker slots of the holder's rollout (None = all)
+        self.kept: dict[str, tuple[int, ...]] = {}  # worker slots of each migrated tail
 
 
 class GroupController:
@@ -65,6 +102,9 @@ class GroupController:
         # request can be granted; a new request then needs only its own check.
         self._settled = False
         self._depth = 0                    # dispatches in progress (a grant's callback may re-enter)
+        self._inits: dict[str, set[int]] = {ROLLOUT: set(), TRAIN: set()}  # nodes a pending init waits for
+        share = Fraction(cfg.tail_worker_frac).limit_denominator(64)
+        self.units, self._keep_n = share.denominator, share.numerator  # worker slots; a tail keeps these
         # Called once before the next membership change (the simulator's lone-member fast path
         # brings this controller up to date there; see `advance`).
         self.before_change: Callable[[], None] | None = None
@@ -107,6 +147,7 @@ class GroupController:
             for idx, node in enumerate(self.nodes[pool]):
                 node.pinned = [m.job_id for m in group.members
                                if idx in self._pins(m, pool) and m.job_id not in self._held]
+                node.turn = _UNKNOWN
         self._dispatch()
 
     def solo_ready(self, job_id: str) -> bool:
@@ -135,6 +176,7 @@ class GroupController:
             node.last = job_id
             if holding:
                 node.holder = job_id
+            node.turn = _UNKNOWN  # its key moves on
         self._meta[pool][job_id] += 1
         self._settled = False
 
@@ -170,7 +212,15 @@ class GroupController:
     # -- the permit protocol ----------------------------------------------------------
     def request(self, job_id: str, phase: str, on_grant: Callable[[Grant], None]) -> None:
         """Ask for a permit; `on_grant` is called (maybe at once) when it is granted."""
-        self._members[job_id]  # unknown job -> KeyError
+        member = self._members[job_id]  # unknown job -> KeyError
+        if phase not in CONTROLLED:
+            raise ValueError(f"unknown phase {phase!r}; use one of {CONTROLLED}")
+        if phase == SYNC:  # holds no node (module docstring): granted at once
+            on_grant(Grant(self.group.group_id, job_id, SYNC, "link", (), 0.0, self.env.now(), 0.0))
+            return
+        if phase == INIT:  # no other phase starts on its nodes until it has run
+            self._inits[ROLLOUT].update(member.rollout_nodes)
+            self._inits[TRAIN].update(member.train_nodes)
         self._pending[(job_id, phase)] = on_grant
         if self._settled and not self._depth and not self._grantable_now(job_id, phase):
             return  # every other request was already blocked and nothing else changed
@@ -184,18 +234,24 @@ class GroupController:
             if node.holder == job_id:
                 node.holder = None
                 node.tails[job_id] = share
+                node.kept[job_id] = self._kept_slots(node.slots)
+                node.slots = None
         self._migrating.add(job_id)
         self._dispatch()
 
     def release(self, job_id: str, phase: str) -> None:
         """The job finished `phase`: its nodes (and any tail workers) are free."""
         member = self._members[job_id]
-        pool = ROLLOUT if phase == ROLLOUT else TRAIN
-        for idx in self._pins(member, pool):
-            node = self.nodes[pool][idx]
-            node.tails.pop(job_id, None)
-            if node.holder == job_id:
-                node.holder = None
+        if phase == SYNC:
+            return  # it held nothing
+        pools = (ROLLOUT, TRAIN) if phase == INIT else (ROLLOUT if phase == ROLLOUT else TRAIN,)
+        for pool in pools:
+            for idx in self._pins(member, pool):
+                node = self.nodes[pool][idx]
+                node.tails.pop(job_id, None)
+                node.kept.pop(job_id, None)
+                if node.holder == job_id:
+                    node.holder = None
         self._migrating.discard(job_id)
         self._dispatch()
 
@@ -203,9 +259,11 @@ class GroupController:
         """Forget the job's pending requests and free every node it holds (a crashed job)."""
         for key in [k for k in self._pending if k[0] == job_id]:
             del self._pending[key]
+        self._reset_inits()
         for nodes in self.nodes.values():
             for node in nodes:
                 node.tails.pop(job_id, None)
+                node.kept.pop(job_id, None)
                 if node.holder == job_id:
                     node.holder = None
         self._migrating.discard(job_id)
@@ -216,7 +274,9 @@ class GroupController:
         their callers ask again)."""
         return {"meta": self._meta, "migrating": sorted(self._migrating), "held": sorted(self._held),
                 "cold": dict(self._cold),
-                "nodes": {p: [{"holder": n.holder, "last": n.last, "tails": n.tails} for n in ns]
+                "nodes": {p: [{"holder": n.holder, "last": n.last, "tails": n.tails,
+                               "slots": None if n.slots is None else list(n.slots),
+                               "kept": {j: list(k) for j, k in n.kept.items()}} for n in ns]
                           for p, ns in self.nodes.items()}}
 
     def import_state(self, d: dict) -> None:
@@ -228,12 +288,53 @@ class GroupController:
         for pool, states in d["nodes"].items():
             for node, st in zip(self.nodes[pool], states, strict=True):
                 node.holder, node.last, node.tails = st["holder"], st["last"], dict(st["tails"])
+                node.turn = _UNKNOWN
+                slots = st.get("slots")  # absent in states exported before worker slots
+                node.slots = None if slots is None else tuple(slots)
+                node.kept = {j: tuple(k) for j, k in st.get("kept", {}).items()}
 
     def tails_on(self, idx: int) -> dict[str, float]:
         """Migrated tails still running on rollout node `idx`."""
         return dict(self.nodes[ROLLOUT][idx].tails)
 
     # -- internals --------------------------------------------------------------------
+    def _kept_slots(self, held: tuple[int, ...] | None) -> tuple[int, ...]:
+        """The worker slots a tail keeps: the lowest `tail_worker_frac * units` of those it held."""
+        return (tuple(range(self.units)) if held is None else held)[:self._keep_n]
+
+    def _free_slots(self, node: _NodeState) -> tuple[int, ...]:
+        """The worker slots of a rollout node that no migrated tail keeps."""
+        taken = {s for k in node.kept.values() for s in k}
+        return tuple(s for s in range(self.units) if s not in taken)
+
+    def _reset_inits(self) -> None:
+        """Recompute the nodes pending inits wait for (after one is granted or withdrawn)."""
+        self._inits = {ROLLOUT: set(), TRAIN: set()}
+        for job_id, phase in self._pending:
+            if phase == INIT:
+                m = self._members[job_id]
+                self._inits[ROLLOUT].update(m.rollout_nodes)
+                self._inits[TRAIN].update(m.train_nodes)
+
+    def _init_ready(self, job_id: str) -> bool:
+        """Every node of the job is free, with no migrated tail on it (an init may start)."""
+        m = self._members[job_id]
+        return (all(self.nodes[ROLLOUT][i].holder is None and not self.nodes[ROLLOUT][i].tails
+                    for i in m.rollout_nodes)
+                and all(self.nodes[TRAIN][i].holder is None for i in m.train_nodes))
+
+    def _grant_init(self, job_id: str, cb: Callable[[Grant], None]) -> None:
+        """Hold every node of the job for its init (the turn order does not move)."""
+        m = self._members[job_id]
+        for pool in (ROLLOUT, TRAIN):
+            for i in self._pins(m, pool):
+                node = self.nodes[pool][i]
+                node.holder = node.last = job_id
+        del self._pending[(job_id, INIT)]
+        self._reset_inits()
+        cb(Grant(self.group.group_id, job_id, INIT, ROLLOUT, m.rollout_nodes, 0.0, self.env.now(), 0.0,
+                 units=self.units, train_nodes=m.train_nodes))
+
     def _grantable(self, job_id: str, phase: str, nodes: list[_NodeState]) -> bool:
         for node in nodes:
             if node.holder is not None or self._turn(phase, node) != job_id:
@@ -250,6 +351,9 @@ class GroupController:
         else:
             pool, idxs = TRAIN, member.train_nodes
         pool_nodes, meta, pos = self.nodes[pool], self._meta[phase], self._pos
+        inits = self._inits[pool]
+        if inits and not inits.isdisjoint(idxs):
+            return False  # an init waits for these nodes
         for i in idxs:
             node = pool_nodes[i]
             pinned = node.pinned
@@ -261,8 +365,12 @@ class GroupController:
                 if pinned[0] != job_id:
                     return False
             else:
-                mine = (meta[job_id], pos[job_id]) if job_id in meta else None
-                if mine is None or job_id not in pinned or any((meta[j], pos[j]) < mine for j in pinned):
+                # Cached until a key of a job pinned here changes (a grant or `advance` moves
+                # the granted job's key on its own nodes; membership changes reset every node).
+                turn = node.turn
+                if turn is _UNKNOWN:
+                    turn = node.turn = min(pinned, key=lambda j: (meta[j], pos[j]))
+                if turn != job_id:
                     return False
             if pool == ROLLOUT and node.tails and sum(node.tails.values()) > 1.0 - self.cfg.start_ratio + 1e-12:
                 return False
@@ -282,6 +390,11 @@ class GroupController:
             while progressed:
                 progressed = False
                 for (job_id, phase), cb in list(pending.items()):
+                    if phase == INIT:
+                        if self._init_ready(job_id):
+                            self._grant_init(job_id, cb)
+                            progressed = True
+                        continue
                     if not self._grantable_now(job_id, phase):
                         continue
                     member = self._members[job_id]
@@ -295,11 +408,32 @@ class GroupController:
                     for n in nodes:
                         n.holder = job_id
                         n.last = job_id
+                        n.turn = _UNKNOWN  # its key moves on
                     self._meta[pool][job_id] += 1
                     del pending[(job_id, phase)]
                     share = tail_share(member.job, shared, self.cfg) if pool == ROLLOUT else 0.0
-                    cb(Grant(self.group.group_id, job_id, phase, pool, idxs, switch, self.env.now(), share))
+                    if pool == ROLLOUT:
+                        cb(self._rollout_grant(job_id, idxs, nodes, switch, share))
+                    else:
+                        cb(Grant(self.group.group_id, job_id, phase, pool, idxs, switch, self.env.now(), share))
                     progressed = True
         finally:
             self._depth -= 1
         self._settled = not self._depth
+
+    def _rollout_grant(self, job_id: str, idxs: tuple[int, ...], nodes: list[_NodeState], switch: float,
+                       share: float) -> Grant:
+        """A rollout permit with its worker slots (computed only where tails make them matter)."""
+        workers: tuple[tuple[int, ...], ...] = ()
+        keep: tuple[tuple[int, ...], ...] = ()
+        if any(n.kept for n in nodes):
+            workers = tuple(self._free_slots(n) for n in nodes)
+            for n, w in zip(nodes, workers):
+                n.slots = w
+        else:
+            for n in nodes:
+                n.slots = None
+        if share > 0:
+            keep = tuple(self._kept_slots(n.slots) for n in nodes)
+        return Grant(self.group.group_id, job_id, ROLLOUT, ROLLOUT, idxs, switch, self.env.now(), share,
+                     units=self.units, workers=workers, keep=keep)
