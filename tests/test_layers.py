@@ -21,7 +21,8 @@ ALLOWED: dict[str, set[str]] = {
     "study": {"errors", "core", "workload", "sim", "study"},
     "shim": {"errors", "core", "shim"},
     "live": {"errors", "core", "shim", "live"},
-    "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "cli"},
+    "weightsync": {"weightsync"},
+    "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "weightsync", "cli"},
 }
 # Heavy or service frameworks the scheduling model and the simulator must run without.
 FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
