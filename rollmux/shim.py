@@ -7,12 +7,36 @@
     @shim.phase("train")
     def train_step(batch): ...
 
+or, the paper's form, with the job's context set once per process (or thread):
+
+    rollmux.init("job-7", client, onload=load, offload=unload)
+    @rollmux.phase("rollout")
+    def generate(): ...
+
 Entering a phase asks the group controller for a permit and blocks until it is
 this job's turn on its nodes; then the job's `onload` hook restores its state
 (warm start from host memory), the phase runs, `offload` moves the state back
 to host memory (the process and its communicators stay alive), and the permit
 is released with the measured timings. A job waiting for a permit has not
 onloaded: it holds no accelerator state.
+
+Phases (the controller's rules: rollmux.core.group_controller):
+- `init`: the job builds its state on its nodes (both pools); it waits until
+  the job is placed and its nodes are free. No onload (there is nothing to
+  restore); `offload` runs at its end, so the job then waits holding nothing.
+- `rollout`, `train`: onload, run, offload, one turn per node.
+- `sync`: the trainer's weights go to the rollout workers' host-resident copy;
+  it holds no node (granted at once) and runs no hooks: its timings are
+  measured and reported like any phase's.
+
+Long-tail migration: inside a rollout, `progress(done, total)` past
+`tail_threshold` (when the permit allows migration, `Grant.tail_share > 0`)
+calls the job's `on_tail(grant)` hook, which must stop the unfinished responses
+on the worker slots it gives up (every slot but `grant.kept(i)` on node i) and
+return; only then is the scheduler told, and it hands those slots to the next
+member's rollout. The job recomputes the aborted responses on the slots it
+kept. `progress` returns True that once, and `tail_migrated` stays set until
+the phase ends (for a loop that polls).
 
 The shim talks to a `PermitClient`. `LocalPermitClient` serves permits from
 an in-process `GroupController` driven by a `WallClockEnvironment`; the live
@@ -32,7 +56,9 @@ from typing import Callable, Iterator, Mapping, Protocol
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group_controller import Grant, GroupController
 
-PHASES = ("rollout", "train")
+PHASES = ("init", "rollout", "train", "sync")
+ITERATION = ("rollout", "train")  # the phases that take turns on the nodes, in an iteration's order
+_HOOKS = {"init": (False, True), "rollout": (True, True), "train": (True, True), "sync": (False, False)}
 log = logging.getLogger("rollmux.shim")
 
 
@@ -73,13 +99,19 @@ class JobShim:
                  offload: Callable[[str], None] | None = None,
                  tail_threshold: float = 0.8,
                  on_move: Callable[[Grant], None] | None = None,
-                 host_memory: Callable[[], Mapping[str, int]] | None = None) -> None:
+                 host_memory: Callable[[], Mapping[str, int]] | None = None,
+                 on_tail: Callable[[Grant], None] | None = None) -> None:
+        if not 0 < tail_threshold <= 1:
+            raise ValueError(f"JobShim: tail_threshold must be in (0, 1], not {tail_threshold!r}")
         self.job_id = job_id
         self._host_memory = host_memory  # measured after each offload (see PhaseTimings.host_bytes)
         self.client = client
         self._onload = onload or (lambda phase: None)
         self._offload = offload or (lambda phase: None)
         self._on_move = on_move or (lambda grant: None)
+        self._on_tail = on_tail or (lambda grant: None)
+        self.tail_migrated = False  # the running rollout's tail moved to the slots it kept
+        self.migrations = 0         # tails migrated so far
         self.epoch: int | None = None  # placement epoch of the last permit
         self.tail_threshold = tail_threshold
         self.history: list[PhaseTimings] = []
@@ -95,12 +127,14 @@ class JobShim:
         t0 = time.perf_counter()
         grant = self.client.acquire(self.job_id, name)
         t1 = time.perf_counter()
-        self._grant, self._tail_sent = grant, False
+        self._grant, self._tail_sent, self.tail_migrated = grant, False, False
+        onload, offload = _HOOKS[name]
         try:
             if self.epoch is not None and grant.epoch != self.epoch:
                 self._on_move(grant)  # re-placed (regrouping or re-admission): restart workers on the new nodes
             self.epoch = grant.epoch
-            self._onload(name)
+            if onload:
+                self._onload(name)
         except BaseException:
             # A failed onload must not keep the nodes: release (nothing ran), then re-raise.
             now = time.perf_counter()
@@ -112,7 +146,8 @@ class JobShim:
         finally:
             t3 = time.perf_counter()
             try:
-                self._offload(name)
+                if offload:
+                    self._offload(name)
             finally:  # a failed offload still releases the permit; its error then propagates
                 t4 = time.perf_counter()
                 self._release(PhaseTimings(self.job_id, name, t1 - t0, t2 - t1, t3 - t2, t4 - t3, grant.epoch,
@@ -138,14 +173,19 @@ class JobShim:
         """Mark a phase: use as `with shim.phase(name):` or as a decorator `@shim.phase(name)`."""
         return _PhaseMarker(self, name)
 
-    def progress(self, done: int, total: int) -> None:
-        """Report finished/total responses of the running rollout."""
+    def progress(self, done: int, total: int) -> bool:
+        """Report finished/total responses of the running rollout; True when its tail migrates now."""
         grant = self._grant
         if grant is None or grant.phase != "rollout" or self._tail_sent or total <= 0:
-            return
+            return False
         if grant.tail_share > 0 and done / total >= self.tail_threshold:
             self._tail_sent = True
+            self._on_tail(grant)  # the stragglers leave the slots given up before anyone gets them
             self.client.tail_started(self.job_id)
+            self.tail_migrated = True
+            self.migrations += 1
+            return True
+        return False
 
 
 class _PhaseMarker:
@@ -167,6 +207,70 @@ class _PhaseMarker:
         @functools.wraps(fn)
         def wrapped(*args, **kwargs):
             with self._shim._phase(self._name):
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+class _CurrentJob(threading.local):
+    shim: JobShim | None = None
+
+
+_current = _CurrentJob()
+_process_shim: JobShim | None = None
+
+
+def init(job_id: str, client: PermitClient, **hooks) -> JobShim:
+    """Set the job's context once: `phase` and `progress` below then act for this job.
+
+    The context is the calling thread's, and the process's default (a job with
+    several threads calls this once; jobs sharing a process call it in their own
+    threads). `hooks` are JobShim's keyword arguments (onload, offload, on_tail, ...)."""
+    global _process_shim
+    shim = JobShim(job_id, client, **hooks)
+    _current.shim = _process_shim = shim
+    return shim
+
+
+def current() -> JobShim:
+    """The job context `init` set (this thread's, else the process's)."""
+    shim = _current.shim or _process_shim
+    if shim is None:
+        raise RuntimeError("no rollmux job context: call rollmux.init(job_id, client, ...) first")
+    return shim
+
+
+def phase(name: str) -> "_LazyMarker":
+    """`@rollmux.phase("rollout")` or `with rollmux.phase("train"):` for the job `init` set (looked
+    up when the phase runs, so decorating at import time, before `init`, works)."""
+    if name not in PHASES:
+        raise ValueError(f"unknown phase {name!r}; use one of {PHASES}")
+    return _LazyMarker(name)
+
+
+def progress(done: int, total: int) -> bool:
+    """`JobShim.progress` for the job `init` set."""
+    return current().progress(done, total)
+
+
+class _LazyMarker:
+    """A phase marker that finds its job's shim when it runs."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._cms = threading.local()  # the open `with` of each thread
+
+    def __enter__(self) -> Grant:
+        cm = self._cms.cm = current().phase(self._name)
+        return cm.__enter__()
+
+    def __exit__(self, *exc) -> bool | None:
+        cm, self._cms.cm = self._cms.cm, None
+        return cm.__exit__(*exc)
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with current().phase(self._name):
                 return fn(*args, **kwargs)
         return wrapped
 

@@ -222,7 +222,7 @@ class GroupController:
             self._inits[ROLLOUT].update(member.rollout_nodes)
             self._inits[TRAIN].update(member.train_nodes)
         self._pending[(job_id, phase)] = on_grant
-        if self._settled and not self._depth and not self._grantable_now(job_id, phase):
+        if self._settled and not self._depth and phase != INIT and not self._grantable_now(job_id, phase):
             return  # every other request was already blocked and nothing else changed
         self._dispatch()
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rollmux.live.codec import live_job_record
-from rollmux.shim import PHASES, JobShim
+from rollmux.shim import ITERATION, JobShim
 
 _files = itertools.count()
 
@@ -106,7 +106,7 @@ def run_job(client: Any, job_id: str, log: PhaseLog, keep_going: Callable[[int],
     shim = JobShim(job_id, client)
     it = start_iter
     while keep_going(it):
-        for phase in PHASES:
+        for phase in ITERATION:
             log.event("ask", phase=phase, iter=it)
             asked = time.monotonic()
             with shim.phase(phase) as grant:
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-dir", type=Path, required=True)
     ap.add_argument("--checkpoint", type=Path, required=True)
     ap.add_argument("--heartbeat-s", type=float, default=0.5)
-    ap.add_argument("--hold-phase", choices=PHASES, default=None, help="park inside this phase ...")
+    ap.add_argument("--hold-phase", choices=ITERATION, default=None, help="park inside this phase ...")
     ap.add_argument("--hold-iter", type=int, default=0, help="... of this iteration, until killed")
     args = ap.parse_args(argv)
 

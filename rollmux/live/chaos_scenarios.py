@@ -21,7 +21,7 @@ from rollmux.live.chaos_run import (
     random_token,
 )
 from rollmux.live.client import HttpPermitClient
-from rollmux.shim import PHASES, PhaseTimings
+from rollmux.shim import ITERATION, PhaseTimings
 
 MIDPHASE_KILLS = 2         # server kills, back to back, while a job holds a permit
 FLOW_KILLS = 3             # then server kills while the jobs flow
@@ -65,7 +65,7 @@ def double_release(run: Run) -> None:
                     "holds no", "release of rollout while holding train")
         attempts += 1
         run.unchanged(before, run.status(), "the refused release")
-    for phase in PHASES:
+    for phase in ITERATION:
         grant = _phase(client, "dr-lone", phase, log, 0, release_not_held if phase == "train" else None)
         before, after = _release_again(run, "dr-lone", phase, tok, grant["grant_no"])
         attempts += 1
@@ -82,7 +82,7 @@ def double_release(run: Run) -> None:
     tok = pa["token"]
     log = PhaseLog(run.log_dir, "dr-a")
     for it in range(2):
-        for phase in PHASES:
+        for phase in ITERATION:
             grant = _phase(ca, "dr-a", phase, log, it)
             before, after = _release_again(run, "dr-a", phase, tok, grant["grant_no"])
             attempts += 1
