@@ -322,6 +322,36 @@ def submit(
 
 
 @app.command()
+def profile(
+    job_module: str = typer.Argument(..., help="Python module with a make_job(preset, **options) entry point, "
+                                               "e.g. examples.grpo (imported from the working directory)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the job record (YAML, or JSON for .json)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="Passed to make_job (e.g. small, medium, large)."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE passed to make_job (repeatable)."),
+    job_id: Optional[str] = typer.Option(None, "--job-id", help="The record's job id (default: module-preset)."),
+    slo: float = typer.Option(2.0, "--slo", help="Slowdown the job accepts over solo (>= 1)."),
+    iterations: Optional[int] = typer.Option(None, "--iterations", help="The job's work in iterations (default 100)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="...or in seconds run solo."),
+    rollout_gpus: int = typer.Option(8, "--rollout-gpus", help="GPUs of its rollout workers."),
+    train_gpus: int = typer.Option(8, "--train-gpus", help="GPUs of its trainer."),
+    tail_frac: float = typer.Option(0.0, "--tail-frac", help="Share of rollout time in the long tail [0, 1)."),
+    runs: int = typer.Option(5, "--runs", help="Measured iterations (plus one at maximum response length)."),
+    warmup: int = typer.Option(1, "--warmup", help="Unrecorded iterations first."),
+) -> None:
+    """Measure a job's profile by running its own phases through the shim; write a record `submit` accepts."""
+    from rollmux.live.profile import ProfileOptions, profile_command
+    try:
+        name = job_id if job_id is not None else job_module.rsplit(".", 1)[-1] + (f"-{preset}" if preset else "")
+        opts = ProfileOptions(job_id=name, slo=slo, iterations=100 if iterations is None and duration is None
+                              else iterations, duration_s=duration, rollout_gpus=rollout_gpus,
+                              train_gpus=train_gpus, tail_frac=tail_frac, runs=runs, warmup=warmup)
+        profile_command(job_module, preset, sets or [], output, opts, say=lambda line: err.print(line, highlight=False))
+        out.print(f"wrote {output}", highlight=False)
+    except InputError as exc:
+        _fail(exc)
+
+
+@app.command()
 def cancel(job_id: str = typer.Argument(..., help="The job to cancel."), url: str = _URL,
            admin_token_file: Path = _TOKEN_FILE) -> None:
     """Cancel a job: its permits are reclaimed and its group goes on."""

@@ -13,6 +13,12 @@ Record kinds (payloads are JSON-native):
   grant     {job_id, phase, group_id, ...}      a permit was granted
   release   {job_id, phase, timings}            a permit was released; train ends an iteration
   tail      {job_id}                            its rollout is tail-bound (long-tail migration)
+  observe   {job_id, rollout_s, train_s, at}    an iteration's measured phase times: the simulator's
+                                                drift repair (`ClusterState.observe`) re-plans the
+                                                group; the evictions it decides follow as `movers`
+  memory    {job_id, host_gb}                   the most host memory (GB per node, by pool) the job's
+                                                offloaded state was measured to hold; a node's
+                                                residency counts max(declared, measured)
   movers    {group_id, dissolve, moves}         a regrouping: each mover's slot is reserved at once;
                                                 (older journals: {job_ids, group_ids}, re-placed at the boundary)
   move_out  {job_id}                            a mover (or re-admitted job) leaves its group; a mover
@@ -22,15 +28,18 @@ Record kinds (payloads are JSON-native):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
 from rollmux.core.env import Environment
-from rollmux.core.group import Group
+from rollmux.core.estimates import PhaseEstimate
+from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.regroup import Regroup
+from rollmux.core.spec import ClusterSpec, HostGB, JobSpec
 from rollmux.live.codec import (
     group_from_dict,
     group_to_dict,
@@ -39,6 +48,7 @@ from rollmux.live.codec import (
     plan_from_dict,
     plan_to_dict,
     regroup_from_dict,
+    regroup_to_dict,
 )
 
 EWMA = 0.3  # weight of the newest phase measurement in a job's profile
@@ -46,6 +56,14 @@ EWMA = 0.3  # weight of the newest phase measurement in a job's profile
 
 class ReplayError(RuntimeError):
     """A journal record does not apply to the state rebuilt so far."""
+
+
+class _Journaled(Exception):
+    """Replay of an `observe`: the evictions it decided are the journal's next `movers` records."""
+
+
+def _replayed(r: Regroup) -> None:
+    raise _Journaled
 
 
 @dataclass
@@ -64,6 +82,13 @@ class LiveJob:
     profile: dict[str, float] = field(default_factory=dict)  # phase -> EWMA of measured run seconds
     reason: str | None = None
     case: str | None = None           # how its latest placement was found (Algorithm 1's case)
+    last_run: dict[str, float] = field(default_factory=dict)      # phase -> its last measured run seconds
+    host_measured: dict[str, float] = field(default_factory=dict)  # pool -> most host GB per node measured
+
+    @property
+    def over_memory(self) -> bool:
+        """Measured to hold more host memory than it declared (on either pool)."""
+        return any(gb > getattr(self.spec.host_gb, pool) + 1e-9 for pool, gb in self.host_measured.items())
 
     @property
     def active(self) -> bool:
@@ -79,6 +104,9 @@ class LiveState:
         self.cluster = ClusterState(env, cluster, RollMuxPlacement(cfg.intra), cfg)
         self.jobs: dict[str, LiveJob] = {}
         self.grants = 0      # permits granted so far (for status)
+        # How a live `observe` carries out the evictions it decides; the service journals each
+        # first (a `movers` record). Without a service: applied as a movers record would be.
+        self.regroup_commit: Callable[[Regroup], None] = lambda r: self.apply("movers", regroup_to_dict(r))
 
     def apply(self, kind: str, payload: dict, replay: bool = False) -> Group | None:
         """Apply one journal record (live: after journaling it; replay: from the journal).
@@ -102,6 +130,7 @@ class LiveState:
         job.group_id, job.status, job.migrate = plan.group.group_id, "running", False
         job.case = plan.case.value
         job.epoch += 1
+        self._count_memory(p["job_id"])
 
     def _apply_grant(self, p: dict, replay: bool) -> None:
         job = self.jobs[p["job_id"]]
@@ -120,6 +149,7 @@ class LiveState:
         job.held.pop(phase)
         self.cluster.controllers[job.group_id].release(job.spec.job_id, phase)
         run_s = p["timings"]["run_s"]
+        job.last_run[phase] = run_s
         old = job.profile.get(phase)
         job.profile[phase] = run_s if old is None else (1 - EWMA) * old + EWMA * run_s
         if phase == "train":
@@ -128,6 +158,59 @@ class LiveState:
     def _apply_tail(self, p: dict, replay: bool) -> None:
         job = self.jobs[p["job_id"]]
         self.cluster.controllers[job.group_id].tail_started(job.spec.job_id)
+
+    def _apply_observe(self, p: dict, replay: bool) -> None:
+        """The simulator's drift repair, unchanged: measured times may re-plan the job's group and
+        evict members. Replayed, the re-plan is redone (it is a function of the measurements) and
+        the evictions are not: they are the journaled `movers` records that follow."""
+        job = self.jobs[p["job_id"]]
+        commit = _replayed if replay else self.regroup_commit
+        try:
+            self.cluster.observe(p["job_id"], job.group_id, p["rollout_s"], p["train_s"], self.progress(p["at"]),
+                                 commit=commit)
+        except _Journaled:
+            pass
+
+    def _apply_memory(self, p: dict, replay: bool) -> None:
+        job = self.jobs[p["job_id"]]
+        for pool, gb in p["host_gb"].items():
+            job.host_measured[pool] = max(job.host_measured.get(pool, 0.0), float(gb))
+        self._count_memory(p["job_id"])
+
+    def counted(self, spec: JobSpec) -> JobSpec:
+        """`spec` with the host memory a node's residency budget counts for its job: per pool,
+        the larger of what it declared and the most it was measured to hold."""
+        job = self.jobs[spec.job_id]
+        declared, seen = job.spec.host_gb, job.host_measured
+        host = HostGB(rollout=max(declared.rollout, seen.get("rollout", 0.0)),
+                      train=max(declared.train, seen.get("train", 0.0)))
+        # Only host_gb changes: the copy's cached phase-time figures stay right.
+        return spec if host == spec.host_gb else spec.model_copy(update={"host_gb": host})
+
+    def planning_spec(self, job_id: str) -> JobSpec:
+        """The profile the scheduler plans the job with: measured times (drift repair) if any,
+        and counted host memory."""
+        return self.counted(self.cluster.planned.get(job_id, self.jobs[job_id].spec))
+
+    def _count_memory(self, job_id: str) -> None:
+        """Make every profile the planner reads for this job count its measured host memory."""
+        cs = self.cluster
+        est = cs.estimates.get(job_id)
+        if est is not None:
+            est.job = self.counted(est.job)
+        if job_id in cs.planned:
+            cs.planned[job_id] = self.counted(cs.planned[job_id])
+        gid = self.jobs[job_id].group_id
+        if gid is None or gid not in cs.groups:
+            return
+        g = cs.groups[gid]
+        member = g.member(job_id)
+        spec = self.counted(member.job)
+        if spec is not member.job:
+            g = replace(g, members=tuple(Member(spec, m.rollout_nodes, m.train_nodes) if m.job_id == job_id else m
+                                         for m in g.members))
+            cs.groups[gid] = g
+            cs.controllers[gid].update_group(g)
 
     def _apply_movers(self, p: dict, replay: bool) -> None:
         if "moves" not in p:  # a journal written before moves were reserved
@@ -148,12 +231,14 @@ class LiveState:
             job = self.jobs[job_id]
             job.group_id, job.status = self.cluster.arrive(job_id), "running"
             job.epoch += 1
+            self._count_memory(job_id)
         return rest
 
     def _apply_leave(self, p: dict, replay: bool) -> Group | None:
         job = self.jobs[p["job_id"]]
         job.status, job.reason = p["status"], p.get("reason")
         self.cluster.cancel_arrival(p["job_id"])  # it leaves for good before a planned move
+        self.cluster.forget(p["job_id"])
         return self._out_of_group(p["job_id"])
 
     def _out_of_group(self, job_id: str) -> Group | None:
@@ -178,7 +263,9 @@ class LiveState:
                 "dissolving": sorted(cs.dissolving), "next_gid": cs._next_gid, "cases": cs.cases,
                 "arriving": {j: {"job_id": m.job_id, "from_group": m.from_group, "plan": plan_to_dict(m.plan),
                                  "migration_s": m.migration_s} for j, m in cs.arriving.items()},
-                "nodes": cs.ledger.nodes}
+                "nodes": cs.ledger.nodes,
+                "estimates": {j: _estimate_to_dict(e) for j, e in cs.estimates.items()},
+                "planned": {j: job_to_dict(s) for j, s in cs.planned.items()}}
 
     def load(self, d: dict) -> None:
         """Adopt a snapshot taken by `dump` (on a fresh state)."""
@@ -196,6 +283,8 @@ class LiveState:
         cs._next_gid, cs.cases = d["next_gid"], dict(d["cases"])
         for pool, n in d["nodes"].items():
             cs.ledger.provision(pool, n, cs.env.now())
+        cs.estimates = {j: _estimate_from_dict(e) for j, e in d.get("estimates", {}).items()}
+        cs.planned = {j: JobSpec.model_validate(s) for j, s in d.get("planned", {}).items()}
 
     # -- queries ----------------------------------------------------------------------
     def progress(self, now: float) -> Mapping[str, tuple[int, float]]:
@@ -204,6 +293,20 @@ class LiveState:
         Computed per job on lookup: a decision reads the members of a few groups, and
         building the whole map for every decision made each submission O(all jobs)."""
         return _Progress(self.jobs, now)
+
+
+_ESTIMATE_FIELDS = ("window", "z", "min_n", "train_ratio", "over_max", "count", "solo_done_s")
+
+
+def _estimate_to_dict(e: PhaseEstimate) -> dict:
+    """A job's measured-profile estimate as JSON-native data (a snapshot's)."""
+    return {"job": job_to_dict(e.job), "logs": list(e.logs), **{k: getattr(e, k) for k in _ESTIMATE_FIELDS}}
+
+
+def _estimate_from_dict(d: dict) -> PhaseEstimate:
+    """Rebuild an estimate from `_estimate_to_dict`'s form."""
+    return PhaseEstimate(JobSpec.model_validate(d["job"]), logs=deque(d["logs"]),
+                         **{k: d[k] for k in _ESTIMATE_FIELDS})
 
 
 class _Progress(Mapping):

@@ -64,6 +64,9 @@ from rollmux.live.views import PAGE, job_view, metrics_snapshot, status_view
 from rollmux.shim import PHASES
 
 TIMING_FIELDS = ("wait_s", "onload_s", "run_s", "offload_s")
+HOST_POOLS = ("rollout", "train")
+GB = 1e9              # host_gb is in GB (10^9 bytes), as the job record declares it
+MEMORY_STEP = 0.01    # a measured rise of host memory under 1% is not journaled again
 log = logging.getLogger("rollmux.service")
 
 __all__ = ["ADMIN", "AuthError", "BadRequest", "Conflict", "Forbidden", "JobGone", "NotFound", "SchedulerCore",
@@ -152,6 +155,8 @@ class SchedulerCore(Supervision, InProcessApi):
         self._config = config
         self._last_seq = self._snap_seq = self.recovered_records
         self.state = LiveState(self.env, spec, cfg)
+        # Evictions a live drift repair decides are journaled before they take effect.
+        self.state.regroup_commit = lambda r: self._record("movers", regroup_to_dict(r))
         if snap:
             self.state.load(snap[1])
         for r in records:
@@ -374,7 +379,8 @@ class SchedulerCore(Supervision, InProcessApi):
             if not job.active:
                 self._queue.popleft()
                 continue
-            plan = self.state.cluster.decide(job.spec, self.state.progress(time.time()))
+            # A job placed again is planned with what was measured of it (times, host memory).
+            plan = self.state.cluster.decide(self.state.planning_spec(jid), self.state.progress(time.time()))
             if plan is None:
                 return  # FIFO: the head waits for nodes, and so does everyone behind it
             self._record("place", {"job_id": jid, "plan": plan_to_dict(plan), "arrival": job.epoch == 0})
@@ -425,7 +431,8 @@ class SchedulerCore(Supervision, InProcessApi):
             m = ctl.group.member(job_id)
             at = time.time()
             payload = {**asdict(grant), "nodes": list(grant.nodes), "epoch": job.epoch, "at": at,
-                       "grant_no": self.state.grants + 1, "lease_s": self.lease_s(job.spec, phase, grant.switch_s),
+                       "grant_no": self.state.grants + 1,
+                       "lease_s": self.lease_s(self.state.planning_spec(job_id), phase, grant.switch_s),
                        "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes)}
             self._record("grant", payload)  # a JournalError unwinds to `request`, which rebuilds
             self._opened(payload)
@@ -464,8 +471,10 @@ class SchedulerCore(Supervision, InProcessApi):
                 or not timings[k] >= 0 for k in TIMING_FIELDS):
             raise self._refuse("release", job_id, f"timings must give {', '.join(TIMING_FIELDS)} as numbers >= 0",
                                field="timings")
+        host_gb = self._host_gb(job_id, timings.get("host_bytes"))
         self._record("release", {"job_id": job_id, "phase": phase,
                                  "timings": {k: float(timings[k]) for k in TIMING_FIELDS}})
+        self._measured(job_id, phase, host_gb)
         self._closed(job_id, phase)
         if self.telemetry is not None:
             self.telemetry.phase_done(phase, float(timings["run_s"]))
@@ -477,6 +486,31 @@ class SchedulerCore(Supervision, InProcessApi):
         if phase == "train" and self.state.jobs[job_id].migrate:
             self._move(job_id, "regroup")
         return {}
+
+    def _host_gb(self, job_id: str, host_bytes: Any) -> dict[str, float] | None:
+        """A release's measured host memory (bytes per node, by pool) in GB, or the refusal."""
+        if host_bytes is None:
+            return None
+        if not isinstance(host_bytes, dict) or any(
+                p not in HOST_POOLS or isinstance(n, bool) or not isinstance(n, int) or n < 0
+                for p, n in host_bytes.items()):
+            raise self._refuse("release", job_id, "host_bytes must map rollout/train to integers >= 0",
+                               field="timings.host_bytes")
+        return {p: n / GB for p, n in host_bytes.items()}
+
+    def _measured(self, job_id: str, phase: str, host_gb: dict[str, float] | None) -> None:
+        """Feed what a release measured to the scheduler: host memory that rose (journaled as
+        `memory`), and at an iteration's end its phase times (`observe`: the drift repair)."""
+        job = self.state.jobs[job_id]
+        seen = job.host_measured
+        if host_gb and any(p not in seen or gb > seen[p] * (1 + MEMORY_STEP) for p, gb in host_gb.items()):
+            self._record("memory", {"job_id": job_id, "host_gb": {p: max(gb, seen.get(p, 0.0))
+                                                                  for p, gb in host_gb.items()}})
+        rollout_s = job.last_run.get("rollout")
+        if (phase == "train" and self.state.cfg.repair and rollout_s is not None and job.group_id is not None
+                and not job.migrate):
+            self._record("observe", {"job_id": job_id, "rollout_s": rollout_s, "train_s": job.last_run["train"],
+                                     "at": time.time()})
 
     def _resume_after_release(self, job_id: str, phase: str) -> None:
         """An acquire that overtook this release may now ask for its permit."""
@@ -563,7 +597,8 @@ class SchedulerCore(Supervision, InProcessApi):
 
     # -- inspection ---------------------------------------------------------------------
     def _op_job(self, caller: str, job_id: str) -> dict:
-        return job_view(self._authorize("job", caller, job_id, admin_ok=True), time.time())
+        return job_view(self._authorize("job", caller, job_id, admin_ok=True), time.time(),
+                        self.state.cluster.planned.get(job_id))
 
     def _op_status(self, caller: str, offset: int = 0, limit: int = PAGE) -> dict:
         if caller != ADMIN:

@@ -26,7 +26,7 @@ def jobs_table(status: dict) -> Table:
     """One row per job: status, iterations, mean iteration time vs its SLO, measured profile."""
     t = Table(title="Jobs")
     for col in ("job", "status", "group", "iterations", "mean iter", "SLO iter", "within SLO",
-                "measured rollout", "measured train", "holds"):
+                "measured rollout", "measured train", "host GB measured / declared", "holds"):
         t.add_column(col)
     for jid, j in status["jobs"].items():
         mean, slo = j["mean_iter_s"], j["slo_iter_s"]
@@ -35,8 +35,17 @@ def jobs_table(status: dict) -> Table:
         state = j["status"] + (f" ({j['reason']})" if j.get("reason") else "")
         t.add_row(jid, state, "-" if j["group_id"] is None else str(j["group_id"]), str(j["iterations"]),
                   _s(mean), _s(slo), ok, _s(measured.get("rollout")), _s(measured.get("train")),
-                  " ".join(j["held"]) or "-")
+                  _host(j.get("host_gb")), " ".join(j["held"]) or "-")
     return t
+
+
+def _host(host: dict | None) -> str:
+    """Host memory per pool as 'measured / declared', flagged when over the declaration."""
+    if not host or not host["measured"]:
+        return "-"
+    cells = [f"{p[0]} {host['measured'][p]:.3g}/{host['declared'][p]:.3g}" for p in ("rollout", "train")
+             if p in host["measured"]]
+    return " ".join(cells) + (" [red]OVER[/]" if host["over_declaration"] else "")
 
 
 def summary_line(status: dict) -> str:

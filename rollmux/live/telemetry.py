@@ -21,11 +21,16 @@ callback, so a scrape never mixes two moments (client_python's custom-collector 
 | rollmux_pool_gpus                   | gauge     | pool, state     | GPUs of each pool that are busy or idle        |
 | rollmux_cost_per_hour               | gauge     | pool            | provisioning cost rate of each pool, $/h       |
 | rollmux_job_iteration_slowdown      | gauge     | job             | a running job's mean iteration / solo time     |
+| rollmux_host_memory_bytes           | gauge     | pool, source    | host memory per node summed over active jobs:  |
+|                                     |           |                 | declared, or measured by the jobs' shims       |
+| rollmux_jobs_over_memory_declaration| gauge     | -               | active jobs measured above their declaration   |
 
 Label values are bounded: every label but `job` takes values from a fixed tuple in this
 module. `rollmux_job_iteration_slowdown` is the one per-job series; it exists only while the
 snapshot lists its job as running, so the series vanishes when the job leaves. No label ever
-carries a token, a node name or error text.
+carries a token, a node name or error text. Which job is over its memory declaration is
+shown in `rollmux status` (and GET /v1/status), not as a per-job series: the slowdown gauge
+stays the only one (STYLE).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ SWITCH_KINDS = ("warm", "cold")
 JOB_STATES = ("queued", "running", "moving", "done", "failed", "cancelled")
 POOLS = ("rollout", "train")
 GPU_STATES = ("busy", "idle")
+MEMORY_SOURCES = ("declared", "measured")
 
 # Permit waits span six orders of magnitude. A permit for a node nobody else holds comes back
 # in one loopback round trip (about a millisecond); otherwise the job waits for the other
@@ -113,7 +119,12 @@ class _StateCollector(Collector):
         slowdown = GaugeMetricFamily("rollmux_job_iteration_slowdown",
                                      "A running job's mean iteration time over its solo iteration time.",
                                      labels=["job"])
-        out: list[Metric] = [jobs, groups, gpus, cost, slowdown]
+        host = GaugeMetricFamily("rollmux_host_memory_bytes",
+                                 "Host memory per node summed over active jobs, declared or measured.",
+                                 labels=["pool", "source"])
+        over = GaugeMetricFamily("rollmux_jobs_over_memory_declaration",
+                                 "Active jobs measured to hold more host memory than they declared.")
+        out: list[Metric] = [jobs, groups, gpus, cost, slowdown, host, over]
         if snap is None:
             return out
         # Build every sample before yielding any, so a malformed snapshot yields nothing at all.
@@ -128,6 +139,11 @@ class _StateCollector(Collector):
             cost.add_metric([pool], float(pool_cost.get(pool, 0.0)))
         for job_id, value in sorted(snap.get("slowdown", {}).items()):
             slowdown.add_metric([str(job_id)], float(value))
+        memory = snap.get("host_memory_bytes", {})
+        for pool in POOLS:
+            for source in MEMORY_SOURCES:
+                host.add_metric([pool, source], float(memory.get(pool, {}).get(source, 0.0)))
+        over.add_metric([], float(snap.get("over_memory_declaration", 0)))
         return out
 
 

@@ -18,15 +18,22 @@ MAX_PAGE = 10_000
 STATES = ("queued", "running", "moving", "done", "failed", "cancelled")
 
 
-def job_view(job: Any, now: float) -> dict:
-    """One job: status, placement, iterations and mean iteration time vs its SLO."""
+def job_view(job: Any, now: float, planned: Any = None) -> dict:
+    """One job: status, placement, iterations and mean iteration time vs its SLO, its profile
+    (declared, measured, and `planned`: what the drift repair plans it with, if it replaced the
+    declared one) and its host memory (declared, measured, over the declaration or not)."""
     mean = (now - job.started_at) / job.iterations if job.iterations else None
     solo = job.spec.solo_iter_s
+    host = job.spec.host_gb
     return {"job_id": job.spec.job_id, "status": job.status, "group_id": job.group_id,
             "iterations": job.iterations, "mean_iter_s": mean, "slo_iter_s": job.spec.slo * solo,
             "slowdown": None if mean is None else mean / solo,
             "profile": {"declared": {"rollout": job.spec.rollout_s.median, "train": job.spec.train_s},
-                        "measured": dict(job.profile)},
+                        "measured": dict(job.profile),
+                        "planned": None if planned is None else {"rollout": planned.rollout_s.median,
+                                                                 "train": planned.train_s}},
+            "host_gb": {"declared": {"rollout": host.rollout, "train": host.train},
+                        "measured": dict(job.host_measured), "over_declaration": job.over_memory},
             "held": sorted(job.held), "epoch": job.epoch, "reason": job.reason, "case": job.case}
 
 
@@ -55,7 +62,8 @@ def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> di
                "train_nodes": g.n_train, "period_s": g.shape.period_s if g.shape else None,
                "turn": cs.controllers[g.group_id].whose_turn()}
               for g in islice(cs.groups.values(), offset, offset + limit)]
-    jobs = {jid: job_view(r, now) for jid, r in islice(core.state.jobs.items(), offset, offset + limit)}
+    jobs = {jid: job_view(r, now, cs.planned.get(jid))
+            for jid, r in islice(core.state.jobs.items(), offset, offset + limit)}
     timeline = [dict(row) for row in core._timeline if row["end"] is None or row["end"] > now - TIMELINE_S]
     page = {"offset": offset, "limit": limit, "groups_total": len(cs.groups), "jobs_total": len(core.state.jobs)}
     return {"now": now, "page": page, "groups": groups, "jobs": jobs, "pools": _pools(core),
@@ -69,12 +77,20 @@ def metrics_snapshot(core: Any) -> dict:
     """The state gauges of one scrape (telemetry's collector reads this)."""
     by_state = {s: 0 for s in STATES}
     slowdown = {}
+    host = {p: {"declared": 0.0, "measured": 0.0} for p in POOLS}  # bytes per node, summed over active jobs
+    over = 0
     now = time.time()
     for jid, r in core.state.jobs.items():
         by_state[r.status] = by_state.get(r.status, 0) + 1
         if r.status == "running" and r.iterations:
             slowdown[jid] = (now - r.started_at) / r.iterations / r.spec.solo_iter_s
+        if r.active:
+            over += r.over_memory
+            for p in POOLS:
+                host[p]["declared"] += getattr(r.spec.host_gb, p) * 1e9
+                host[p]["measured"] += r.host_measured.get(p, 0.0) * 1e9
     pools = _pools(core)
     return {"jobs_by_state": by_state, "groups": len(core.state.cluster.groups),
             "pool_gpus": {p: {"busy": v["busy_gpus"], "idle": v["gpus"] - v["busy_gpus"]} for p, v in pools.items()},
-            "cost_per_hour": {p: v["cost_per_hour"] for p, v in pools.items()}, "slowdown": slowdown}
+            "cost_per_hour": {p: v["cost_per_hour"] for p, v in pools.items()}, "slowdown": slowdown,
+            "host_memory_bytes": host, "over_memory_declaration": over}

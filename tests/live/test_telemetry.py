@@ -33,7 +33,9 @@ DOCUMENTED = {"rollmux_build_info": {"version", "python"},
               "rollmux_groups": set(),
               "rollmux_pool_gpus": {"pool", "state"},
               "rollmux_cost_per_hour": {"pool"},
-              "rollmux_job_iteration_slowdown": {"job"}}
+              "rollmux_job_iteration_slowdown": {"job"},
+              "rollmux_host_memory_bytes": {"pool", "source"},
+              "rollmux_jobs_over_memory_declaration": set()}
 
 
 class Source:
