@@ -215,6 +215,9 @@ def serve(
     wait_store: float = typer.Option(0.0, "--wait-store", min=0.0,
                                      help="Wait this long for a store another server holds (a Redis writer "
                                           "lease of a killed server lapses after 10 s)."),
+    repair: bool = typer.Option(True, "--repair/--no-repair",
+                                help="Re-plan a group from its jobs' measured phase times and move members it "
+                                     "cannot keep (the simulator's drift repair; a new store only)."),
 ) -> None:
     """Serve the scheduler's authenticated HTTP API until SIGINT/SIGTERM.
 
@@ -244,7 +247,7 @@ def serve(
             telemetry = Telemetry(lambda: holder["core"].request("metrics").result(timeout=10))
             core = SchedulerCore(None if recovering and cluster is None else spec.model_dump(), store=journal,
                                  heartbeat_timeout_s=heartbeat_timeout, admin_token=token, lease_min_s=lease_min,
-                                 telemetry=telemetry, watch_ray_nodes=False)
+                                 telemetry=telemetry, watch_ray_nodes=False, repair=repair)
             holder["core"] = core
         except (JournalError, ServiceError) as exc:
             journal.close()

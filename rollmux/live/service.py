@@ -95,8 +95,12 @@ class SchedulerCore(Supervision, InProcessApi):
                  store: str | Store | None = None, heartbeat_timeout_s: float | None = None,
                  check_every_s: float = 0.5, watch_ray_nodes: bool = False, snapshot_every: int = 2000,
                  admin_token: str | None = None, lease_factor: float = 2.0, lease_min_s: float = 60.0,
-                 telemetry: Any = None, tail_threshold: float = 0.8) -> None:
+                 telemetry: Any = None, tail_threshold: float = 0.8, repair: bool = False) -> None:
         self.env = WallClockEnvironment()
+        # Live drift repair for a fresh store without `cfg` (a journal's config wins on restart).
+        # Off unless asked: `rollmux serve` asks (--repair, on by default); programs that embed the
+        # core with made-up profiles (tests, the demo, chaos) would see their made-up times as drift.
+        self._repair_default = repair
         self.journal = (open_store(store) if isinstance(store, str) else store) if store else MemoryStore()
         self._admin_hash = hash_token(admin_token) if admin_token else None
         self.telemetry = telemetry
@@ -148,7 +152,8 @@ class SchedulerCore(Supervision, InProcessApi):
                 raise ServiceError("no cluster given and no journal to recover it from")
             spec = ClusterSpec.model_validate(cluster)
             # The schedule's switch and migration costs are the cluster's, as in the simulator's CLI.
-            cfg = cfg or SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s))
+            cfg = cfg or SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s),
+                                         repair=self._repair_default)
             config = _config_record(spec, cfg)
             self.journal.append("config", config)
             self.recovered_records = 1

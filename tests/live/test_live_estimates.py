@@ -42,7 +42,7 @@ def _shared_pair(core: SchedulerCore) -> dict[str, str]:
 @pytest.mark.parametrize("slow", [True, False])
 def test_a_job_much_slower_than_declared_is_evicted_live(tmp_path, slow):
     store = str(tmp_path / "journal.db")
-    core = SchedulerCore(make_cluster().model_dump(), store=store)
+    core = SchedulerCore(make_cluster().model_dump(), store=store, repair=True)
     try:
         tok = _shared_pair(core)
         scale = 3.0 if slow else 1.0
@@ -72,10 +72,13 @@ def test_a_job_much_slower_than_declared_is_evicted_live(tmp_path, slow):
         again.shutdown()
 
 
-def test_without_repair_measured_times_are_shown_but_change_no_plan():
+@pytest.mark.parametrize("how", ["default", "cfg"])
+def test_without_repair_measured_times_are_shown_but_change_no_plan(how):
     from rollmux.core.cluster_state import SchedulerConfig
     from rollmux.core.intra_group import IntraConfig
-    core = SchedulerCore(make_cluster().model_dump(), cfg=SchedulerConfig(intra=IntraConfig(), repair=False))
+    # An embedded core repairs only when asked; a config without repair never does.
+    cfg = SchedulerConfig(intra=IntraConfig(), repair=False) if how == "cfg" else None
+    core = SchedulerCore(make_cluster().model_dump(), cfg=cfg, repair=how == "cfg")
     try:
         tok = _shared_pair(core)
         _iteration(core, "a", tok["a"], 300, 300)
@@ -149,3 +152,22 @@ def test_bad_host_bytes_are_refused_and_change_nothing(bad):
         assert core.status()["jobs"]["a"]["held"] == ["rollout"]
     finally:
         core.shutdown()
+
+
+@pytest.mark.parametrize("flag,repair", [([], True), (["--no-repair"], False)])
+def test_rollmux_serve_repairs_live_unless_told_not_to(tmp_path, flag, repair):
+    import signal
+
+    from rollmux.live.journal import open_store
+    from rollmux.live.local import ProcessServer
+    store = str(tmp_path / "j.db")
+    server = ProcessServer(store, tmp_path, extra=flag)
+    try:
+        journal = open_store(store, readonly=True)
+        try:
+            first = journal.records()[0]
+        finally:
+            journal.close()
+        assert first.kind == "config" and first.payload["cfg"]["repair"] is repair
+    finally:
+        server.signal(signal.SIGTERM)
