@@ -5,11 +5,11 @@ from a training rank to a rollout rank crosses the inter-pool link; the rollout 
 stays on their own fast network.
 
 - *flat*: rollout rank j receives the whole bucket from training rank j mod N, so M copies cross.
-- *topology*: the bucket is cut into N near-equal shards (training rank i owns
-  [floor(iL/N), floor((i+1)L/N))) and into M equal all-gather chunks of ceil(L/M) bytes (rollout
+- *topology*: the bucket is cut into N shards of ceil(L/N) bytes (training rank i owns
+  [iS, (i+1)S), the last ones shorter) and into M all-gather chunks of C = ceil(L/M) bytes (rollout
   rank j owns [jC, (j+1)C), the last one padded). Training rank i sends each rollout rank the part of
-  its shard inside that rank's chunk: one copy crosses in all, 1/N of it from each training rank,
-  and when N == M each shard goes whole to its matching rollout rank.
+  its shard inside that rank's chunk: one copy crosses in all, 1/N of it from each training rank
+  (up to N bytes per bucket), and when N == M each shard goes whole to its matching rollout rank.
 """
 
 from __future__ import annotations
@@ -61,8 +61,12 @@ def check_strategy(strategy: str) -> Strategy:
 
 
 def shard_bounds(length: int, parts: int, i: int) -> tuple[int, int]:
-    """Part i of `length` bytes cut into `parts` near-equal parts (sizes differ by at most one)."""
-    return length * i // parts, length * (i + 1) // parts
+    """Part i of `length` bytes cut into parts of ceil(length/parts) bytes (the last ones shorter).
+
+    The same grid as the all-gather chunks, so with N == M shard i is exactly chunk i.
+    """
+    size = -(-length // parts)
+    return min(length, i * size), min(length, (i + 1) * size)
 
 
 def flat_plan(length: int, n_train: int, n_rollout: int) -> BucketPlan:
@@ -78,7 +82,7 @@ def topology_plan(length: int, n_train: int, n_rollout: int) -> BucketPlan:
     for i in range(n_train):
         lo_i, hi_i = shard_bounds(length, n_train, i)
         for j in range(n_rollout):
-            lo, hi = max(lo_i, j * chunk), min(hi_i, (j + 1) * chunk)
+            lo, hi = max(lo_i, j * chunk), min(hi_i, (j + 1) * chunk)  # shard i within chunk j
             if lo < hi:
                 transfers.append(Transfer(i, n_train + j, lo, hi))
     return BucketPlan(length, tuple(transfers), chunk=chunk if n_rollout > 1 else 0)
