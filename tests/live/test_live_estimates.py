@@ -171,3 +171,56 @@ def test_rollmux_serve_repairs_live_unless_told_not_to(tmp_path, flag, repair):
         assert first.kind == "config" and first.payload["cfg"]["repair"] is repair
     finally:
         server.signal(signal.SIGTERM)
+
+
+def test_the_shims_host_memory_reaches_the_scheduler_over_http_once_per_rise(tmp_path):
+    from rollmux.live.client import HttpPermitClient
+    from rollmux.live.local import ThreadServer
+    from rollmux.shim import JobShim
+    admin = "admin-token-for-estimates-0123456789"
+    held = {"rollout": 3 * 10**9, "train": 6 * 10**9}
+    core = SchedulerCore(make_cluster().model_dump(), admin_token=admin, store=str(tmp_path / "j.db"))
+    with ThreadServer(core) as server:
+        client = HttpPermitClient(server.url, admin_token=admin)
+        client.submit(_record("a"))
+        shim = JobShim("a", client, host_memory=lambda: dict(held))
+        for _ in range(2):  # the same bytes twice: journaled once
+            for phase in ("rollout", "train"):
+                with shim.phase(phase):
+                    pass
+        held["train"] = 12 * 10**9  # more than its declared 10 GB
+        with shim.phase("rollout"):
+            pass
+        assert [t.host_bytes for t in shim.history][-1] == held
+        job = client.status()["jobs"]["a"]
+        assert job["host_gb"]["measured"] == {"rollout": 3.0, "train": 12.0}
+        assert job["host_gb"]["over_declaration"] is True
+        kinds = [r.kind for r in server.core.journal.records()]
+        assert kinds.count("memory") == 2
+        client.close()
+
+
+def test_a_failing_host_memory_hook_still_releases_the_permit():
+    from rollmux.shim import JobShim
+    core = SchedulerCore(make_cluster().model_dump())
+    try:
+        tok = core.submit(_record("a"))["token"]
+
+        class Client:
+            def acquire(self, job_id, phase):
+                from rollmux.live.client import _grant
+                return _grant(core.acquire(job_id, phase, tok))
+
+            def release(self, timings):
+                from dataclasses import asdict
+                core.release(timings.job_id, timings.phase, asdict(timings), tok)
+
+        def broken():
+            raise RuntimeError("no measurement")
+        shim = JobShim("a", Client(), host_memory=broken)
+        with shim.phase("rollout"):
+            pass
+        assert shim.history[-1].host_bytes is None
+        assert core.status()["jobs"]["a"]["held"] == []
+    finally:
+        core.shutdown()
