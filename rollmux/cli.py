@@ -481,6 +481,44 @@ def bench_placement(
         _fail(exc)
 
 
+@bench_app.command("sync")
+def bench_sync(
+    train_ranks: int = typer.Option(4, "--train-ranks", help="Training ranks (N), in the training namespace."),
+    rollout_ranks: int = typer.Option(4, "--rollout-ranks", help="Rollout ranks (M), in the rollout namespace."),
+    model_mb: float = typer.Option(64.0, "--model-mb", help="Size of the synced weights, MiB."),
+    link_mbit: float = typer.Option(400.0, "--link-mbit", help="Rate of the inter-pool link, Mbit/s each way."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write {train_ranks, ..., speedup, identical} here."),
+) -> None:
+    """Flat vs topology-aware weight sync over a real throttled link (two network namespaces; needs root)."""
+    from rich.table import Table
+
+    from rollmux.weightsync.bench import BenchConfig, run_sync_bench
+    from rollmux.weightsync.testbed import TestbedUnavailable
+    try:
+        cfg = BenchConfig(train_ranks, rollout_ranks, model_mb, link_mbit)
+        doc = run_sync_bench(cfg)
+    except TestbedUnavailable as exc:
+        err.print(f"bench sync: cannot build the testbed: {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    except (ValueError, RuntimeError) as exc:
+        _fail(exc)
+    table = Table(title=f"weight sync, {train_ranks} -> {rollout_ranks} ranks, {model_mb:g} MiB over "
+                        f"{link_mbit:g} Mbit/s")
+    for col in ("strategy", "seconds", "MiB over the link"):
+        table.add_column(col, justify="right")
+    for strategy in ("flat", "topology"):
+        table.add_row(strategy, f"{doc[f'{strategy}_s']:.2f}", f"{doc[f'{strategy}_link_mb']:.1f}")
+    out.print(table)
+    out.print(f"speedup {doc['speedup']:.2f}x, weights identical: {doc['identical']}", highlight=False)
+    try:
+        if json_out is not None:
+            _write_json(json_out, doc)
+    except InputError as exc:
+        _fail(exc)
+    if not doc["identical"]:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Entry point of the `rollmux` script."""
     try:
