@@ -1,8 +1,8 @@
 """`rollmux bench sync`: flat vs topology-aware weight sync over a real throttled link.
 
-Builds the two-namespace testbed (testbed.py), starts N training ranks in the training namespace
-and M rollout ranks in the rollout one (bench_worker.py, one process each), and reads back each
-rank's timings and digests. A strategy's time is the slowest rank's, all ranks starting at the
+Builds the two-namespace testbed (testbed.py), starts one launcher per pool inside its namespace
+(bench_worker.py), which forks the pool's ranks (N training, M rollout; one process each), and
+reads back each rank's timings and digests. A strategy's time is the slowest rank's, all ranks starting at the
 same barrier; `identical` holds when every rollout rank ends both syncs with the weights whose
 digest the training ranks hold.
 """
@@ -125,6 +125,6 @@ def summarize(cfg: BenchConfig, ranks: list[dict]) -> dict:
 def run_sync_bench(cfg: BenchConfig) -> dict:
     """Run the benchmark on a fresh testbed and return its JSON document."""
     if importlib.util.find_spec("torch") is None:
-        raise ValueError("bench sync: needs torch (pip install 'rollmux[test]' or torch>=2.2)")
+        raise ValueError("bench sync: needs torch (pip install torch; tested with 2.11 and 2.13)")
     with throttled_pools(cfg.link_mbit) as tb:
         return summarize(cfg, _run_workers(tb, cfg))

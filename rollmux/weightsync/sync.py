@@ -195,9 +195,11 @@ class SyncGroup:
         self.transport.close()
 
     def __enter__(self) -> "SyncGroup":
+        """The group itself; leaving the block closes it."""
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        """Close with everyone on success; on an error only release this rank's groups."""
         if exc_type is None:
             self.close()
         else:
