@@ -21,9 +21,22 @@ class ProfiledGRPO:
         self.job = job
 
     def rollout(self, max_length: bool = False) -> RolloutBatch:
-        """One rollout. Every completion samples all `gen_len` tokens (what follows EOS is
-        masked out of the loss, not skipped), so each rollout runs at the maximum length."""
-        return self.job.rollout(None, self.job.iteration)
+        """One rollout. Every completion samples all its tokens (what follows EOS is masked out of
+        the loss, not skipped); with a heavy tail (some prompts' responses longer), `max_length`
+        makes every response as long as the longest."""
+        job = self.job
+        if not (max_length and getattr(job.config, "tail_prompts", 0) and hasattr(job, "plan")):
+            return job.rollout(None, job.iteration)
+        plan = job.plan
+
+        def longest(iteration: int):
+            prompts, answers, lengths = plan(iteration)
+            return prompts, answers, [max(lengths)] * len(lengths)
+        job.plan = longest  # the responses read their lengths from the plan
+        try:
+            return job.rollout(None, job.iteration)
+        finally:
+            del job.plan
 
     def train(self, batch: RolloutBatch) -> dict:
         """One GRPO update on the batch."""
