@@ -39,10 +39,10 @@ def _shared_pair(core: SchedulerCore) -> dict[str, str]:
     return tok
 
 
-@pytest.mark.parametrize("slow", [True, False])
-def test_a_job_much_slower_than_declared_is_evicted_live(tmp_path, slow):
+@pytest.mark.parametrize("slow,snapshot_every", [(True, 2000), (True, 1), (False, 2000)])
+def test_a_job_much_slower_than_declared_is_evicted_live(tmp_path, slow, snapshot_every):
     store = str(tmp_path / "journal.db")
-    core = SchedulerCore(make_cluster().model_dump(), store=store, repair=True)
+    core = SchedulerCore(make_cluster().model_dump(), store=store, repair=True, snapshot_every=snapshot_every)
     try:
         tok = _shared_pair(core)
         scale = 3.0 if slow else 1.0
@@ -60,11 +60,13 @@ def test_a_job_much_slower_than_declared_is_evicted_live(tmp_path, slow):
         dump = core.dump()
     finally:
         core.shutdown()
-    # The repair was journaled: a restart replays it to the same groups and measured profile.
+    # The repair was journaled: a restart replays it (or loads a snapshot holding it) to the same
+    # groups, measured profile and estimates.
     again = SchedulerCore(None, store=store)
     try:
         assert again.dump()["groups"] == dump["groups"]
         assert again.dump()["planned"] == dump["planned"] and "a" in dump["planned"]
+        assert again.dump()["estimates"] == dump["estimates"] and dump["estimates"]["a"]["count"] == 1
         kinds = [r.kind for r in again.journal.records()]
         assert kinds.count("observe") == 1 and "movers" in kinds
         assert kinds.index("observe") < kinds.index("movers") < kinds.index("move_out")
