@@ -212,7 +212,7 @@ class ClusterState:
         gone) or is new, and, under node caps, as freed nodes. So without caps a small group
         is revisited only when one of its members could join such a group: `rest` or one
         that appeared or lost a member since the last pass (`IndexedGroups.roomier`, taken
-        and cleared here), by the policy's cheap necessary check `could_join` (as `join_checker`);
+        and cleared here), by the policy's cheap necessary check `could_join` (as `join_matrix`);
         with caps, or with a policy without that check, every small group is. `rest` itself was just
         tried: left out. The pass adds and removes no group, so the list is taken once."""
         groups = self.groups
@@ -227,17 +227,21 @@ class ClusterState:
         skip = self.dissolving if rest is None else self.dissolving | {rest.group_id}
         small = [g for g in small if g.group_id not in skip]
         pools = self.cluster.pools
-        join_checker = getattr(self.policy, "join_checker", None)
-        if indexed and join_checker is not None and pools.rollout.max_nodes is None and pools.train.max_nodes is None:
+        join_matrix = getattr(self.policy, "join_matrix", None)
+        if indexed and join_matrix is not None and pools.rollout.max_nodes is None and pools.train.max_nodes is None:
             if rest is not None:
                 roomier.add(rest.group_id)
             targets = [groups[i] for i in sorted(roomier) if i in groups and i not in self.dissolving]
             if not targets:
                 return []  # no room was freed anywhere
             view = self.view(progress if progress is not None else {})
-            checks = [(t.group_id, join_checker(t, view)) for t in targets]
-            small = [g for g in small if any(check(m.job) for gid, check in checks
-                                             if gid != g.group_id for m in g.members)]
+            small = [g for g in small if g.members]  # (an empty segment would break reduceat)
+            sizes = [len(g.members) for g in small]
+            can = join_matrix(targets, [m.job for g in small for m in g.members], view)
+            own = np.repeat([g.group_id for g in small], sizes)
+            can &= own[:, None] != np.array([t.group_id for t in targets])[None, :]  # not its own group
+            hit = np.logical_or.reduceat(can.any(axis=1), np.cumsum([0] + sizes[:-1])).tolist() if sizes else []
+            small = [g for g, h in zip(small, hit) if h]
         return sorted(small, key=lambda g: g.size)
 
     def _dissolve(self, group: Group, progress: Progress,

@@ -119,7 +119,7 @@ class GroupIndex:
         self._groups: list[Group | None] = []
         self._ids: list[tuple[str, ...]] = []  # member job ids per slot, for the budget look-ups
         self._n = 0                          # slots used (live or dead)
-        self._bkey: tuple[int, object] | None = None  # budget_bounds' cache: (version, progress key)
+        self._bkey: object | None = None  # budget_bounds' cache: the progress key it holds for
         self._bval = np.zeros(0)
         self._alloc(64)
 
@@ -178,6 +178,8 @@ class GroupIndex:
             self._ids.append(())
         self._groups[s] = g
         self._ids[s] = tuple(m.job.job_id for m in g.members)
+        if s < len(self._bval):
+            self._bval[s] = np.nan
         b = group_bounds(g, self.intra)
         self._size[s], self._ntrain[s] = b.size, b.n_train
         self._live[s], self._ok[s], self._unsat[s] = True, b.shaped, b.unsaturated
@@ -217,6 +219,7 @@ class GroupIndex:
         self._ids = [self._ids[i] for i in keep]
         self._slot = {g.group_id: i for i, g in enumerate(self._groups)}
         self._n = len(keep)
+        self._bkey = None  # slots moved
 
     def snapshot(self, groups: tuple[Group, ...], hidden: Iterable[int] = ()) -> "IndexSnapshot | None":
         """The index as seen by a view of `groups` (the live groups less `hidden` ids, in order);
@@ -259,7 +262,8 @@ class GroupIndex:
         A charged view (a tentative regroup charging migrations) only lowers budgets, so its
         `uncharged()` base bounds it from above, and a filter by these bounds never excludes
         a group the exact check accepts. Every tentative plan of one departure pass reads the
-        same base, so the bounds are cached per slot until the groups or that base change."""
+        same base, so the bounds are cached per slot until that slot's group or the base
+        changes (`put` forgets the slot's bound)."""
         if not len(slots):
             return np.zeros(0)
         uncharged = getattr(progress, "uncharged", None)
@@ -267,8 +271,10 @@ class GroupIndex:
         key = base.snapshot_key() if base is not None else None
         if key is None:
             return self._min_budgets(slots, progress)
-        if self._bkey is None or self._bkey[0] != self.version or self._bkey[1] is not key:
-            self._bkey, self._bval = (self.version, key), np.full(self._n, np.nan)
+        if self._bkey is not key:
+            self._bkey, self._bval = key, np.full(self._n, np.nan)
+        elif len(self._bval) < self._n:
+            self._bval = np.concatenate((self._bval, np.full(self._n - len(self._bval), np.nan)))
         vals = self._bval[slots]
         miss = np.isnan(vals)
         if miss.any():
@@ -398,7 +404,7 @@ class IndexedGroups(dict):
             parts.append(full[start:p])
             start = p + 1
         parts.append(full[start:])
-        return tuple(g for part in parts for g in part) if len(parts) > 8 else sum(parts, ())
+        return tuple(chain.from_iterable(parts)) if len(parts) > 8 else sum(parts, ())
 
     def __reduce__(self):
         return (_rebuild, (self.index.intra, list(self.items())))

@@ -13,12 +13,12 @@ cheapest and ties go to the first found.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from rollmux.core.group import Group, Member, isolated_group
-from rollmux.core.group_index import MARGIN, JobNeeds, group_bounds
+from rollmux.core.group_index import MARGIN, JobNeeds, group_bounds, progress_rows
 from rollmux.core.intra_group import (
     IntraConfig,
     PhaseTimes,
@@ -118,6 +118,7 @@ class RollMuxPlacement(PlacementPolicy):
         of the first found (the paper)."""
         self.cfg = cfg or IntraConfig()
         self.prune_saturated = prune_saturated
+        self._features: dict[str, tuple[JobSpec, tuple]] = {}  # join_matrix's per-job constants
         self.best_fit = best_fit
 
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
@@ -162,40 +163,74 @@ class RollMuxPlacement(PlacementPolicy):
         """Cheap necessary condition for `place_joined` to put `job` into `g`: False means no
         plan of this policy puts it there, with `view`'s progress or any later charge to it.
 
-        The departure pass asks it to find the small groups a departure can affect. The SLO
-        budgets are taken uncharged (a migration charge only lowers them) and the period only
-        through closed-form lower bounds, so it may say True where the exact check refuses."""
-        return self.join_checker(g, view)(job)
-
-    def join_checker(self, g: Group, view: ClusterView) -> Callable[[JobSpec], bool]:
-        """`could_join(job, g, view)` as a function of the job: what depends only on the group
-        (its bounds, its members' least budget) is computed once, for a pass that asks about
-        many jobs."""
+        The departure pass asks it (as `join_matrix`, for many jobs at once) to find the small
+        groups a departure can affect. The SLO budgets are taken uncharged (a migration charge
+        only lowers them) and the period only through closed-form lower bounds, so it may say
+        True where the exact check refuses."""
         shape = g.shape
-        if len(g.members) >= view.max_group_size or shape is None or (
-                self.prune_saturated and shape.status != "unsaturated"):
-            return lambda job: False
-        train, progress = view.cluster.pools.train, view.progress
-        t_cap = train.host_gb_per_node + 1e-9
-        members_slack = min((period_budget(m.job, progress) for m in g.members), default=math.inf)
+        kt = view.cluster.pools.train.nodes_for(job.train_gpus)
+        if (len(g.members) >= view.max_group_size or shape is None or kt > g.n_train
+                or (self.prune_saturated and shape.status != "unsaturated")):
+            return False
+        slack = period_budget(job, view.progress)
+        if shape.t_cycle_s > slack:
+            return False
+        t_cap = view.cluster.pools.train.host_gb_per_node + 1e-9
+        if any(u + job.host_gb.train > t_cap for u in g.train_gb[:kt]):
+            return False
+        own = planning_times(job, self.cfg.plan_quantile)
+        for m in g.members:
+            slack = min(slack, period_budget(m.job, view.progress))
+        if own.rollout + own.train + own.sync > slack:
+            return False
         b = group_bounds(g, self.cfg)
-        train_gb, t_cycle_s, n_train = g.train_gb, shape.t_cycle_s, g.n_train
+        return max(b.lb_s, b.train0_sw + own.train) <= slack * (1 + 1e-9) * (1 + MARGIN)
 
-        def check(job: JobSpec) -> bool:
-            kt = train.nodes_for(job.train_gpus)
-            if kt > n_train:
-                return False
-            slack = period_budget(job, progress)
-            if t_cycle_s > slack:
-                return False
-            if any(u + job.host_gb.train > t_cap for u in train_gb[:kt]):
-                return False
-            own = planning_times(job, self.cfg.plan_quantile)
-            slack = min(slack, members_slack)
-            if own.rollout + own.train + own.sync > slack:
-                return False
-            return max(b.lb_s, b.train0_sw + own.train) <= slack * (1 + 1e-9) * (1 + MARGIN)
-        return check
+    def join_matrix(self, targets: Sequence[Group], jobs: Sequence[JobSpec], view: ClusterView) -> np.ndarray:
+        """`could_join(jobs[i], targets[k], view)` for every pair, as a boolean matrix.
+
+        The departure pass asks it about every member of every small group at once: what
+        depends on a target is computed once, what depends on a job is vectorized (the
+        budgets read through one `progress_rows` call), with the same float operations as
+        the scalar checks, so the answers are the same."""
+        out = np.zeros((len(jobs), len(targets)), bool)
+        if not jobs:
+            return out
+        train = view.cluster.pools.train
+        t_cap = train.host_gb_per_node + 1e-9
+        kt, host, own_sum, own_train, S, iters = self._join_features(jobs, train)
+        done, elapsed = np.nan_to_num(progress_rows(view.progress, [j.job_id for j in jobs]), nan=0.0).T
+        slack = (S - elapsed) / (np.maximum(iters - done, 0.0) + 1.0)
+        for k, g in enumerate(targets):
+            shape = g.shape
+            if len(g.members) >= view.max_group_size or shape is None or (
+                    self.prune_saturated and shape.status != "unsaturated"):
+                continue
+            members_slack = min((period_budget(m.job, view.progress) for m in g.members), default=math.inf)
+            b = group_bounds(g, self.cfg)
+            prefix = np.maximum.accumulate(np.array((0.0,) + tuple(g.train_gb[:g.n_train]), float))
+            fits = kt <= g.n_train
+            k_of = np.minimum(kt, g.n_train).astype(int)
+            least = np.minimum(slack, members_slack)
+            out[:, k] = (fits & (shape.t_cycle_s <= slack) & ((kt == 0) | (prefix[k_of] + host <= t_cap))
+                         & (own_sum <= least)
+                         & (np.maximum(b.lb_s, b.train0_sw + own_train) <= least * (1 + 1e-9) * (1 + MARGIN)))
+        return out
+
+    def _join_features(self, jobs: Sequence[JobSpec], train) -> tuple[np.ndarray, ...]:
+        """Per job: training nodes, training host GB, planned rollout + train + sync, planned
+        training, SLO time budget and iterations (cached per job spec)."""
+        cache, q = self._features, self.cfg.plan_quantile
+        rows = []
+        for job in jobs:
+            hit = cache.get(job.job_id)
+            if hit is None or hit[0] is not job:
+                own = planning_times(job, q)
+                hit = cache[job.job_id] = (job, (train.nodes_for(job.train_gpus), job.host_gb.train,
+                                                 own.rollout + own.train + own.sync, own.train,
+                                                 job.slo * job.solo_iter_s * job.iterations, job.iterations))
+            rows.append(hit[1])
+        return tuple(np.array(rows, float).T)
 
     def _candidates(self, job: JobSpec, view: ClusterView, slack_new: float,
                     own: PhaseTimes) -> list[tuple[Group, float, float]]:

@@ -45,13 +45,27 @@ def shrink(group: Group) -> tuple[Group, dict[int, int], int, int]:
     return shrunk, remap, group.n_rollout - len(used), group.n_train - n_train
 
 
+def _position(view: ClusterView, group_id: int) -> int | None:
+    """Where the group sits in `view.groups` (None: absent). A tentative view keeps the base
+    view's groups at their positions (new groups go last), so the index finds it without a scan."""
+    groups, snap = view.groups, view.index
+    if snap is not None and snap.current and len(groups) >= len(snap.groups):
+        slot = snap.index._slot.get(group_id)
+        if slot is not None:
+            pos = int(np.searchsorted(snap.slots, slot))
+            if pos < len(snap.groups) and groups[pos].group_id == group_id:
+                return pos
+    return next((i for i, g in enumerate(groups) if g.group_id == group_id), None)
+
+
 def _with_plan(view: ClusterView, plan: PlacementPlan) -> ClusterView:
     """The view after a plan is applied (for tentative, sequential placements)."""
-    groups = {g.group_id: g for g in view.groups}
-    groups[plan.group.group_id] = plan.group
+    groups, gid = view.groups, plan.group.group_id
+    pos = _position(view, gid)
+    groups = groups + (plan.group,) if pos is None else groups[:pos] + (plan.group,) + groups[pos + 1:]
     free_r = None if view.free_rollout_nodes is None else view.free_rollout_nodes - plan.added_rollout_nodes
     free_t = None if view.free_train_nodes is None else view.free_train_nodes - plan.added_train_nodes
-    return replace(view, groups=tuple(groups.values()), free_rollout_nodes=free_r, free_train_nodes=free_t,
+    return replace(view, groups=groups, free_rollout_nodes=free_r, free_train_nodes=free_t,
                    next_group_id=max(view.next_group_id, plan.group.group_id + 1))
 
 
