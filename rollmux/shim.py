@@ -36,7 +36,7 @@ on the worker slots it gives up (every slot but `grant.kept(i)` on node i) and
 return; only then is the scheduler told, and it hands those slots to the next
 member's rollout. The job recomputes the aborted responses on the slots it
 kept. `progress` returns True that once, and `tail_migrated` stays set until
-the phase ends (for a loop that polls).
+the next phase starts (for a loop that polls).
 
 The shim talks to a `PermitClient`. `LocalPermitClient` serves permits from
 an in-process `GroupController` driven by a `WallClockEnvironment`; the live
@@ -168,6 +168,11 @@ class JobShim:
         self._grant = None
         self.history.append(timings)
         self.client.release(timings)
+
+    @property
+    def grant(self) -> Grant | None:
+        """The permit of the phase running now (None between phases); hooks read it."""
+        return self._grant
 
     def phase(self, name: str):
         """Mark a phase: use as `with shim.phase(name):` or as a decorator `@shim.phase(name)`."""

@@ -125,3 +125,48 @@ def test_offload_releases_all_live_model_tensors():
         job.sync()
     job.onload()
     assert job.resident == {"trainer": True, "rollout": True}
+
+
+def test_heavy_preset_has_a_few_much_longer_responses():
+    job = GRPOJob(make_config("heavy", seed=0))
+    c = job.config
+    for it in range(3):
+        lengths = job.plan(it)[2]
+        assert sorted(lengths) == [c.gen_len] * (c.prompts_per_batch - c.tail_prompts) + [c.gen_len + c.tail_len] * 2
+        assert c.gen_len + c.tail_len >= 10 * c.gen_len
+
+
+def test_a_heavy_tail_needs_per_response_seeds():
+    with pytest.raises(ValueError, match="response_seeds"):
+        make_config("medium", tail_len=5, tail_prompts=1)
+
+
+def test_aborted_responses_recomputed_elsewhere_give_bit_identical_weights():
+    """Responses aborted mid-way and recomputed on another worker copy, in another order: the
+    batch and the weights are those of the solo run (per-response seeds)."""
+    cfg = make_config("heavy", seed=4)
+    trainer, workers = GRPOJob(cfg), [GRPOJob(cfg), GRPOJob(cfg)]
+    n, aborted = cfg.prompts_per_batch, 0
+    for it in range(3):
+        parts = {}
+        for b in reversed(range(n)):  # another order than the solo run's
+            tokens = iter(range(10**6))
+            part = workers[0].respond(it, b, abort=lambda: next(tokens) >= 3)  # stop after 3 tokens
+            if part is None:  # the long ones: recomputed from scratch on the other worker
+                aborted += 1
+                part = workers[1].respond(it, b)
+            parts[b] = part
+        trainer.train(trainer.assemble(it, list(parts.values())), it)
+        for w in workers:
+            w.offload("rollout")  # a sync lands in the host copy of an offloaded worker
+            w.set_rollout_weights(trainer.sync())
+            w.onload("rollout")
+    assert aborted == 3 * cfg.tail_prompts
+    assert_same_weights(trainer.weights(), solo_weights("heavy", seed=4, n=3))
+
+
+def test_assemble_refuses_a_missing_response():
+    job = GRPOJob(make_config("heavy", seed=0))
+    parts = [job.respond(0, b) for b in range(1, job.config.prompts_per_batch)]
+    with pytest.raises(ValueError, match="one response per prompt"):
+        job.assemble(0, parts)

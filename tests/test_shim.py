@@ -162,3 +162,191 @@ def test_failed_offload_still_releases_and_reraises():
         with shim.phase("train"):
             pass
     assert [t.phase for t in client.released] == ["train"]
+
+
+# -- long-tail migration, init, sync and the decorator form -------------------------------------
+
+def _serve(cfg: IntraConfig, tail: float = 0.3):
+    """a and b sharing one rollout and one training node, on a wall clock (stop with env.stop)."""
+    env = WallClockEnvironment()
+    group = make_group([(make_job("a", tail_frac=tail), (0,)), (make_job("b", tail_frac=tail), (0,))], 1)
+    ctl = GroupController(env, group, cfg)
+    threading.Thread(target=env.serve, daemon=True).start()
+    return env, ctl, LocalPermitClient(env, {"a": ctl, "b": ctl})
+
+
+def test_the_tail_hook_runs_before_the_scheduler_hands_the_slots_on():
+    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0, tail_worker_frac=0.25))
+    seen = []
+    a = JobShim("a", client, on_tail=lambda g: seen.append((g.kept(0), ctl.tails_on(0))))
+    b = JobShim("b", client)
+    got_b, b_in = [], threading.Event()
+    try:
+        with a.phase("rollout"):
+            tb = threading.Thread(target=lambda: (got_b.append(b.phase("rollout").__enter__()), b_in.set()))
+            tb.start()
+            assert not a.progress(3, 10) and not a.tail_migrated
+            assert a.progress(8, 10) and a.tail_migrated
+            assert not a.progress(9, 10)           # once per rollout
+            assert seen == [((0,), {})]            # the hook ran while a still held every slot
+            assert b_in.wait(5)                    # b starts beside a's tail ...
+            assert got_b[0].slots(0) == (1, 2, 3)  # ... on the slots a gave up
+        assert a.migrations == 1
+    finally:
+        env.stop()
+        tb.join(5)
+
+
+def _stuck_then_respond(job, stop: threading.Event):
+    """A straggler: does nothing until told to stop, then (aborted at once) returns None."""
+    def respond(it, b, abort):
+        stop.wait(30)
+        return job.respond(it, b, abort=abort)
+    return respond
+
+
+def _rollout(shim, respond, it: int, n: int, tails: list, hook: dict) -> list:
+    """The demo's rollout loop with threads as workers: responses dealt to the permit's slots;
+    on a tail, the slots given up stop and their responses are recomputed on the kept slots."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    active, queue, busy, done = list(shim.grant.slots(0)), list(range(n)), {}, {}
+    stop = {s: threading.Event() for s in active}
+    pools = {s: ThreadPoolExecutor(1) for s in active}
+
+    def give_up(grant):
+        gone = [s for s in active if s not in grant.kept(0)]
+        for s in gone:
+            stop[s].set()
+        for s in gone:
+            if s in busy:
+                fut, b = busy.pop(s)
+                part = fut.result(timeout=30)
+                if part is None:
+                    queue.insert(0, b)
+                    tails.append(b)
+                else:
+                    done[b] = part
+        active[:] = [s for s in active if s in grant.kept(0)]
+    hook["on_tail"] = give_up
+    while len(done) < n:
+        for s in active:
+            if s not in busy and queue:
+                b = queue.pop(0)
+                busy[s] = (pools[s].submit(respond[s], it, b, stop[s].is_set), b)
+        wait([f for f, _ in busy.values()], return_when=FIRST_COMPLETED, timeout=30)
+        for s in [s for s, (f, _) in busy.items() if f.done()]:
+            f, b = busy.pop(s)
+            done[b] = f.result()
+        shim.progress(len(done), n)
+    for p in pools.values():
+        p.shutdown()
+    return [done[b] for b in range(n)]
+
+
+def test_a_migrated_tail_is_recomputed_and_the_weights_match_a_solo_run():
+    torch = pytest.importorskip("torch")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.grpo import GRPOJob, make_config, run_solo
+
+    cfg = make_config("heavy", seed=2)
+    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0, tail_worker_frac=0.5))
+    trainer, workers = GRPOJob(cfg), [GRPOJob(cfg), GRPOJob(cfg)]
+    hook: dict = {}
+    shim, tails, b_slots = JobShim("a", client, on_tail=lambda g: hook["on_tail"](g)), [], []
+    try:
+        for it in range(2):
+            stop = threading.Event()
+            respond = [workers[0].respond, _stuck_then_respond(workers[1], stop)]
+            with shim.phase("rollout"):
+                # slot 1 is stuck on its response until the tail migrates and stops it
+                parts = _rollout(shim, respond, it, cfg.prompts_per_batch, tails, hook)
+                b = JobShim("b", client)
+                with b.phase("rollout") as g:  # b runs beside a's tail, on the slot a gave up
+                    b_slots.append(g.slots(0))
+            with shim.phase("train"):
+                trainer.train(trainer.assemble(it, parts), it)
+            with shim.phase("sync"):
+                for w in workers:
+                    w.set_rollout_weights(trainer.sync())
+            with b.phase("train"):
+                pass
+    finally:
+        env.stop()
+    solo = GRPOJob(cfg)
+    run_solo(solo, 2)
+    assert shim.migrations == 2 and len(tails) == 2  # one response aborted and recomputed per iteration
+    assert b_slots == [(1,), (1,)]
+    assert all(torch.equal(v, solo.weights()[k]) for k, v in trainer.weights().items())
+
+
+def test_init_is_gated_and_offloads_but_never_onloads():
+    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0))
+    events = []
+    hooks = dict(onload=lambda ph: events.append(("onload", ph)), offload=lambda ph: events.append(("offload", ph)))
+    a, b = JobShim("a", client), JobShim("b", client, **hooks)
+    b_done = threading.Event()
+
+    def init_b():
+        with b.phase("init") as g:
+            events.append(("init", g.nodes, g.train_nodes))
+        b_done.set()
+    try:
+        with a.phase("rollout"):
+            tb = threading.Thread(target=init_b)
+            tb.start()
+            assert not b_done.wait(0.2)  # a holds a node of b's: b's init waits
+        assert b_done.wait(5)
+        assert events == [("init", (0,), (0,)), ("offload", "init")]
+    finally:
+        env.stop()
+        tb.join(5)
+
+
+def test_sync_is_granted_while_others_hold_the_nodes_and_is_measured():
+    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0))
+    events = []
+    a = JobShim("a", client)
+    b = JobShim("b", client, onload=lambda ph: events.append(ph), offload=lambda ph: events.append(ph))
+    try:
+        with a.phase("rollout"):
+            with b.phase("sync") as g:  # a holds both shared nodes' turn: sync needs none
+                assert g.nodes == () and g.pool == "link"
+                time.sleep(0.01)
+        assert events == []  # no hooks around a sync
+        assert b.history[-1].phase == "sync" and b.history[-1].run_s >= 0.01
+    finally:
+        env.stop()
+
+
+def test_the_decorator_form_acts_for_the_job_set_once(monkeypatch):
+    import rollmux
+    import rollmux.shim
+    monkeypatch.setattr(rollmux.shim, "_process_shim", None)  # no context left by another test
+    monkeypatch.setattr(rollmux.shim._current, "shim", None)
+    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0))
+    events = []
+
+    @rollmux.phase("rollout")  # decorated before the job's context exists
+    def generate(x):
+        events.append(("rollout", rollmux.current().grant.phase))
+        return x * 2
+
+    @rollmux.phase("train")
+    def step():
+        events.append(("train", rollmux.current().grant.phase))
+    try:
+        with pytest.raises(RuntimeError, match="rollmux.init"):
+            generate(1)
+        shim = rollmux.init("a", client, offload=lambda ph: events.append(("offload", ph)))
+        assert generate(3) == 6
+        step()
+        with rollmux.phase("sync"):
+            pass
+        assert [t.phase for t in shim.history] == ["rollout", "train", "sync"]
+        assert events == [("rollout", "rollout"), ("offload", "rollout"), ("train", "train"), ("offload", "train")]
+    finally:
+        env.stop()
+    with pytest.raises(ValueError, match="unknown phase"):
+        rollmux.phase("eval")

@@ -83,6 +83,12 @@ class _NodeState:
         self.kept: dict[str, tuple[int, ...]] = {}  # worker slots of each migrated tail
 
 
+def worker_slots(cfg: IntraConfig) -> tuple[int, int]:
+    """(worker slots per rollout node, slots a migrated tail keeps): `tail_worker_frac` as a fraction."""
+    share = Fraction(cfg.tail_worker_frac).limit_denominator(64)
+    return share.denominator, share.numerator
+
+
 class GroupController:
     """Round-robin permit controller of one group (DESIGN §4, §8)."""
 
@@ -103,8 +109,7 @@ class GroupController:
         self._settled = False
         self._depth = 0                    # dispatches in progress (a grant's callback may re-enter)
         self._inits: dict[str, set[int]] = {ROLLOUT: set(), TRAIN: set()}  # nodes a pending init waits for
-        share = Fraction(cfg.tail_worker_frac).limit_denominator(64)
-        self.units, self._keep_n = share.denominator, share.numerator  # worker slots; a tail keeps these
+        self.units, self._keep_n = worker_slots(cfg)  # worker slots per node; a tail keeps these
         # Called once before the next membership change (the simulator's lone-member fast path
         # brings this controller up to date there; see `advance`).
         self.before_change: Callable[[], None] | None = None

@@ -60,9 +60,16 @@ def _overlaps(items: list[dict]) -> Iterator[tuple[dict, dict]]:
         active.append(iv)
 
 
+def _slots_on(iv: dict, n: Any) -> set | None:
+    """The worker slots an interval ran on node `n` (None: the whole node, when not logged)."""
+    slots = iv.get("slots")
+    return None if slots is None else set(slots[iv["nodes"].index(n)])
+
+
 def double_grants(intervals: list[dict]) -> list[str]:
-    """Every double grant, described: two jobs overlapping on one (group, pool, node), or a job
-    running a phase while it already holds that phase."""
+    """Every double grant, described: two jobs overlapping on one worker of a (group, pool, node)
+    (intervals may log `slots`, per node the worker slots they ran on; without, the whole node),
+    or a job running a phase while it already holds that phase."""
     by_node: dict[tuple, list[dict]] = defaultdict(list)
     by_phase: dict[tuple, list[dict]] = defaultdict(list)
     for iv in intervals:
@@ -72,9 +79,13 @@ def double_grants(intervals: list[dict]) -> list[str]:
     found = []
     for (gid, pool, n), ivs in by_node.items():
         for a, b in _overlaps(ivs):
-            if a["job"] != b["job"]:
+            sa, sb = _slots_on(a, n), _slots_on(b, n)
+            shared = "" if sa is None or sb is None else sorted(sa & sb)
+            if a["job"] != b["job"] and shared != []:
+                where = f" worker(s) {shared}" if shared else ""
                 found.append(f"{a['job']} ({a['phase']} it {a['iter']}) and {b['job']} ({b['phase']} it {b['iter']}) "
-                             f"on group {gid} {pool} node {n} for {(min(a['end'], b['end']) - b['start']) * 1e3:.1f} ms")
+                             f"on group {gid} {pool} node {n}{where} "
+                             f"for {(min(a['end'], b['end']) - b['start']) * 1e3:.1f} ms")
     for (job, phase), ivs in by_phase.items():
         for a, b in _overlaps(ivs):
             found.append(f"{job} granted {phase} (it {b['iter']}) while holding it (it {a['iter']})")

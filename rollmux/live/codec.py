@@ -19,11 +19,13 @@ def job_to_dict(job: JobSpec) -> dict:
     return job.model_dump(exclude_none=True)
 
 
-def live_job_record(job_id: str, rollout_s: float, train_s: float, slo: float, sync_s: float = 0.001) -> dict:
-    """A submission for a small live job: fixed phase times, one node per pool, an hour of work."""
+def live_job_record(job_id: str, rollout_s: float, train_s: float, slo: float, sync_s: float = 0.001,
+                    tail_frac: float = 0.0) -> dict:
+    """A submission for a small live job: fixed phase times, one node per pool, an hour of work;
+    `tail_frac`: the share of its rollout spent in the long tail (long-tail migration)."""
     return {"job_id": job_id, "arrival_s": 0.0, "duration_s": 3600.0, "slo": slo,
             "rollout_gpus": 8, "train_gpus": 8, "rollout_s": {"median": rollout_s, "sigma": 0.0, "max": rollout_s},
-            "tail_frac": 0.0, "train_s": train_s, "sync_s": sync_s, "host_gb": {"rollout": 1.0, "train": 1.0}}
+            "tail_frac": tail_frac, "train_s": train_s, "sync_s": sync_s, "host_gb": {"rollout": 1.0, "train": 1.0}}
 
 
 def group_to_dict(group: Group) -> dict:

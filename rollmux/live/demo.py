@@ -45,135 +45,70 @@ from pathlib import Path
 
 import ray
 
+from rollmux.core.cluster_state import SchedulerConfig
+from rollmux.core.group_controller import worker_slots
+from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import default_cluster
+from rollmux.live.chaos_checks import double_grants
 from rollmux.live.client import HttpPermitClient
 from rollmux.live.codec import live_job_record
+from rollmux.live.demo_jobs import SYNC_STRATEGY, Hooks, PhaseLog, drive, make_shim, spawn
 from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
-from rollmux.shim import JobShim
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 DEMO_NAMESPACE = "rollmux-demo"
-# job_id -> (preset, rollout profile, train profile) -- ms of wall time used as profile seconds
-JOBS = {"medium": ("medium", 0.151, 0.104), "large": ("large", 0.010, 0.235), "small": ("small", 0.004, 0.022)}
+# job_id -> (preset, rollout profile, train profile, tail_frac) -- ms of wall time used as profile seconds
+JOBS = {"heavy": ("heavy", 0.151, 0.104, 0.5), "large": ("large", 0.010, 0.235, 0.0),
+        "small": ("small", 0.004, 0.022, 0.0)}
 WARM_SWITCH_S, COLD_SWITCH_S = 0.005, 0.1
 HEARTBEAT_S, HEARTBEAT_TIMEOUT_S = 1.0, 30.0
+# Two worker slots per rollout node: a migrated tail keeps one, the next rollout gets the other.
+# Aborting and recomputing stragglers costs milliseconds here, not the simulator's default second.
+INTRA = IntraConfig(warm_switch_s=WARM_SWITCH_S, tail_worker_frac=0.5, migration_overhead_s=0.02)
+TAIL_THRESHOLD = 0.8
+N_PROMPTS = 16  # responses per batch (every preset's prompts_per_batch)
 
 
-class Worker:
-    """One side (rollout or trainer) of a GRPO job, pinned to one emulated node."""
-
-    def __init__(self, size: str, seed: int, side: str) -> None:
-        from examples.grpo.job import GRPOJob, make_config, run_solo
-        self.side, self.size, self.seed = side, size, seed
-        run_solo(GRPOJob(make_config(size, seed + 1)), 1)  # warm up torch (autograd, kernels) off the clock
-        self.reset()
-
-    def reset(self) -> None:
-        """A fresh job (same config and seed); the other side never runs here, so it stays offloaded."""
-        from examples.grpo.job import GRPOJob, make_config
-        self.job = GRPOJob(make_config(self.size, self.seed))
-        self.job.offload("trainer" if self.side == "rollout" else "rollout")
-
-    def node_id(self) -> str:
-        """The Ray node this worker runs on (the job's heartbeats carry it)."""
-        return ray.get_runtime_context().get_node_id()
-
-    def cold_start(self, path: str) -> float:
-        """Checkpoint to disk, then time a cold start (restore) from it."""
-        self.job.checkpoint(path)
-        t = time.perf_counter()
-        self.job.restore(path)
-        dt = time.perf_counter() - t
-        self.job.offload("trainer" if self.side == "rollout" else "rollout")
-        return dt
-
-    def onload(self) -> float:
-        t = time.perf_counter()
-        self.job.onload(self.side)
-        return time.perf_counter() - t
-
-    def offload(self) -> float:
-        t = time.perf_counter()
-        self.job.offload(self.side)
-        return time.perf_counter() - t
-
-    def rollout(self, weights, it: int):
-        return self.job.rollout(weights, it)
-
-    def train_sync(self, batch, it: int):
-        metrics = self.job.train(batch, it)
-        return metrics, self.job.sync()
-
-    def weights(self):
-        return self.job.weights()
-
-
-def _spawn(size: str, seed: int, rollout_node: str, train_node: str):
-    actor = ray.remote(Worker)
-    r = actor.options(num_cpus=0, resources={rollout_node: 0.01}).remote(size, seed, "rollout")
-    t = actor.options(num_cpus=0, resources={train_node: 0.01}).remote(size, seed, "trainer")
-    return r, t
-
-
-def _drive(job_id: str, r, t, iterations: int, log: list, lock: threading.Lock, nodes: tuple[str, str],
-           out: dict, shim: JobShim | None = None, queued: dict | None = None) -> None:
-    """rollout -> train+sync, `iterations` times; phases (job, phase, node, start, end) go to `log`."""
-    rewards: list[float] = []
-    w_ref = t.weights.remote()
-    ray.wait([w_ref])
-    t_start = time.perf_counter()
-    for it in range(iterations):
-        for phase, node in zip(("rollout", "train"), nodes):
-            with (shim.phase(phase) if shim else contextlib.nullcontext()):
-                s = time.perf_counter()
-                if phase == "rollout":
-                    b_ref = r.rollout.remote(w_ref, it)
-                    if shim:
-                        queued[phase] = r.offload.remote()
-                    ray.wait([b_ref], fetch_local=False)
-                else:
-                    m_ref, w_ref = t.train_sync.options(num_returns=2).remote(b_ref, it)
-                    if shim:
-                        queued[phase] = t.offload.remote()
-                    rewards.append(ray.get(m_ref)["mean_reward"])
-                    ray.wait([w_ref], fetch_local=False)
-                e = time.perf_counter()
-            with lock:
-                log.append((job_id, phase, node, s, e))
-    out[job_id] = {"rewards": rewards, "iter_s": (time.perf_counter() - t_start) / iterations,
-                   "weights": ray.get(t.weights.remote())}
-
-
-def _idle_share(log: list) -> dict:
+def _idle_share(rows: list[dict], slots: dict[str, int]) -> dict:
+    """Per pool: 1 - busy worker-time / (each node's held span x its worker slots)."""
     res = {}
     for pool in ("rollout", "train"):
         spans: dict[str, list[float]] = {}
         busy = 0.0
-        for _, _, node, s, e in log:
-            if node.startswith(pool):
-                sp = spans.setdefault(node, [s, e])
-                sp[0], sp[1] = min(sp[0], s), max(sp[1], e)
-                busy += e - s
-        held = sum(e - s for s, e in spans.values())
+        for r in rows:
+            if r["pool"] == pool:
+                sp = spans.setdefault(r["node"], [r["start"], r["end"]])
+                sp[0], sp[1] = min(sp[0], r["start"]), max(sp[1], r["end"])
+                busy += (r["end"] - r["start"]) * len(r["slots"])
+        held = sum((e - s) * slots[pool] for s, e in spans.values())
         res[pool] = round(1.0 - busy / held, 4) if held > 0 else None
     return res
 
 
-def _timeline(log: list, png: Path) -> None:
+def _double_grants(rows: list[dict]) -> list[str]:
+    """Worker-level double grants of the multiplexed run's phase log (rollmux chaos's check)."""
+    return double_grants([{"job": r["job"], "phase": r["phase"], "group_id": 0, "pool": r["pool"],
+                           "nodes": [r["node"]], "slots": [r["slots"]], "iter": r["iter"],
+                           "start": r["start"], "end": r["end"]} for r in rows])
+
+
+def _timeline(rows: list[dict], png: Path, slots: dict[str, int]) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    t0 = min(s for *_, s, _ in log)
-    nodes = sorted({n for _, _, n, _, _ in log}, reverse=True)
+    t0 = min(r["start"] for r in rows)
+    lanes = sorted({(r["node"], k) for r in rows for k in r["slots"]}, reverse=True)
     colors = {j: c for j, c in zip(JOBS, ("tab:blue", "tab:orange", "tab:green"))}
-    fig, ax = plt.subplots(figsize=(11, 0.6 * len(nodes) + 1.5))
-    for job, phase, node, s, e in log:
-        ax.broken_barh([(s - t0, e - s)], (nodes.index(node) - 0.4, 0.8), facecolors=colors.get(job, "grey"),
-                       edgecolor="black", linewidth=0.3, hatch="//" if phase == "train" else None)
-    ax.set_yticks(range(len(nodes)), nodes)
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(lanes) + 1.5))
+    for r in rows:
+        for k in r["slots"]:
+            ax.broken_barh([(r["start"] - t0, r["end"] - r["start"])], (lanes.index((r["node"], k)) - 0.4, 0.8),
+                           facecolors=colors.get(r["job"], "grey"), edgecolor="black", linewidth=0.3,
+                           hatch="//" if r["phase"] == "train" else None)
+    ax.set_yticks(range(len(lanes)), [f"{n}/w{k}" if slots[n.split("_")[0]] > 1 else n for n, k in lanes])
     ax.set_xlabel("wall time (s)")
-    ax.set_title("RollMux demo: phases on nodes (multiplexed run; hatched = train)")
+    ax.set_title("RollMux demo: phases on worker slots (multiplexed run; hatched = train)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=j) for j, c in colors.items()], loc="upper right")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
@@ -231,8 +166,10 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         cluster_spec = {**default_cluster().model_dump(), "warm_switch_s": WARM_SWITCH_S,
                         "cold_switch_s": COLD_SWITCH_S}
         admin_token = secrets.token_urlsafe(32)
-        core = SchedulerCore(cluster_spec, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, watch_ray_nodes=True,
-                             admin_token=admin_token)
+        # No drift repair: the profiles above are made-up scales, so measured times would read as drift.
+        core = SchedulerCore(cluster_spec, SchedulerConfig(intra=INTRA, repair=False),
+                             heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+                             watch_ray_nodes=True, admin_token=admin_token, tail_threshold=TAIL_THRESHOLD)
         stack.callback(core.shutdown)  # if the server does not come up (a no-op after server.stop)
         server = ThreadServer(core)
         stack.callback(server.stop)
@@ -240,12 +177,13 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         stack.callback(admin.close)
         clients: dict[str, HttpPermitClient] = {}
         say(f"scheduler serving on {server.url}")
+        slots = {"rollout": worker_slots(INTRA)[0], "train": 1}  # a job's rollout workers: one per slot
 
         # --- submit (admin token) and map the placement onto emulated nodes
         node_of: dict[str, dict[str, str]] = {}
         index: dict[str, dict[tuple[int, int], int]] = {"rollout": {}, "train": {}}
-        for jid, (_, r_ms, t_ms) in JOBS.items():
-            p = admin.submit(live_job_record(jid, r_ms, t_ms, slo))
+        for jid, (_, r_s, t_s, tail) in JOBS.items():
+            p = admin.submit(live_job_record(jid, r_s, t_s, slo, tail_frac=tail))
             # From here on the job talks to the scheduler only with its own token, from its own client.
             clients[jid] = HttpPermitClient(server.url, heartbeat_s=HEARTBEAT_S)
             clients[jid].register(jid, p["token"])
@@ -260,33 +198,29 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         ensure("train", len(index["train"]))
         cluster.wait_for_nodes()
 
-        # --- multiplexed run
+        # --- workers: one rollout worker per slot, one trainer, a weight-sync group per job
         ckdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="rollmux-demo-"))
-        actors = {j: _spawn(JOBS[j][0], seed, node_of[j]["rollout"], node_of[j]["train"]) for j in JOBS}
-        for j, pair in actors.items():  # heartbeats carry where the workers run (a lost node re-admits the job)
-            clients[j].set_nodes(j, sorted(set(ray.get([a.node_id.remote() for a in pair]))))
-        for j, (r, t) in actors.items():  # one unrecorded iteration warms every path, then fresh jobs
-            _drive(j, r, t, 1, [], threading.Lock(), ("", ""), {})
-        ray.get([a.reset.remote() for pair in actors.values() for a in pair])
-        cold = ray.get([a.cold_start.remote(os.path.join(ckdir, f"{j}-{i}.pt"))
-                        for j, pair in actors.items() for i, a in enumerate(pair)])
-        ray.get([a.offload.remote() for pair in actors.values() for a in pair])  # waiting jobs hold no state
-        warm: list[float] = []
-        log: list = []
-        lock = threading.Lock()
+        actors = {j: spawn(JOBS[j][0], seed, node_of[j]["rollout"], node_of[j]["train"], slots["rollout"])
+                  for j in JOBS}
+        for j, a in actors.items():  # heartbeats carry where the workers run (a lost node re-admits the job)
+            clients[j].set_nodes(j, sorted(set(ray.get([w.node_id.remote() for w in a.all()]))))
+        for j, a in actors.items():  # one unrecorded iteration warms every path (solo: all resident)
+            drive(j, a, 1, PhaseLog(), ("", ""), N_PROMPTS)
+        cold = ray.get([w.cold_start.remote(os.path.join(ckdir, f"{j}-{i}.pt"))
+                        for j, a in actors.items() for i, w in enumerate(a.all())])
+        ray.get([w.offload.remote() for a in actors.values() for w in a.all()])  # waiting jobs hold no state
+
+        # --- multiplexed run: init (gated), then rollout -> train -> sync through the shims
+        warm: list = []
+        log = PhaseLog()
         mux: dict = {}
+        shims: dict = {}
 
         def run_mux(j):
-            # An actor runs its calls in order, so the hooks only queue work there: onload is queued
-            # after the permit arrives and ahead of the phase's call; _drive queues offload right behind
-            # the phase's call, and the offload hook waits for it, so the permit is released only once
-            # the state is back in host memory. This saves two driver round trips per phase.
-            pick = dict(zip(("rollout", "train"), actors[j]))
-            queued: dict = {}
-            shim = JobShim(j, clients[j], onload=lambda ph: warm.append(pick[ph].onload.remote()),
-                           offload=lambda ph: ray.get(queued.pop(ph)))
-            _drive(j, *actors[j], iterations, log, lock, (node_of[j]["rollout"], node_of[j]["train"]), mux,
-                   shim, queued)
+            hooks = Hooks(actors[j], warm)
+            shims[j] = make_shim(j, clients[j], hooks, TAIL_THRESHOLD)
+            mux[j] = drive(j, actors[j], iterations, log, (node_of[j]["rollout"], node_of[j]["train"]), N_PROMPTS,
+                           shims[j], hooks)
             clients[j].finish(j)  # its releases are confirmed; it leaves the group
 
         t_mux = time.perf_counter()
@@ -295,35 +229,45 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         warm = ray.get(warm)
 
         # --- solo run: every job on dedicated nodes, all at once, no permits
-        solo_log: list = []
+        solo_log = PhaseLog()
         solo: dict = {}
-        ray.get([a.reset.remote() for pair in actors.values() for a in pair])
-        ray.get([a.onload.remote() for pair in actors.values() for a in pair])  # solo: resident throughout
+        ray.get([w.reset.remote() for a in actors.values() for w in a.all()])
+        ray.get([w.onload.remote() for a in actors.values() for w in a.all()])  # solo: resident throughout
         t_solo = time.perf_counter()
-        _all_at_once("solo", lambda j: _drive(j, *actors[j], iterations, solo_log, lock,
-                                              (f"rollout_solo_{j}", f"train_solo_{j}"), solo))
+        _all_at_once("solo", lambda j: solo.__setitem__(j, drive(
+            j, actors[j], iterations, solo_log, (f"rollout_solo_{j}", f"train_solo_{j}"), N_PROMPTS)))
         say(f"solo run: {time.perf_counter() - t_solo:.2f}s")
+        ray.get([w.leave_sync.remote() for a in actors.values() for w in a.all()])
 
         import torch
-        identical = all(set(mux[j]["weights"]) == set(solo[j]["weights"]) and
-                        all(torch.equal(mux[j]["weights"][k], solo[j]["weights"][k]) for k in mux[j]["weights"])
-                        and mux[j]["rewards"] == solo[j]["rewards"] for j in JOBS)
-        _timeline(log, png_out)
+        identical = all(set(mux[j].weights) == set(solo[j].weights) and
+                        all(torch.equal(mux[j].weights[k], solo[j].weights[k]) for k in mux[j].weights)
+                        and mux[j].rewards == solo[j].rewards for j in JOBS)
+        _timeline(log.rows, png_out, slots)
+        doubles = _double_grants(log.rows)
+        sync_s = [x for j in JOBS for x in mux[j].sync_s]
         result = {
-            "jobs": [{"job_id": j, "iterations": iterations, "final_reward": mux[j]["rewards"][-1], "slo": slo,
-                      "mean_iter_s_solo": round(solo[j]["iter_s"], 4), "mean_iter_s_mux": round(mux[j]["iter_s"], 4)}
+            "jobs": [{"job_id": j, "iterations": iterations, "final_reward": mux[j].rewards[-1], "slo": slo,
+                      "mean_iter_s_solo": round(solo[j].iter_s, 4), "mean_iter_s_mux": round(mux[j].iter_s, 4)}
                      for j in JOBS],
-            "idle_share": {"solo": _idle_share(solo_log), "mux": _idle_share(log)},
+            "idle_share": {"solo": _idle_share(solo_log.rows, slots), "mux": _idle_share(log.rows, slots)},
             "on_policy_identical": bool(identical),
             "warm_switch_s": round(_mean(warm), 6),
             "cold_switch_s": round(_mean(cold), 6),
             "timeline_png": str(png_out),
+            "long_tail_migrations": sum(shims[j].migrations for j in JOBS),
+            "double_grants": len(doubles),
+            "sync": {"strategy": SYNC_STRATEGY, "mean_s": round(_mean(sync_s), 6)},
         }
         for j in JOBS:
-            say(f"{j:>6} reward curve: {' '.join(f'{x:.3f}' for x in mux[j]['rewards'])}  "
-                f"iter solo {solo[j]['iter_s'] * 1e3:.0f} ms, mux {mux[j]['iter_s'] * 1e3:.0f} ms")
+            say(f"{j:>6} reward curve: {' '.join(f'{x:.3f}' for x in mux[j].rewards)}  "
+                f"iter solo {solo[j].iter_s * 1e3:.0f} ms, mux {mux[j].iter_s * 1e3:.0f} ms; "
+                f"tails migrated {shims[j].migrations}, responses recomputed {mux[j].aborted}")
+        for d in doubles[:5]:
+            say(f"double grant: {d}")
         say(f"idle share solo {result['idle_share']['solo']}  mux {result['idle_share']['mux']}")
         say(f"warm switch {result['warm_switch_s'] * 1e3:.2f} ms, cold switch {result['cold_switch_s'] * 1e3:.2f} ms; "
+            f"sync ({SYNC_STRATEGY}) {result['sync']['mean_s'] * 1e3:.2f} ms; "
             f"on-policy identical: {identical}; demo wall {time.perf_counter() - t_demo:.1f}s")
         if json_out is not None:
             Path(json_out).write_text(json.dumps(result, indent=2))

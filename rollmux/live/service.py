@@ -449,8 +449,10 @@ class SchedulerCore(Supervision, InProcessApi):
 
     def _opened(self, grant: dict) -> None:
         """A phase interval per node starts (the dashboard's timeline)."""
-        rows = [{"group_id": grant["group_id"], "pool": grant["pool"], "node": n, "job_id": grant["job_id"],
-                 "phase": grant["phase"], "start": grant["at"], "end": None} for n in grant["nodes"]]
+        # An init holds its training nodes too; a sync holds none.
+        held = [(grant["pool"], n) for n in grant["nodes"]] + [("train", n) for n in grant.get("train_nodes", ())]
+        rows = [{"group_id": grant["group_id"], "pool": pool, "node": n, "job_id": grant["job_id"],
+                 "phase": grant["phase"], "start": grant["at"], "end": None} for pool, n in held]
         self._timeline.extend(rows)
         self._open[(grant["job_id"], grant["phase"])] = rows
 
@@ -483,6 +485,7 @@ class SchedulerCore(Supervision, InProcessApi):
         self._closed(job_id, phase)
         if self.telemetry is not None:
             self.telemetry.phase_done(phase, float(timings["run_s"]))
+        if self.telemetry is not None and phase in ("rollout", "train"):  # the phases that onload
             self.telemetry.context_switch("cold" if held.get("switch_s", 0) > self.state.cfg.intra.warm_switch_s
                                           else "warm", float(timings["onload_s"]))
         if phase == "rollout":

@@ -12,7 +12,7 @@ callback, so a scrape never mixes two moments (client_python's custom-collector 
 | rollmux_admissions_total            | counter   | case            | jobs admitted, by placement (ADMISSION_CASES)  |
 | rollmux_refused_requests_total      | counter   | reason          | requests refused (REFUSAL_REASONS, else other) |
 | rollmux_permit_wait_seconds         | histogram | -               | from asking for a phase permit to getting it   |
-| rollmux_phase_duration_seconds      | histogram | phase           | a finished rollout or train phase              |
+| rollmux_phase_duration_seconds      | histogram | phase           | a finished phase (init, rollout, train, sync)  |
 | rollmux_context_switch_seconds      | histogram | kind            | switching a node to another job: warm or cold  |
 | rollmux_journal_records_total       | counter   | -               | records committed to the journal               |
 | rollmux_state_snapshot_errors_total | counter   | -               | scrapes whose snapshot raised (state left out) |
@@ -52,7 +52,7 @@ ADMISSION_CASES = ("direct_packing", "rollout_scaling", "isolated")
 REFUSAL_REASONS = ("no_token", "bad_token", "forbidden", "bad_request", "not_found", "conflict", "gone", "too_large",
                    "unavailable")
 OTHER_REASON = "other"
-PHASES = ("rollout", "train")
+PHASES = ("init", "rollout", "train", "sync")
 SWITCH_KINDS = ("warm", "cold")
 JOB_STATES = ("queued", "running", "moving", "done", "failed", "cancelled")
 POOLS = ("rollout", "train")

@@ -173,9 +173,10 @@ def test_histograms():
 
     phase = fams["rollmux_phase_duration_seconds"]
     assert values(phase, "rollmux_phase_duration_seconds_count") == {
-        (("phase", "rollout"),): 1.0, (("phase", "train"),): 2.0}
+        (("phase", "init"),): 0.0, (("phase", "rollout"),): 1.0, (("phase", "train"),): 2.0, (("phase", "sync"),): 0.0}
     assert values(phase, "rollmux_phase_duration_seconds_sum") == {
-        (("phase", "rollout"),): 9.5, (("phase", "train"),): 708.0}
+        (("phase", "init"),): 0.0, (("phase", "rollout"),): 9.5, (("phase", "train"),): 708.0,
+        (("phase", "sync"),): 0.0}
 
     switch = fams["rollmux_context_switch_seconds"]
     assert values(switch, "rollmux_context_switch_seconds_count") == {
