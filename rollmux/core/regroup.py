@@ -203,14 +203,17 @@ def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, 
     cluster = view.cluster
     charges = {m.job_id: migration_seconds(m.job, cluster, scale) for m in group.members}
     wait_s = group.shape.period_s if group.shape is not None else 0.0
+    horizon = min(remaining_s(m.job, view.progress) for m in group.members)
+    horizon -= wait_s + max(charges.values())
+    cost = sum(charges[m.job_id] * slice_rate(m.job, cluster) for m in group.members) / 3600
+    most = group.cost_per_hour(cluster) * max(horizon, 0.0) / 3600
+    if most <= margin * cost or most <= 0:
+        return None  # not worth it even if the moves added nothing: no need to plan them
     planned = plan_moves(group.members, group.group_id, view, policy, charges, wait_s)
     if planned is None:
         return None
     moves, added = planned
-    horizon = min(remaining_s(m.job, view.progress) for m in group.members)
-    horizon -= wait_s + max(charges.values())
     saving = (group.cost_per_hour(cluster) - added) * max(horizon, 0.0) / 3600
-    cost = sum(charges[m.job_id] * slice_rate(m.job, cluster) for m in group.members) / 3600
     if saving <= margin * cost or saving <= 0:
         return None
     return Regroup(group.group_id, tuple(moves), True, saving, cost)
