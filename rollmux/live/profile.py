@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from pydantic import ValidationError
+
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group import isolated_group
 from rollmux.core.group_controller import GroupController
@@ -139,7 +141,12 @@ def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], 
     try:
         for i in range(warmup + runs + 1):
             at_max = i == warmup + runs
-            rollout_s, train_s, sync_s = _iteration(job, shim, at_max)
+            try:
+                rollout_s, train_s, sync_s = _iteration(job, shim, at_max)
+            except Exception as exc:  # the job's own code failed: where, in one line
+                phase = shim.history[-1].phase  # a phase that raises is released (and recorded) first
+                raise InputError("JOB_MODULE", f"the job's {phase} phase failed in iteration {i + 1}: "
+                                               f"{type(exc).__name__}: {exc}") from None
             if i < warmup:
                 continue
             if at_max:
@@ -210,7 +217,7 @@ def _sig(x: float) -> float:
 def _spec(rec: dict) -> JobSpec:
     try:
         return JobSpec.model_validate(rec)
-    except Exception as exc:  # pydantic's ValidationError: the field and why
+    except ValidationError as exc:
         where, why = pydantic_reason(exc)
         raise InputError(f"job record field {where}", why) from None
 

@@ -26,12 +26,17 @@ CALLS = []
 
 
 class Job:
+    def __init__(self, fail=None):
+        self.fail = fail
+
     def rollout(self, max_length=False):
         CALLS.append(("rollout", max_length))
         return "batch"
 
     def train(self, batch):
         CALLS.append(("train", batch))
+        if self.fail == "train":
+            raise RuntimeError("out of memory")
 
     def sync(self):
         CALLS.append(("sync",))
@@ -50,7 +55,7 @@ def make_job(preset=None, **options):
     if preset not in (None, "tiny"):
         raise ValueError(f"no preset {preset!r}")
     CALLS.append(("make", preset, options))
-    return Job()
+    return Job(**options)
 '''
 
 
@@ -98,10 +103,10 @@ def test_a_grpo_preset_profile_is_accepted_and_placed_by_a_running_scheduler(tmp
 
 def test_the_profiler_runs_the_jobs_phases_through_the_shim(fake_module):
     opts = ProfileOptions(job_id="fake", iterations=50, runs=3, warmup=1)
-    rec = profile(fake_module, "tiny", {"width": 3}, opts)
+    rec = profile(fake_module, "tiny", {}, opts)
     import fakejob
     calls = fakejob.CALLS
-    assert calls[0] == ("make", "tiny", {"width": 3})
+    assert calls[0] == ("make", "tiny", {})
     rollouts = [c[1] for c in calls if c[0] == "rollout"]
     assert rollouts == [False] * 4 + [True]  # warm-up, 3 runs, then one at maximum response length
     assert [c for c in calls if c[0] == "train"] == [("train", "batch")] * 5
@@ -138,6 +143,9 @@ def test_the_record_is_the_runs_statistics():
     (["fakejob", "--slo", "0.5"], "--slo: must be at least 1"),
     (["fakejob", "--iterations", "5", "--duration", "60"], "--iterations/--duration: give one"),
     (["fakejob", "--tail-frac", "1.0"], "--tail-frac: must be in [0, 1)"),
+    (["fakejob", "--set", "width=3"], "refused them: Job.__init__() got an unexpected keyword argument 'width'"),
+    (["fakejob", "--set", "fail=train"],
+     "JOB_MODULE: the job's train phase failed in iteration 1: RuntimeError: out of memory"),
 ])
 def test_bad_module_or_options_are_one_line_and_exit_2(fake_module, tmp_path, args, place):
     out = tmp_path / "job.yaml"
