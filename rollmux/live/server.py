@@ -54,7 +54,7 @@ def admin_token(path: Path) -> str:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise InputError(f"--admin-token-file {path}: cannot create ({exc.strerror})") from None
+        raise InputError(f"--admin-token-file {path}", f"cannot create ({exc.strerror})") from None
     else:
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32) + "\n")
@@ -63,11 +63,12 @@ def admin_token(path: Path) -> str:
         mode = path.stat().st_mode
         token = path.read_text().strip()
     except OSError as exc:
-        raise InputError(f"--admin-token-file {path}: cannot read ({exc.strerror})") from None
+        raise InputError(f"--admin-token-file {path}", f"cannot read ({exc.strerror})") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise InputError(f"--admin-token-file {path}: readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
+        raise InputError(f"--admin-token-file {path}",
+                         f"readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
     if len(token) < 16:
-        raise InputError(f"--admin-token-file {path}: the token must be at least 16 characters")
+        raise InputError(f"--admin-token-file {path}", "the token must be at least 16 characters")
     return token
 
 

@@ -168,3 +168,28 @@ def test_tls_serves_https_with_secure_cookies(tmp_path):
         client.close()
     finally:
         server.signal(signal.SIGTERM)
+
+
+@pytest.mark.parametrize("mode, content, reason", [
+    (0o644, "x" * 32 + "\n", "readable by others (mode 644); chmod 600 it"),
+    (0o600, "short\n", "the token must be at least 16 characters"),
+])
+def test_a_bad_admin_token_file_is_an_input_error_naming_the_flag_and_file(tmp_path, mode, content, reason):
+    from rollmux.errors import InputError
+    from rollmux.live.server import admin_token
+    path = tmp_path / "admin.token"
+    path.write_text(content)
+    path.chmod(mode)
+    with pytest.raises(InputError) as exc:
+        admin_token(path)
+    assert exc.value.place == f"--admin-token-file {path}" and exc.value.reason == reason
+
+
+def test_a_readable_admin_token_file_stops_rollmux_serve_with_one_line(tmp_path):
+    path = tmp_path / "admin.token"
+    path.write_text("x" * 32 + "\n")
+    path.chmod(0o644)
+    out = _rollmux("serve", "--store", str(tmp_path / "j.db"), "--admin-token-file", str(path), "--listen", "127.0.0.1:0")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "readable by others" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
