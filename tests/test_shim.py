@@ -290,7 +290,7 @@ def test_init_is_gated_and_offloads_but_never_onloads():
 
     def init_b():
         with b.phase("init") as g:
-            events.append(("init", g.nodes, g.train_nodes))
+            events.append(("init", g.nodes, g.train_held))
         b_done.set()
     try:
         with a.phase("rollout"):

@@ -56,7 +56,7 @@ class Grant:
     units: int = 0     # rollout: worker slots per node (0 on other pools)
     workers: tuple[tuple[int, ...], ...] = ()  # rollout: per node, the slots covered (() = all)
     keep: tuple[tuple[int, ...], ...] = ()     # rollout: per node, the slots a migrated tail keeps
-    train_nodes: tuple[int, ...] = ()          # init: the training nodes it holds too
+    train_held: tuple[int, ...] = ()           # init: the training nodes it holds too
 
     def slots(self, i: int) -> tuple[int, ...]:
         """The worker slots this permit covers on its `i`-th node."""
@@ -338,7 +338,7 @@ class GroupController:
         del self._pending[(job_id, INIT)]
         self._reset_inits()
         cb(Grant(self.group.group_id, job_id, INIT, ROLLOUT, m.rollout_nodes, 0.0, self.env.now(), 0.0,
-                 units=self.units, train_nodes=m.train_nodes))
+                 units=self.units, train_held=m.train_nodes))
 
     def _grantable(self, job_id: str, phase: str, nodes: list[_NodeState]) -> bool:
         for node in nodes:

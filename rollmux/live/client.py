@@ -38,7 +38,11 @@ MAX_WAIT_S = 30.0
 
 
 def _grant(d: dict) -> Grant:
-    return Grant(**{**{k: v for k, v in d.items() if k in _GRANT_FIELDS}, "nodes": tuple(d["nodes"])})
+    """The permit from its JSON form (lists back to the tuples a frozen Grant holds)."""
+    return Grant(**{**{k: v for k, v in d.items() if k in _GRANT_FIELDS}, "nodes": tuple(d["nodes"]),
+                    "workers": tuple(tuple(w) for w in d.get("workers", ())),
+                    "keep": tuple(tuple(k) for k in d.get("keep", ())),
+                    "train_held": tuple(d.get("train_held", ()))})
 
 
 def _error(method: str, path: str, resp: urllib3.BaseHTTPResponse) -> ServiceError:

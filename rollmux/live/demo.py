@@ -1,15 +1,20 @@
 """`rollmux demo`: three real GRPO jobs multiplexed on an emulated Ray cluster, then solo.
 
+The jobs' workers and their loop (init, then rollout -> train -> sync; long-tail
+migration; weight sync through rollmux.weightsync) are in `demo_jobs`.
+
 Cluster: `ray.cluster_utils.Cluster` with a head node (num_cpus=1) and worker nodes
 of num_cpus=1 carrying one custom resource each that names the node
 (`rollout_node_k`, `train_node_k`; the "GPUs"). Two rollout nodes and one
 training node start up front; nodes the placement needs beyond that are added.
 
-Profiles: each job is submitted with its preset's measured solo phase times in
-seconds (medium 0.151/0.104, large 0.010/0.235, small 0.004/0.022) on the paper's
-cluster with the switch costs measured here (warm 5 ms: an onload from host memory
-plus a permit round trip; cold 0.1 s: a restore from disk). The scheduler then
-groups medium + large (complementary) and gives small its own group.
+Profiles: each job is submitted with phase times in seconds at the scale of its
+preset's solo times (heavy 0.151/0.104 with tail_frac 0.5, large 0.010/0.235,
+small 0.004/0.022) on the paper's cluster with the switch costs measured here
+(warm 5 ms: an onload from host memory plus a permit round trip; cold 0.1 s: a
+restore from disk). The scheduler then groups heavy + large (complementary; the
+heavy job's tail may migrate on their shared rollout node) and gives small its
+own group. Drift repair is off: these are scales, not measurements.
 
 Node mapping: for each pool, the (group_id, group-local node index) pairs the
 scheduler returns are numbered in submission order, k = 0, 1, ...; pair k runs on
@@ -27,9 +32,11 @@ offloading, on the same worker processes reset to a fresh job of the same config
 and seed. The three jobs run at the same time in both runs, as they would on a
 cluster, so both see the same sharing of this host's cores by the emulated nodes.
 
-Idle share of a pool = 1 - busy node-time / sum over its used nodes of the span
-the node was held (first phase start to last phase end on it); a node is held
-only while its group has members, in both runs.
+Idle share of a pool = 1 - busy worker-time / sum over its used nodes of the span
+the node was held (first phase start to last phase end on it) times its worker
+slots (rollout: 2, train: 1); a node is held only while its group has members,
+in both runs. Double grants: two jobs' phase intervals overlapping on one worker
+slot of the multiplexed run's log (`chaos_checks.double_grants`).
 """
 
 from __future__ import annotations

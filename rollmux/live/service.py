@@ -452,7 +452,7 @@ class SchedulerCore(Supervision, InProcessApi):
     def _opened(self, grant: dict) -> None:
         """A phase interval per node starts (the dashboard's timeline)."""
         # An init holds its training nodes too; a sync holds none.
-        held = [(grant["pool"], n) for n in grant["nodes"]] + [("train", n) for n in grant.get("train_nodes", ())]
+        held = [(grant["pool"], n) for n in grant["nodes"]] + [("train", n) for n in grant.get("train_held", ())]
         rows = [{"group_id": grant["group_id"], "pool": pool, "node": n, "job_id": grant["job_id"],
                  "phase": grant["phase"], "start": grant["at"], "end": None} for pool, n in held]
         self._timeline.extend(rows)

@@ -42,7 +42,9 @@ def _pools(core: Any) -> dict:
     busy = {p: 0 for p in POOLS}
     for job in core.state.jobs.values():
         for grant in job.held.values():
-            busy[grant["pool"]] += len(grant["nodes"])
+            if grant["pool"] in busy:  # a sync holds no node (pool "link")
+                busy[grant["pool"]] += len(grant["nodes"])
+            busy["train"] += len(grant.get("train_held", ()))  # an init holds its training nodes too
     out = {}
     for p in POOLS:
         spec = getattr(cs.cluster.pools, p)

@@ -38,7 +38,7 @@ def test_init_waits_for_every_node_of_the_job_and_blocks_new_phases_there():
     assert ("b", "init") not in got  # a holds the rollout node
     ctl.release("a", "rollout")
     g = got[("b", "init")]           # both nodes free now
-    assert (g.nodes, g.train_nodes) == ((0,), (0,))
+    assert (g.nodes, g.train_held) == ((0,), (0,))
     _ask(ctl, "a", "train", got)
     assert ("a", "train") not in got  # b's init holds the training node too
     ctl.release("b", "init")

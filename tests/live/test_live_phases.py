@@ -30,7 +30,10 @@ def test_init_of_a_queued_job_waits_until_it_is_placed(core):
     core.status()  # every reply decided so far has gone out
     assert not waiting.done()  # no group can hold b yet
     grant = core.acquire("a", "init", ta)
-    assert grant["phase"] == "init" and grant["nodes"] == [0] and grant["train_nodes"] == [0]
+    assert grant["phase"] == "init" and grant["nodes"] == [0] and list(grant["train_held"]) == [0]
+    rows = [(r["pool"], r["node"]) for r in core.status()["timeline"] if r["job_id"] == "a"]
+    assert rows == [("rollout", 0), ("train", 0)]  # the timeline shows init on both pools
+    assert {p: v["busy_gpus"] for p, v in core.status()["pools"].items()} == {"rollout": 8, "train": 8}
     core.release("a", "init", {**TIMINGS, "grant_no": grant["grant_no"]}, ta)
     core.finish("a", ta)  # a leaves: its nodes can hold b
     got = waiting.result(timeout=30)
@@ -43,6 +46,9 @@ def test_sync_is_granted_beside_a_running_phase_and_measured(core):
     rollout = core.acquire("a", "rollout", ta)
     sync = core.acquire("a", "sync", ta)  # holds no node: no wait for the rollout's nodes
     assert sync["nodes"] == [] and sync["pool"] == "link"
+    rows = [(r["phase"], r["pool"], r["node"]) for r in core.status()["timeline"]]
+    assert rows == [("rollout", "rollout", 0)]  # a rollout on its pool only; a sync on none
+    assert {p: v["busy_gpus"] for p, v in core.status()["pools"].items()} == {"rollout": 8, "train": 0}
     core.release("a", "sync", {**TIMINGS, "grant_no": sync["grant_no"]}, ta)
     core.release("a", "rollout", {**TIMINGS, "grant_no": rollout["grant_no"]}, ta)
     assert core.status()["jobs"]["a"]["profile"]["measured"]["sync"] == pytest.approx(0.25)
