@@ -40,7 +40,7 @@ ROLLOUT, TRAIN, INIT, SYNC = "rollout", "train", "init", "sync"
 CONTROLLED = (INIT, ROLLOUT, TRAIN, SYNC)  # phases a controller grants
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # (slots: one is made per simulated phase)
 class Grant:
     """A permit: job `job_id` may run `phase` on `nodes` of `pool` after a `switch_s` load."""
 
