@@ -440,7 +440,8 @@ class SchedulerCore(Supervision, InProcessApi):
                        "lease_s": self.lease_s(self.state.planning_spec(job_id), phase, grant.switch_s),
                        "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
                        # JSON-native, as a replay reads them back from the journal (tuples would differ)
-                       "workers": [list(w) for w in grant.workers], "keep": [list(k) for k in grant.keep]}
+                       "workers": [list(w) for w in grant.workers], "keep": [list(k) for k in grant.keep],
+                       "train_held": list(grant.train_held)}
             self._record("grant", payload)  # a JournalError unwinds to `request`, which rebuilds
             self._opened(payload)
             self._lease_starts(job_id, payload)
