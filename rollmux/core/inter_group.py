@@ -13,7 +13,7 @@ cheapest and ties go to the first found.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -161,38 +161,19 @@ class RollMuxPlacement(PlacementPolicy):
 
     def could_join(self, job: JobSpec, g: Group, view: ClusterView) -> bool:
         """Cheap necessary condition for `place_joined` to put `job` into `g`: False means no
-        plan of this policy puts it there, with `view`'s progress or any later charge to it.
-
-        The departure pass asks it (as `join_matrix`, for many jobs at once) to find the small
-        groups a departure can affect. The SLO budgets are taken uncharged (a migration charge
-        only lowers them) and the period only through closed-form lower bounds, so it may say
-        True where the exact check refuses."""
-        shape = g.shape
-        kt = view.cluster.pools.train.nodes_for(job.train_gpus)
-        if (len(g.members) >= view.max_group_size or shape is None or kt > g.n_train
-                or (self.prune_saturated and shape.status != "unsaturated")):
-            return False
-        slack = period_budget(job, view.progress)
-        if shape.t_cycle_s > slack:
-            return False
-        t_cap = view.cluster.pools.train.host_gb_per_node + 1e-9
-        if any(u + job.host_gb.train > t_cap for u in g.train_gb[:kt]):
-            return False
-        own = planning_times(job, self.cfg.plan_quantile)
-        for m in g.members:
-            slack = min(slack, period_budget(m.job, view.progress))
-        if own.rollout + own.train + own.sync > slack:
-            return False
-        b = group_bounds(g, self.cfg)
-        return max(b.lb_s, b.train0_sw + own.train) <= slack * (1 + 1e-9) * (1 + MARGIN)
+        plan of this policy puts it there, with `view`'s progress or any later charge to it
+        (`join_matrix` for one pair)."""
+        return bool(self.join_matrix((g,), (job,), view)[0, 0])
 
     def join_matrix(self, targets: Sequence[Group], jobs: Sequence[JobSpec], view: ClusterView) -> np.ndarray:
         """`could_join(jobs[i], targets[k], view)` for every pair, as a boolean matrix.
 
-        The departure pass asks it about every member of every small group at once: what
-        depends on a target is computed once, what depends on a job is vectorized (the
-        budgets read through one `progress_rows` call), with the same float operations as
-        the scalar checks, so the answers are the same."""
+        The departure pass asks it about every member of every small group at once, to find
+        the small groups a departure can affect. The SLO budgets are taken uncharged (a
+        migration charge only lowers them) and the period only through closed-form lower
+        bounds, so it may say True where the exact check refuses. What depends on a target is
+        computed once, what depends on a job is vectorized (the budgets read through one
+        `progress_rows` call)."""
         out = np.zeros((len(jobs), len(targets)), bool)
         if not jobs:
             return out

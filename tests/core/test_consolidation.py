@@ -122,22 +122,6 @@ def test_a_new_group_is_room_for_small_groups_at_the_next_departure():
     assert [g.job_ids() for g in state.consolidation_candidates(state.leave("c", gone), {})] == [("a",)]
 
 
-@settings(max_examples=60, deadline=None)
-@given(jobs=jobs_st, cap=st.integers(1, 4), done=st.integers(0, 30), late=st.floats(0.0, 3.0),
-       size=st.integers(1, 5))
-def test_join_matrix_answers_could_join_for_every_pair(jobs, cap, done, late, size):
-    """The departure pass's vectorized check gives the scalar check's answer, pair by pair."""
-    state = _build(jobs, cap)
-    progress = {m.job_id: (done, late * done * m.job.solo_iter_s) for g in state.groups.values()
-                for m in g.members[::2]}  # some members without progress
-    groups = list(state.groups.values())
-    probes = [m.job for g in groups for m in g.members]
-    view = ClusterView(CLUSTER, tuple(groups), None, None, size, 10_000, progress)
-    got = state.policy.join_matrix(groups, probes, view)
-    want = [[state.policy.could_join(j, g, view) for g in groups] for j in probes]
-    assert got.tolist() == want
-
-
 def test_a_departure_with_room_but_no_small_group_revisits_none():
     state = _build([(100.0, 100.0, 3.0, 8)] * 4, cap=4)
     state.cfg = dataclasses.replace(state.cfg, consolidate=1)
