@@ -316,6 +316,14 @@ class IndexSnapshot:
         """Nothing changed since the snapshot was taken."""
         return self.version == self.index.version
 
+    def position(self, group_id: int) -> int | None:
+        """Where the group sits in `groups` (None if absent or hidden); valid while current."""
+        s = None if group_id in self.hidden else self.index._slot.get(group_id)
+        if s is None:
+            return None
+        pos = int(np.searchsorted(self.slots, s))
+        return pos if pos < len(self.slots) and self.slots[pos] == s else None
+
     def find(self, group_id: int) -> Group | None:
         """The group with this id among `groups` (None if absent or hidden); valid while current."""
         s = None if group_id in self.hidden else self.index._slot.get(group_id)

@@ -50,11 +50,9 @@ def _position(view: ClusterView, group_id: int) -> int | None:
     view's groups at their positions (new groups go last), so the index finds it without a scan."""
     groups, snap = view.groups, view.index
     if snap is not None and snap.current and len(groups) >= len(snap.groups):
-        slot = snap.index._slot.get(group_id)
-        if slot is not None:
-            pos = int(np.searchsorted(snap.slots, slot))
-            if pos < len(snap.groups) and groups[pos].group_id == group_id:
-                return pos
+        pos = snap.position(group_id)
+        if pos is not None and groups[pos].group_id == group_id:
+            return pos
     return next((i for i, g in enumerate(groups) if g.group_id == group_id), None)
 
 

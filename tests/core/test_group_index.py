@@ -164,3 +164,20 @@ def test_view_group_finds_what_a_scan_finds(specs, hidden):
     assert view.index is not None
     for gid in range(18):
         assert view.group(gid) is next((g for g in shown if g.group_id == gid), None)
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(0, 40), hidden=st.sets(st.integers(0, 45), max_size=12), dropped=st.sets(st.integers(0, 40)))
+def test_a_snapshot_gives_each_group_its_position_in_the_view(n, hidden, dropped):
+    policy = RollMuxPlacement()
+    base = policy.place(make_job("x"), indexed_view(IndexedGroups(policy.cfg), CLUSTER)).group
+    groups = IndexedGroups(policy.cfg)
+    for gid in range(n):
+        groups[gid] = dataclasses.replace(base, group_id=gid)
+    for gid in dropped:
+        groups.pop(gid, None)
+    shown = groups.values_without(hidden)
+    snap = groups.index.snapshot(shown, hidden)
+    ids = [g.group_id for g in shown]
+    for gid in range(46):
+        assert snap.position(gid) == (ids.index(gid) if gid in ids else None)
