@@ -141,9 +141,8 @@ def test_an_index_built_for_another_planning_config_is_not_used():
     assert policy._indexed(make_job("b"), view, 1e9, planning_times(make_job("b"), 0.9), 1, 1e9) is None
 
 
-@settings(max_examples=50, deadline=None)
-@given(n=st.integers(0, 40), hidden=st.sets(st.integers(0, 45), max_size=12), dropped=st.sets(st.integers(0, 40)))
-def test_values_without_hides_exactly_the_given_ids_in_order(n, hidden, dropped):
+def _numbered_groups(n: int, dropped: set[int]) -> IndexedGroups:
+    """Groups 0..n-1 (copies of one planned group), then those in `dropped` removed."""
     policy = RollMuxPlacement()
     base = policy.place(make_job("x"), indexed_view(IndexedGroups(policy.cfg), CLUSTER)).group
     groups = IndexedGroups(policy.cfg)
@@ -151,6 +150,13 @@ def test_values_without_hides_exactly_the_given_ids_in_order(n, hidden, dropped)
         groups[gid] = dataclasses.replace(base, group_id=gid)
     for gid in dropped:
         groups.pop(gid, None)
+    return groups
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(0, 40), hidden=st.sets(st.integers(0, 45), max_size=12), dropped=st.sets(st.integers(0, 40)))
+def test_values_without_hides_exactly_the_given_ids_in_order(n, hidden, dropped):
+    groups = _numbered_groups(n, dropped)
     assert groups.values_without(hidden) == tuple(g for g in groups.values() if g.group_id not in hidden)
 
 
@@ -169,13 +175,7 @@ def test_view_group_finds_what_a_scan_finds(specs, hidden):
 @settings(max_examples=50, deadline=None)
 @given(n=st.integers(0, 40), hidden=st.sets(st.integers(0, 45), max_size=12), dropped=st.sets(st.integers(0, 40)))
 def test_a_snapshot_gives_each_group_its_position_in_the_view(n, hidden, dropped):
-    policy = RollMuxPlacement()
-    base = policy.place(make_job("x"), indexed_view(IndexedGroups(policy.cfg), CLUSTER)).group
-    groups = IndexedGroups(policy.cfg)
-    for gid in range(n):
-        groups[gid] = dataclasses.replace(base, group_id=gid)
-    for gid in dropped:
-        groups.pop(gid, None)
+    groups = _numbered_groups(n, dropped)
     shown = groups.values_without(hidden)
     snap = groups.index.snapshot(shown, hidden)
     ids = [g.group_id for g in shown]
