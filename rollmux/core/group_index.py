@@ -44,8 +44,11 @@ def progress_rows(progress: Mapping[str, tuple[int, float]], job_ids: Sequence[s
     every surviving group, and a method call per look-up through stacked views cost more
     than the rest of the scan); any other mapping is read entry by entry."""
     rows = getattr(progress, "rows", None)
-    if rows is not None:
-        return rows(job_ids)
+    return rows(job_ids) if rows is not None else rows_by_entry(progress, job_ids)
+
+
+def rows_by_entry(progress: Mapping[str, tuple[int, float]], job_ids: Sequence[str]) -> np.ndarray:
+    """`progress_rows` read one `get` per job id."""
     nan = (np.nan, np.nan)
     return np.array([progress.get(j, nan) for j in job_ids], dtype=float).reshape(-1, 2)
 
@@ -316,9 +319,12 @@ class IndexSnapshot:
         """Nothing changed since the snapshot was taken."""
         return self.version == self.index.version
 
+    def _slot_of(self, group_id: int) -> int | None:
+        return None if group_id in self.hidden else self.index._slot.get(group_id)
+
     def position(self, group_id: int) -> int | None:
         """Where the group sits in `groups` (None if absent or hidden); valid while current."""
-        s = None if group_id in self.hidden else self.index._slot.get(group_id)
+        s = self._slot_of(group_id)
         if s is None:
             return None
         pos = int(np.searchsorted(self.slots, s))
@@ -326,7 +332,7 @@ class IndexSnapshot:
 
     def find(self, group_id: int) -> Group | None:
         """The group with this id among `groups` (None if absent or hidden); valid while current."""
-        s = None if group_id in self.hidden else self.index._slot.get(group_id)
+        s = self._slot_of(group_id)
         return None if s is None else self.index._groups[s]
 
 

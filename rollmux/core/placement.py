@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from rollmux.core.group import Group, residency_ok
-from rollmux.core.group_index import IndexSnapshot
+from rollmux.core.group_index import IndexSnapshot, rows_by_entry
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 
@@ -80,8 +80,7 @@ class ProgressView(Mapping):
     def rows(self, job_ids: Sequence[str]) -> np.ndarray:
         """(done, elapsed) per job id as an (n, 2) array, NaN rows for jobs without progress.
         Views override it to read a whole scan's members without a call per look-up."""
-        nan = (np.nan, np.nan)
-        return np.array([self.get(j, nan) for j in job_ids], dtype=float).reshape(-1, 2)
+        return rows_by_entry(self, job_ids)
 
     def uncharged(self) -> ProgressView | None:
         """This view less any charges that only add elapsed time (so only lower budgets);
