@@ -327,7 +327,7 @@ def submit(
 @app.command()
 def profile(
     job_module: str = typer.Argument(..., help="Python module with a make_job(preset, **options) entry point, "
-                                               "e.g. examples.grpo (imported from the working directory)."),
+                                               "e.g. rollmux.jobs.grpo (importable from the working directory or installed)."),
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the job record (YAML, or JSON for .json)."),
     preset: Optional[str] = typer.Option(None, "--preset", help="Passed to make_job (e.g. small, medium, large)."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE passed to make_job (repeatable)."),

@@ -51,7 +51,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group_controller import Grant, GroupController
@@ -316,3 +316,21 @@ class LocalPermitClient:
     def release(self, timings: PhaseTimings) -> None:
         """Forward the release to the controller."""
         self.env.call_at(self.env.now(), self.controllers[timings.job_id].release, timings.job_id, timings.phase)
+
+
+def tensor_bytes(tree: Any) -> int:
+    """Bytes of the tensors in a nested dict / list / tuple, each storage counted once."""
+    seen: dict[int, int] = {}
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+        elif hasattr(x, "untyped_storage"):  # a torch.Tensor, without importing torch here
+            storage = x.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+    walk(tree)
+    return sum(seen.values())

@@ -10,7 +10,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rollmux"
 
 # Which rollmux layers each layer may import (its own included). Bottom up: errors; core (the
 # scheduling model every executor shares); workload; sim (the simulator and what it prices); study;
-# on the side, shim (job-facing) and live (the service) sit on core only; cli sees everything.
+# on the side, shim (job-facing) and live (the service) sit on core only; jobs (the demo's jobs, shipped
+# in the package) see only what a user's job sees, the shim; cli sees everything.
 ALLOWED: dict[str, set[str]] = {
     "errors": {"errors"},
     "data": set(),
@@ -20,9 +21,10 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"errors", "core", "sim"},
     "study": {"errors", "core", "workload", "sim", "study"},
     "shim": {"errors", "core", "shim"},
-    "live": {"errors", "core", "shim", "live", "weightsync"},  # the demo's jobs sync weights through it
+    "live": {"errors", "core", "shim", "live", "weightsync", "jobs"},  # the demo runs jobs, syncs their weights
+    "jobs": {"errors", "core", "shim", "jobs"},  # the demo jobs that ship in the package: job-facing, like a user's
     "weightsync": {"weightsync"},
-    "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "weightsync", "cli"},
+    "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "weightsync", "jobs", "cli"},
 }
 # Heavy or service frameworks the scheduling model and the simulator must run without.
 FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
@@ -116,6 +118,9 @@ def test_top_level_holds_only_entry_points():
     ("rollmux.live.service", "from rollmux.study.offline_optimum import x\n", "live may not import study"),
     ("rollmux.sim.simulator", "from rollmux.study.report import x\n", "sim may not import study"),
     ("rollmux.core.env", "import ray\n", "core may not import ray"),
+    ("rollmux.sim.runner", "from rollmux.jobs.grpo import make_job\n", "sim may not import jobs"),
+    ("rollmux.study.report", "import rollmux.jobs.grpo\n", "study may not import jobs"),
+    ("rollmux.jobs.grpo.job", "from rollmux.live.profile import x\n", "jobs may not import live"),
 ])
 def test_a_forbidden_import_is_reported_with_its_line(module, source, expected):
     found = violations(source, module, "x.py")

@@ -245,10 +245,7 @@ def _rollout(shim, respond, it: int, n: int, tails: list, hook: dict) -> list:
 
 def test_a_migrated_tail_is_recomputed_and_the_weights_match_a_solo_run():
     torch = pytest.importorskip("torch")
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from examples.grpo import GRPOJob, make_config, run_solo
+    from rollmux.jobs.grpo import GRPOJob, make_config, run_solo
 
     cfg = make_config("heavy", seed=2)
     env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0, tail_worker_frac=0.5))

@@ -43,7 +43,7 @@ class Worker:
     """One side of a GRPO job on one emulated node: a rollout worker slot, or the trainer."""
 
     def __init__(self, size: str, seed: int, side: str, slot: int = 0) -> None:
-        from examples.grpo.job import GRPOJob, make_config, run_solo
+        from rollmux.jobs.grpo.job import GRPOJob, make_config, run_solo
         self.side, self.size, self.seed, self.slot = side, size, seed, slot
         run_solo(GRPOJob(make_config(size, seed + 1)), 1)  # warm up torch (autograd, kernels) off the clock
         self.sync = None
@@ -51,7 +51,7 @@ class Worker:
 
     def reset(self) -> None:
         """A fresh job (same config and seed); the other side never runs here, so it stays offloaded."""
-        from examples.grpo.job import GRPOJob, make_config
+        from rollmux.jobs.grpo.job import GRPOJob, make_config
         self.job = GRPOJob(make_config(self.size, self.seed))
         self.job.offload("trainer" if self.side == "rollout" else "rollout")
 

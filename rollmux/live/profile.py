@@ -4,7 +4,7 @@ A user no longer hand-writes the twelve fields of a job record: the profiler run
 the job standalone, through the same shim the job uses under the scheduler (a
 local permit client on a one-member group, no service), and writes the record.
 
-**How a job module exposes itself.** The module (e.g. ``examples.grpo``) defines
+**How a job module exposes itself.** The module (e.g. ``rollmux.jobs.grpo``) defines
 
     def make_job(preset: str | None = None, **options) -> job
 
@@ -19,7 +19,7 @@ job has these methods (duck-typed, like the shim's hooks):
     onload(pool) / offload(pool)         pool "rollout" or "train": live state from / to
                                          host memory (the shim's hooks)
     host_bytes() -> {pool: int}          bytes its offloaded state holds in host memory,
-                                         per node of each pool (`tensor_bytes` helps)
+                                         per node of each pool (`rollmux.shim.tensor_bytes` helps)
 
 **What is measured.** `warmup` unrecorded iterations, then `runs` iterations, then
 one at maximum response length. Rollout median and sigma come from the runs (sigma:
@@ -52,7 +52,7 @@ from rollmux.core.group_controller import GroupController
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import JobSpec, default_cluster
 from rollmux.errors import InputError, pydantic_reason
-from rollmux.shim import PHASES, JobShim, LocalPermitClient
+from rollmux.shim import PHASES, JobShim, LocalPermitClient, tensor_bytes  # noqa: F401 (job modules' helper)
 
 ENTRY_POINT = "make_job"
 METHODS = ("rollout", "train", "sync", "onload", "offload", "host_bytes")
@@ -84,24 +84,6 @@ class Measured:
     sync: list[float] = field(default_factory=list)
     max_rollout: float = 0.0
     host_bytes: dict[str, int] = field(default_factory=dict)
-
-
-def tensor_bytes(tree: Any) -> int:
-    """Bytes of the tensors in a nested dict / list / tuple, each storage counted once."""
-    seen: dict[int, int] = {}
-
-    def walk(x: Any) -> None:
-        if isinstance(x, dict):
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, (list, tuple)):
-            for v in x:
-                walk(v)
-        elif hasattr(x, "untyped_storage"):  # a torch.Tensor, without importing torch here
-            storage = x.untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
-    walk(tree)
-    return sum(seen.values())
 
 
 def load_job(module: str, preset: str | None, options: dict[str, Any]) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import yaml
@@ -17,7 +16,6 @@ from rollmux.live.local import ThreadServer
 from rollmux.live.profile import Measured, ProfileOptions, job_record, profile
 from rollmux.live.service import SchedulerCore
 
-REPO = Path(__file__).resolve().parents[2]
 ADMIN = "admin-token-for-profile-tests-0123456789"
 runner = CliRunner()
 
@@ -69,9 +67,9 @@ def fake_module(tmp_path, monkeypatch):
 
 
 def test_a_grpo_preset_profile_is_accepted_and_placed_by_a_running_scheduler(tmp_path, monkeypatch):
-    monkeypatch.chdir(REPO)  # job modules import from the working directory, as with `python -m`
+    monkeypatch.chdir(tmp_path)  # the demo job ships in the package: no source tree needed
     out = tmp_path / "job.yaml"
-    res = runner.invoke(app, ["profile", "examples.grpo", "--preset", "small", "--runs", "3",
+    res = runner.invoke(app, ["profile", "rollmux.jobs.grpo", "--preset", "small", "--runs", "3",
                               "--job-id", "grpo-small", "--slo", "1.5", "--iterations", "40", "-o", str(out)])
     assert res.exit_code == 0, res.output
     rec = yaml.safe_load(out.read_text())
@@ -80,14 +78,14 @@ def test_a_grpo_preset_profile_is_accepted_and_placed_by_a_running_scheduler(tmp
     assert 0 < job.rollout_s.median <= job.rollout_s.max and job.train_s > 0 and job.sync_s > 0
     # Host memory: the offloaded host copies, byte for byte. The rollout side holds the policy's
     # tensors; the trainer the policy, Adam's two moments per tensor and its step counters.
-    from examples.grpo.job import GRPOJob, make_config
+    from rollmux.jobs.grpo.job import GRPOJob, make_config
     model = GRPOJob(make_config("small")).model
     tensors = list(model.parameters()) + list(model.buffers())
     policy = sum(t.numel() * t.element_size() for t in tensors)
     params = list(model.parameters())
     assert rec["host_gb"]["rollout"] * 1e9 == pytest.approx(policy)
     assert rec["host_gb"]["train"] * 1e9 == pytest.approx(3 * policy + 4 * len(params))
-    assert out.read_text().startswith("# measured by rollmux profile examples.grpo --preset small")
+    assert out.read_text().startswith("# measured by rollmux profile rollmux.jobs.grpo --preset small")
 
     token_file = tmp_path / "admin.token"
     token_file.write_text(ADMIN)
@@ -157,6 +155,6 @@ def test_bad_module_or_options_are_one_line_and_exit_2(fake_module, tmp_path, ar
 
 
 def test_an_unknown_grpo_option_names_it(tmp_path, monkeypatch):
-    monkeypatch.chdir(REPO)
-    res = runner.invoke(app, ["profile", "examples.grpo", "--set", "widht=3", "-o", str(tmp_path / "j.yaml")])
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["profile", "rollmux.jobs.grpo", "--set", "widht=3", "-o", str(tmp_path / "j.yaml")])
     assert res.exit_code == 2 and "widht" in res.output and len(res.output.strip().splitlines()) == 1, res.output

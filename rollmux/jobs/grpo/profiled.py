@@ -1,13 +1,13 @@
 """The GRPO job as `rollmux profile` drives it (the `make_job` entry point, rollmux/live/profile.py).
 
-    rollmux profile examples.grpo --preset small -o job.yaml
+    rollmux profile rollmux.jobs.grpo --preset small -o job.yaml
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rollmux.live.profile import tensor_bytes
+from rollmux.shim import tensor_bytes
 
 from .job import GRPOJob, RolloutBatch, make_config
 

@@ -1,18 +1,14 @@
-"""The example GRPO job (examples/grpo): learning, determinism, suspend/resume, presets."""
+"""The demo GRPO job (rollmux/jobs/grpo): learning, determinism, suspend/resume, presets."""
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from examples.grpo import GRPOJob, make_config, run_solo  # noqa: E402
+from rollmux.jobs.grpo import GRPOJob, make_config, run_solo  # noqa: E402
 
 N = 6  # iterations for the bit-identity tests
 
