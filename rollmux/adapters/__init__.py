@@ -1,0 +1,9 @@
+"""Adapters: real RL libraries' training loops under the RollMux shim (docs/adapters.md).
+
+An adapter maps a library's loop onto the shim's phases (rollout, train, sync, init), its state onto
+the shim's onload/offload and host_memory hooks, and its generation onto `progress` and `on_tail`.
+Adapters sit beside the jobs: they use the job-side shim and `rollmux.weightsync`, and nothing in
+core, sim, study or live imports them except the demo's job list.
+
+- `rollmux.adapters.trl`: TRL's `GRPOTrainer` (install `rollmux[trl]`).
+"""

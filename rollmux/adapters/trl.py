@@ -1,0 +1,587 @@
+"""TRL's GRPOTrainer under the RollMux shim: a thin subclass plus a callback (docs/adapters.md).
+
+The real library runs: TRL 1.16's `GRPOTrainer` (its prompt batching, reward and advantage code,
+GRPO loss) inside transformers' `Trainer` loop (backward, AdamW step, scheduler). The adapter only
+marks where each phase starts and ends and owns the generator side:
+
+- rollout: `_generate_and_score_completions` runs inside the `rollout` phase. Generation goes
+  through TRL's `rollout_func` seam to `Engine`: one generator copy of the policy per worker slot
+  of the permit, each prompt's group of `num_generations` completions one unit, sampled by
+  transformers' `generate` with its own seed (job seed, step, prompt). Units finishing report
+  `progress`; on a tail migration (`on_tail`) the units on the slots given up stop at their next
+  token and are recomputed on the kept slots, to the same tokens.
+- train: from the end of `_prepare_inputs` (the batch is scored) to `on_step_end` (TRL's loss,
+  backward, the optimizer and scheduler steps, zero_grad all done).
+- sync: the trainer's state dict goes to every generator copy through `rollmux.weightsync`
+  (training rank 0, one rollout rank per slot, Gloo on an in-process store), into the host copy
+  of a generator that is offloaded.
+- init: the trainer, the generator copies and the sync group are built, then offloaded.
+
+Onload/offload: parameters, buffers and (trainer) AdamW state move to host copies (`.data` is
+swapped for an empty tensor; host copies are pinned when CUDA is there) and back; `host_memory`
+reports their bytes per pool.
+
+Determinism: the model is initialised from the seed, TRL's sampler is seeded, every unit has its
+own generator and every phase uses the same intra-op thread count, so the same seed gives
+bit-identical weights solo or multiplexed. TRL's loop also draws from the process's global torch
+RNG (its set_seed, its batch shuffle): run one TRL job per process.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import tempfile
+import threading
+import time
+import warnings
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    TrainerCallback,
+)
+from transformers.trainer_callback import PrinterCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from rollmux.shim import JobShim, PermitClient
+from rollmux.weightsync import SyncGroup
+
+log = logging.getLogger("rollmux.adapters.trl")
+LETTERS = "abcdefghij"            # the prompts' alphabet
+SPECIALS = ("<pad>", "<eos>", "<unk>")
+TARGET = "a"                       # the reward counts this letter in a completion
+SYNC_STRATEGY = "topology"
+
+
+@dataclass(frozen=True)
+class TRLJobConfig:
+    """A tiny GRPO job: the model, the batch, the generator slots."""
+
+    seed: int = 0
+    prompts_per_step: int = 4        # distinct prompts per step, each one generation unit
+    num_generations: int = 8         # completions per prompt (GRPO's group)
+    prompt_len: int = 4
+    max_completion_length: int = 6
+    hidden_size: int = 32
+    layers: int = 2
+    heads: int = 2
+    lr: float = 1e-2
+    slots: int = 2                   # generator copies, one per rollout worker slot
+    threads: int = 1                 # intra-op threads everywhere (bit-identity needs a fixed count)
+
+    def __post_init__(self) -> None:
+        for name in ("prompts_per_step", "prompt_len", "max_completion_length", "hidden_size", "layers",
+                     "heads", "slots", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TRLJobConfig.{name} must be >= 1, not {getattr(self, name)!r}")
+        if self.num_generations < 2:
+            raise ValueError(f"TRLJobConfig.num_generations must be >= 2 (GRPO compares a group), "
+                             f"not {self.num_generations!r}")
+
+
+# ---------------------------------------------------------------- the tiny model, built in-process
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over single letters (prompts are space-separated letters)."""
+    vocab = {t: i for i, t in enumerate((*SPECIALS, *LETTERS))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+def build_model(cfg: TRLJobConfig, tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2 of `cfg`'s size, drawn from `cfg.seed` (the global RNG is left as it was)."""
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=cfg.hidden_size,
+                         intermediate_size=2 * cfg.hidden_size, num_hidden_layers=cfg.layers,
+                         num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
+                         max_position_embeddings=cfg.prompt_len + cfg.max_completion_length + 8,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=None, tie_word_embeddings=False)
+    config._attn_implementation = "eager"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return Qwen2ForCausalLM(config)
+
+
+def build_dataset(cfg: TRLJobConfig, n: int) -> Dataset:
+    """`n` prompts of `cfg.prompt_len` random letters, drawn from `cfg.seed`."""
+    rng = random.Random(cfg.seed)
+    return Dataset.from_dict({"prompt": [" ".join(rng.choice(LETTERS) for _ in range(cfg.prompt_len))
+                                         for _ in range(n)]})
+
+
+def target_reward(target_id: int, length: int) -> Callable[..., list[float]]:
+    """TRL reward function: the share of a completion's `length` token budget that is `target_id`."""
+    def target_reward(completions: list, completion_ids: list[list[int]], **_: Any) -> list[float]:
+        return [sum(t == target_id for t in ids) / length for ids in completion_ids]
+    return target_reward
+
+
+# ---------------------------------------------------------------- state on the device, or in host copies
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of `t` (pinned when CUDA is there, so the copy back can be asynchronous)."""
+    host = t.detach().to("cpu", copy=True)
+    return host.pin_memory() if torch.cuda.is_available() else host
+
+
+class Offloadable:
+    """A module's tensors (and its optimizer's state, once the Trainer built one): resident, or in host copies."""
+
+    def __init__(self, module: torch.nn.Module, optimizer: Callable[[], Any] = lambda: None) -> None:
+        self.module, self._optimizer = module, optimizer
+        self.device = next(module.parameters()).device
+        self.host: dict[str, dict] | None = None  # {"model": name -> tensor, "optim": (param id, key) -> tensor}
+
+    @property
+    def resident(self) -> bool:
+        """Whether the live tensors hold the state (measured on the parameters, not a flag)."""
+        return all(p.numel() > 0 for p in self.module.parameters())
+
+    def _optim_state(self) -> dict:
+        opt = self._optimizer()
+        return {} if opt is None else getattr(opt, "optimizer", opt).state  # accelerate wraps torch's optimizer
+
+    def offload(self) -> None:
+        """Move every tensor to its host copy; the live tensors become empty (the objects stay)."""
+        if self.host is not None:
+            return
+        host: dict[str, dict] = {"model": {}, "optim": {}}
+        for name, t in [*self.module.named_parameters(), *self.module.named_buffers()]:
+            host["model"][name] = _host_copy(t.data)
+            t.data = torch.empty(0, dtype=t.dtype, device=t.device)
+        for p, st in self._optim_state().items():
+            for k, v in st.items():
+                if isinstance(v, torch.Tensor):
+                    host["optim"][(id(p), k)] = _host_copy(v)
+                    st[k] = torch.empty(0, dtype=v.dtype, device=v.device)
+        self.host = host
+
+    def onload(self) -> None:
+        """Copy the host copies back into the live tensors and release them."""
+        if self.host is None:
+            return
+        host, self.host = self.host, None
+        for name, t in [*self.module.named_parameters(), *self.module.named_buffers()]:
+            t.data = host["model"][name].to(self.device, copy=True)
+        for p, st in self._optim_state().items():
+            for k in st:
+                if (id(p), k) in host["optim"]:
+                    st[k] = host["optim"][(id(p), k)].to(self.device, copy=True)
+
+    def host_bytes(self) -> int:
+        """Bytes the host copies hold (0 while resident)."""
+        if self.host is None:
+            return 0
+        return sum(t.nbytes for part in self.host.values() for t in part.values())
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The module's state dict, from the live tensors or the host copies (not copied)."""
+        live = self.module.state_dict()
+        if self.host is None:
+            return {k: v.detach() for k, v in live.items()}
+        return {k: self.host["model"][k] for k in live}
+
+    def load(self, weights: dict[str, torch.Tensor]) -> None:
+        """New weights: into the live tensors, or into the host copies while offloaded."""
+        if self.host is None:
+            self.module.load_state_dict(weights)
+            return
+        missing = set(self.module.state_dict()) ^ set(weights)
+        if missing:
+            raise KeyError(f"Offloadable.load: the weights' names differ from the module's: {sorted(missing)[:5]}")
+        self.host["model"].update({k: v.to("cpu") for k, v in weights.items()})
+
+
+# ---------------------------------------------------------------- generation: units on worker slots
+
+class _GumbelMax(LogitsProcessor):
+    """Sampling with the unit's own generator: argmax of logits + Gumbel noise is a draw from the
+    softmax (generate's own sampling draws from the process's global RNG, shared by every thread)."""
+
+    def __init__(self, gen: torch.Generator) -> None:
+        self.gen = gen
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        u = torch.rand(scores.shape, generator=self.gen).clamp_(min=1e-20)
+        return scores - torch.log(-torch.log(u))
+
+
+class _Abort(StoppingCriteria):
+    """Stops generate between two tokens once the slot's stop event is set; `fired` tells a cut unit."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop, self.fired = stop, False
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        self.fired = self.fired or self.stop.is_set()
+        return torch.full((input_ids.shape[0],), self.fired, dtype=torch.bool)
+
+
+def _unit_seed(seed: int, step: int, unit: int) -> int:
+    return (seed * 1_000_003 + step * 7_919 + unit * 104_729 + 17) % (2**63 - 1)
+
+
+class Engine:
+    """The rollout side: one generator copy of the policy per worker slot, fed one prompt's group at a time."""
+
+    def __init__(self, cfg: TRLJobConfig, model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast) -> None:
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.copies = [Offloadable(copy.deepcopy(model).eval()) for _ in range(cfg.slots)]
+        self.pools = [ThreadPoolExecutor(1, thread_name_prefix=f"trl-slot{s}") for s in range(cfg.slots)]
+        self.gen_config = GenerationConfig(max_new_tokens=cfg.max_completion_length, do_sample=False,
+                                           pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        self.shim: JobShim | None = None
+        self.current: _Rollout | None = None  # the rollout running now (its give_up is the tail hook)
+        self.aborted = 0                      # units cut by tail migrations (and recomputed)
+        self.segments: list[tuple[tuple[int, ...], int, float, float]] = []  # (slots, step, start, end)
+
+    def rollout_func(self, prompts: list[str], trainer: GRPOTrainer) -> dict[str, Any]:
+        """TRL's rollout_func: every row's prompt and completion ids (rows b*G .. b*G+G-1 share prompt b)."""
+        g = trainer.num_generations
+        units = prompts[::g]
+        if [p for p in units for _ in range(g)] != list(prompts):
+            raise ValueError("rollout_func: expected each prompt repeated num_generations times in a row")
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in units]
+        grant = self.shim.grant if self.shim is not None else None
+        slots = list(grant.slots(0)) if grant is not None else list(range(self.cfg.slots))
+        if max(slots) >= self.cfg.slots:
+            raise ValueError(f"rollout_func: the permit covers worker slots {slots} but the job has "
+                             f"{self.cfg.slots} generator copies; set TRLJobConfig.slots >= {max(slots) + 1}")
+        self.current = _Rollout(self, trainer.state.global_step, ids, slots)
+        try:
+            parts = self.current.run()
+        finally:
+            self.current = None
+        return {"prompt_ids": [ids[b] for b in range(len(units)) for _ in range(g)],
+                "completion_ids": [c for part in parts for c in part], "logprobs": None}
+
+    def respond(self, slot: int, step: int, unit: int, prompt_ids: list[int],
+                stop: threading.Event) -> list[list[int]] | None:
+        """One unit's completions (each cut after its first EOS) on `slot`'s copy; None if stopped midway."""
+        if torch.get_num_threads() != self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        gen = torch.Generator().manual_seed(_unit_seed(self.cfg.seed, step, unit))
+        x = torch.tensor([prompt_ids] * self.cfg.num_generations)
+        abort = _Abort(stop)
+        with torch.no_grad():
+            out = self.copies[slot].module.generate(
+                input_ids=x, attention_mask=torch.ones_like(x), generation_config=self.gen_config,
+                logits_processor=LogitsProcessorList([_GumbelMax(gen)]), stopping_criteria=StoppingCriteriaList([abort]))
+        if abort.fired:
+            return None
+        eos = self.tokenizer.eos_token_id
+        rows = out[:, x.shape[1]:].tolist()
+        return [row[:row.index(eos) + 1] if eos in row else row for row in rows]
+
+    def onload(self, slots) -> None:
+        """Onload the generator copies of `slots`."""
+        for s in slots:
+            self.copies[s].onload()
+
+    def offload(self, slots=None) -> None:
+        """Offload the generator copies of `slots` (default: every one)."""
+        for s in range(self.cfg.slots) if slots is None else slots:
+            self.copies[s].offload()
+
+    def close(self) -> None:
+        """Stop the slots' threads."""
+        for p in self.pools:
+            p.shutdown()
+
+
+class _Rollout:
+    """One rollout: units dealt to slots, one at a time each; `give_up` is the shim's on_tail hook."""
+
+    def __init__(self, engine: Engine, step: int, ids: list[list[int]], slots: list[int]) -> None:
+        self.engine, self.step, self.ids, self.active = engine, step, ids, list(slots)
+        self.n = len(ids)
+        self.queue: deque[int] = deque(range(self.n))
+        self.busy: dict[int, tuple[Any, int]] = {}  # slot -> (future, unit)
+        self.done: dict[int, list[list[int]]] = {}
+        self.stop = {s: threading.Event() for s in slots}
+        self.seg_start = time.perf_counter()
+
+    def run(self) -> list[list[list[int]]]:
+        """Every unit's completions, in unit order."""
+        e = self.engine
+        while len(self.done) < self.n:
+            for s in self.active:
+                if s not in self.busy and self.queue:
+                    b = self.queue.popleft()
+                    self.busy[s] = (e.pools[s].submit(e.respond, s, self.step, b, self.ids[b], self.stop[s]), b)
+            wait([f for f, _ in self.busy.values()], return_when=FIRST_COMPLETED)
+            for s in [s for s, (f, _) in self.busy.items() if f.done()]:
+                f, b = self.busy.pop(s)
+                self.done[b] = f.result()  # a kept slot is never stopped, so never None
+            if e.shim is not None:
+                e.shim.progress(len(self.done), self.n)  # may call give_up
+        self._segment()
+        return [self.done[b] for b in range(self.n)]
+
+    def give_up(self, grant: Any) -> None:
+        """The tail migrates: stop the units on the slots given up, offload those copies, keep the rest."""
+        keep = set(grant.kept(0))
+        if not keep & set(self.active):
+            raise RuntimeError(f"trl: the tail would keep no generator slot (kept {sorted(keep)}, "
+                               f"running on {self.active}); tail_worker_frac * slots must be >= 1")
+        gone = [s for s in self.active if s not in keep]
+        for s in gone:
+            self.stop[s].set()
+        for s in gone:
+            if s in self.busy:
+                f, b = self.busy.pop(s)
+                part = f.result()  # the unit stops at its next token
+                if part is None:   # recomputed from scratch on a kept slot, to the same tokens
+                    self.queue.appendleft(b)
+                    self.engine.aborted += 1
+                else:
+                    self.done[b] = part
+        self.engine.offload(gone)
+        self._segment()
+        self.active = [s for s in self.active if s in keep]
+
+    def _segment(self) -> None:
+        now = time.perf_counter()
+        self.engine.segments.append((tuple(self.active), self.step, self.seg_start, now))
+        self.seg_start = now
+
+
+# ---------------------------------------------------------------- weight sync
+
+def _in_threads(fn: Callable[[Any], Any], items: list) -> list:
+    """fn(item) for every item at once, one thread each (a collective's ranks); the first error is raised."""
+    out: list = [None] * len(items)
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            out[i] = fn(items[i])
+        except BaseException as exc:  # noqa: BLE001 -- re-raised below, in the caller's thread
+            errors.append(exc)
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+class WeightSync:
+    """Training rank 0 and one rollout rank per generator slot, in a `rollmux.weightsync` group of their own."""
+
+    def __init__(self, slots: int, strategy: str = SYNC_STRATEGY) -> None:
+        store = torch.distributed.HashStore()  # in-process ranks; a deployment passes a TCPStore
+        ranks = [("train", 0)] + [("rollout", j) for j in range(slots)]
+        groups = _in_threads(lambda r: SyncGroup(r[0], r[1], 1, slots, store=store, strategy=strategy), ranks)
+        self.train, self.rollout = groups[0], groups[1:]
+        self.seconds: list[float] = []
+
+    def push(self, weights: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        """Send `weights` to every rollout rank; what each received (bit-identical to `weights`)."""
+        got = _in_threads(lambda i: self.train.send(weights) if i < 0 else self.rollout[i].receive(),
+                          [-1, *range(len(self.rollout))])
+        self.seconds.append(got[0].seconds)
+        return [w for w, _ in got[1:]]
+
+    def close(self) -> None:
+        """Leave the group (every rank at once)."""
+        _in_threads(lambda g: g.close(), [self.train, *self.rollout])
+
+
+# ---------------------------------------------------------------- the trainer and the job
+
+class ShimGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer with generate-and-score inside `rollout` and the step through the optimizer inside `train`."""
+
+    def __init__(self, *args: Any, job: "TRLJob", **kwargs: Any) -> None:
+        self.rollmux_job = job
+        super().__init__(*args, **kwargs)
+
+    def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
+        """TRL's own step, inside the rollout phase; records the batch's mean reward."""
+        with self.rollmux_job.phase("rollout"):
+            out = super()._generate_and_score_completions(inputs)
+        self.rollmux_job.rewards.append(self._metrics["train"]["reward"][-1])
+        return out
+
+    def _prepare_inputs(self, generation_batch: dict) -> dict:
+        """TRL's own batching; the train phase opens once the batch is ready."""
+        inputs = super()._prepare_inputs(generation_batch)
+        if self.model.training:
+            self.rollmux_job.begin_train()
+        return inputs
+
+    def training_step(self, model: torch.nn.Module, inputs: dict, num_items_in_batch: Any = None) -> torch.Tensor:
+        """TRL's loss and backward; records the loss."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self.rollmux_job.losses.append(float(loss))
+        return loss
+
+
+class _StepEnd(TrainerCallback):
+    """After the Trainer's optimizer step: close the train phase, then sync."""
+
+    def __init__(self, job: "TRLJob") -> None:
+        self.job = job
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.job.end_step()
+
+
+@dataclass
+class TRLRun:
+    """What one run of a TRL job measured."""
+
+    rewards: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    sync_s: list[float] = field(default_factory=list)
+    aborted: int = 0
+    iter_s: float = 0.0
+
+
+class TRLJob:
+    """One TRL GRPO job: `run(iterations)` builds it (init) and runs TRL's loop, solo or under a shim."""
+
+    def __init__(self, cfg: TRLJobConfig | None = None) -> None:
+        self.cfg = cfg or TRLJobConfig()
+        self.shim: JobShim | None = None
+        self.rewards: list[float] = []
+        self.losses: list[float] = []
+        self.train_intervals: list[tuple[int, float, float]] = []  # (step, start, end)
+        self.moves = 0
+        self.trainer: ShimGRPOTrainer | None = None
+        self.engine: Engine | None = None
+        self.state: Offloadable | None = None
+        self.sync: WeightSync | None = None
+        self._train_cm = None
+        self._train_start = 0.0
+
+    # -- the shim and its hooks
+    def attach(self, job_id: str, client: PermitClient, tail_threshold: float = 0.8) -> JobShim:
+        """Run under RollMux: a shim for `job_id` on `client`, wired to this job's hooks."""
+        self.shim = JobShim(job_id, client, onload=self._onload, offload=self._offload, on_tail=self._on_tail,
+                            on_move=self._on_move, host_memory=self.host_memory, tail_threshold=tail_threshold)
+        return self.shim
+
+    def phase(self, name: str):
+        """The shim's phase marker (no permit, nothing moves when the job runs solo)."""
+        return self.shim.phase(name) if self.shim is not None else nullcontext()
+
+    def _onload(self, phase: str) -> None:
+        if phase == "rollout":
+            self.engine.onload(self.shim.grant.slots(0))
+        elif phase == "train":
+            self.state.onload()
+
+    def _offload(self, phase: str) -> None:
+        if phase in ("rollout", "init"):
+            self.engine.offload()
+        if phase in ("train", "init"):
+            self.state.offload()
+
+    def _on_tail(self, grant: Any) -> None:
+        self.engine.current.give_up(grant)
+
+    def _on_move(self, grant: Any) -> None:
+        # One process holds both sides and its state is in host memory between phases, so a new
+        # placement needs nothing rebuilt here; a job spread over nodes rebuilds its sync group.
+        self.moves += 1
+        log.info("trl job re-placed (epoch %s)", grant.epoch)
+
+    def host_memory(self) -> dict[str, int]:
+        """Bytes of offloaded state per pool: the generator copies (rollout), model + AdamW state (train)."""
+        rollout = sum(c.host_bytes() for c in self.engine.copies) if self.engine else 0
+        return {"rollout": rollout, "train": self.state.host_bytes() if self.state else 0}
+
+    # -- phase boundaries inside TRL's loop
+    def begin_train(self) -> None:
+        """Enter the train phase (called by the trainer once the batch is ready)."""
+        self._train_cm = self.phase("train")
+        self._train_cm.__enter__()
+        self._train_start = time.perf_counter()
+
+    def end_step(self) -> None:
+        """Leave the train phase after the optimizer step, then hand the weights to the generators."""
+        cm, self._train_cm = self._train_cm, None
+        step = len(self.train_intervals)
+        self.train_intervals.append((step, self._train_start, time.perf_counter()))
+        cm.__exit__(None, None, None)
+        with self.phase("sync"):
+            for copy_, weights in zip(self.engine.copies, self.sync.push(self.state.state_dict())):
+                copy_.load(weights)
+
+    # -- the run
+    def _build(self, iterations: int, callbacks: list) -> None:
+        cfg = self.cfg
+        tokenizer = build_tokenizer()
+        model = build_model(cfg, tokenizer)
+        self.engine = Engine(cfg, model, tokenizer)
+        self.engine.shim = self.shim
+        self.sync = WeightSync(cfg.slots)
+        self._tmp = tempfile.TemporaryDirectory(prefix="rollmux-trl-")
+        args = GRPOConfig(
+            output_dir=self._tmp.name, max_steps=iterations, seed=cfg.seed, data_seed=cfg.seed, use_cpu=True,
+            per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+            num_generations=cfg.num_generations, gradient_accumulation_steps=1, steps_per_generation=1,
+            num_iterations=1, beta=0.0, learning_rate=cfg.lr, lr_scheduler_type="constant", warmup_steps=0,
+            max_completion_length=cfg.max_completion_length, temperature=1.0, optim="adamw_torch",
+            save_strategy="no", report_to="none", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0)
+        self.trainer = ShimGRPOTrainer(
+            model=model, reward_funcs=[target_reward(tokenizer.convert_tokens_to_ids(TARGET),
+                                                     cfg.max_completion_length)],
+            args=args, train_dataset=build_dataset(cfg, cfg.prompts_per_step * iterations),
+            processing_class=tokenizer, rollout_func=self.engine.rollout_func,
+            callbacks=[_StepEnd(self), *callbacks], job=self)
+        self.trainer.remove_callback(PrinterCallback)  # the metrics are kept here (rewards, losses), not printed
+        self.state = Offloadable(model, lambda: self.trainer.optimizer if self.trainer else None)
+
+    def run(self, iterations: int, callbacks: list | None = None) -> TRLRun:
+        """init (build, then offload), then TRL's loop for `iterations` steps; what it measured."""
+        if iterations < 1:
+            raise ValueError(f"TRLJob.run: iterations must be >= 1, not {iterations!r}")
+        torch.set_num_threads(self.cfg.threads)
+        with warnings.catch_warnings():
+            # TRL 1.16 calls transformers 5's deprecated gradient_checkpointing names, and flags rollout_func
+            # (the seam this adapter uses) as experimental: known, and not the user's to act on.
+            warnings.filterwarnings("ignore", category=FutureWarning, message=".*gradient_checkpointing.*")
+            warnings.filterwarnings("ignore", category=UserWarning, message=".*'rollout_func'.*experimental.*")
+            return self._run(iterations, callbacks or [])
+
+    def _run(self, iterations: int, callbacks: list) -> TRLRun:
+        with self.phase("init"):
+            self._build(iterations, callbacks)
+        t0 = time.perf_counter()
+        try:
+            self.trainer.train()
+        except BaseException as exc:
+            if self._train_cm is not None:  # a failed step still releases its permit
+                cm, self._train_cm = self._train_cm, None
+                cm.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        finally:
+            self.engine.close()
+            self.sync.close()
+            self._tmp.cleanup()
+        return TRLRun(list(self.rewards), list(self.losses),
+                      {k: v.detach().clone() for k, v in self.state.state_dict().items()},
+                      list(self.sync.seconds), self.engine.aborted, (time.perf_counter() - t0) / iterations)
