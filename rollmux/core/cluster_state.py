@@ -26,6 +26,7 @@ from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
 from rollmux.core.regroup import Move, Regroup, dissolve_decision, migration_seconds, plan_moves, shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.why import WhyTally
 
 Progress = Mapping[str, tuple[int, float]]  # job_id -> (iterations done, seconds since start)
 
@@ -60,6 +61,7 @@ class ClusterState:
         self.controllers: dict[int, GroupController] = {}
         self.dissolving: set[int] = set()
         self.cases: dict[str, int] = {}
+        self.why = WhyTally()  # why isolated arrivals joined no group (plans that say: core/why.py)
         # Migrants with a reserved slot, not yet arrived: job -> (target group, move).
         self.arriving: dict[str, Move] = {}
         # Policy time per decision: each arrival (or re-placement), and all the policy
@@ -122,6 +124,8 @@ class ClusterState:
         self.ledger.provision("train", plan.added_train_nodes, now)
         if arrival:  # a migrating job was counted when it arrived
             self.cases[plan.case.value] = self.cases.get(plan.case.value, 0) + 1
+            if plan.why is not None:
+                self.why.add(plan.why)
         self.groups[g.group_id] = g
         self._next_gid = max(self._next_gid, g.group_id + 1)
         ctl = self.controllers.get(g.group_id)

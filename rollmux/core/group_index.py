@@ -33,6 +33,7 @@ import numpy as np
 
 from rollmux.core.group import Group
 from rollmux.core.intra_group import IntraConfig, group_planning_times, node_loads, t_cycle, t_load
+from rollmux.core.why import CODE, Refusal
 
 KT_MAX = 8         # training-node prefixes indexed; jobs needing more are checked on the first KT_MAX
 MARGIN = 1e-6      # relative slack on every bound: rounding can never exclude a valid group
@@ -257,6 +258,31 @@ class GroupIndex:
             mask &= self._tld[:n, col] + need.own_train <= thr
             mask &= self.train0_sw[:n] + need.own_train <= thr
         return mask
+
+    def refusal_codes(self, need: JobNeeds) -> np.ndarray:
+        """Per slot in use, the code (index in core/why.REFUSALS) of the first check in the
+        attribution order that `may_take` fails, -1 where it may take the job. Each bound
+        proves its reason: the structural ones are the checks themselves, the period bounds
+        are lower bounds of the exact period, so exceeding a budget proves an SLO refusal
+        (coded newcomer_slo; whose budget binds, the newcomer's or a member's, is for the
+        caller to tell from the members' budgets)."""
+        n, m = self._n, 1.0 + MARGIN
+        thr = need.slack_new * (1 + 1e-9) * m
+        slo = (self._tcyc[:n] > need.slack_new * m) | (self.lb[:n] > thr)
+        checks = [(self._size[:n] >= need.max_size, CODE[Refusal.GROUP_SIZE]),
+                  (~self._ok[:n], CODE[Refusal.UNPLANNED])]
+        if need.prune:
+            checks.append((~self._unsat[:n], CODE[Refusal.SATURATED]))
+        if need.kt:
+            col = min(need.kt, KT_MAX) - 1
+            checks += [(self._ntrain[:n] < need.kt, CODE[Refusal.TRAIN_SHAPE]),
+                       (self._gb[:n, col] + need.train_gb > need.t_cap * m, CODE[Refusal.RESIDENCY])]
+            slo |= (self._tld[:n, col] + need.own_train > thr) | (self.train0_sw[:n] + need.own_train > thr)
+        checks.append((slo, CODE[Refusal.NEWCOMER_SLO]))
+        codes = np.full(n, -1, np.int8)
+        for failed, code in reversed(checks):  # the first failing check in the order is written last
+            codes[failed] = code
+        return codes
 
     def budget_bounds(self, slots: np.ndarray, progress: Mapping[str, tuple[int, float]]) -> np.ndarray:
         """At least the least member period budget (inter_group.period_budget) of each slot's

@@ -7,7 +7,8 @@ A candidate is valid when residency holds and, under the planning estimate
 (worst-case rollout by default), every member's co-execution iteration time
 stays within its SLO: planned period <= min_j slo_j * solo_iter_j.
 Candidates are tried in order of increasing Δ, so the first valid one is the
-cheapest and ties go to the first found.
+cheapest and ties go to the first found. An isolated plan says why no group took the
+job (`PlacementPlan.why`, core/why.py): the checks below note each refusal as they make it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from rollmux.core.intra_group import (
 NO_BOUND = float("-inf")  # a candidate without index bounds: only the exact checks decide
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.why import CODE, REFUSALS, PlacementWhy, Refusal
 
 
 def rollout_node_loads(group: Group, quantile: float) -> list[float]:
@@ -80,13 +82,78 @@ def period_budget(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> fl
     return budget / (max(job.iterations - done, 0) + 1)
 
 
-def isolated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig) -> PlacementPlan | None:
-    """A new group for the job alone, or None if the node caps forbid it."""
+def isolated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig,
+                  why: PlacementWhy | None = None) -> PlacementPlan | None:
+    """A new group for the job alone, or None if the node caps forbid it; `why`: why no
+    existing group took it, if the policy says."""
     g = plan_group(isolated_group(view.next_group_id, job, view.cluster), cfg)
     if ((view.free_rollout_nodes is not None and g.n_rollout > view.free_rollout_nodes)
             or (view.free_train_nodes is not None and g.n_train > view.free_train_nodes)):
         return None
-    return PlacementPlan(job.job_id, Case.ISOLATED, g, g.n_rollout, g.n_train, g.cost_per_hour(view.cluster))
+    return PlacementPlan(job.job_id, Case.ISOLATED, g, g.n_rollout, g.n_train, g.cost_per_hour(view.cluster), why)
+
+
+_SLO = CODE[Refusal.NEWCOMER_SLO]  # an SLO refusal before it is told whose budget binds
+
+
+class _Refusals:
+    """The refusals one `place` call makes, for the isolated plan's `why` (core/why.py).
+
+    The exact checks note each refused group by id with its reason (None: an SLO, whose is
+    settled at the end); a later, more scaled try of the same group overwrites it. The index's
+    bulk exclusion leaves its arrays here. Both become reasons only if the job ends up isolated."""
+
+    __slots__ = ("slack_new", "progress", "exact", "pruned")
+
+    def __init__(self, slack_new: float, progress: Mapping[str, tuple[int, float]]) -> None:
+        self.slack_new, self.progress = slack_new, progress
+        self.exact: dict[int, tuple[Refusal | None, Group]] = {}
+        # (index, needs, view slots, positions failing the budget pass, view positions
+        # checked exactly instead); None: no index was used.
+        self.pruned: tuple | None = None
+
+    def result(self) -> PlacementWhy:
+        """Groups refused per reason, the index's exclusions included. An SLO refusal is a
+        member's when some member's period budget is tighter than the newcomer's, else the
+        newcomer's (the same budgets, so the same answer, with or without the index)."""
+        counts = [0] * len(REFUSALS)
+        slack_new, progress = self.slack_new, self.progress
+        for reason, g in self.exact.values():
+            if reason is None:
+                tight = any(period_budget(m.job, progress) < slack_new for m in g.members)
+                reason = Refusal.MEMBER_SLO if tight else Refusal.NEWCOMER_SLO
+            counts[CODE[reason]] += 1
+        by_index = 0
+        if self.pruned is not None:
+            idx, needs, slots, fail_pos, exact_pos = self.pruned
+            codes = idx.refusal_codes(needs)[slots]
+            codes[fail_pos] = _SLO  # passed the index's own bounds, not the members' budgets
+            codes[exact_pos] = -1   # tentatively changed groups: the exact checks noted them
+            slo = np.flatnonzero(codes == _SLO)
+            if len(slo):
+                tight = idx.budget_bounds(slots[slo], progress) < slack_new
+                codes[slo[tight]] = CODE[Refusal.MEMBER_SLO]
+            pruned = np.bincount(codes[codes >= 0], minlength=len(REFUSALS))
+            by_index = int(pruned.sum())
+            counts = [c + int(p) for c, p in zip(counts, pruned)]
+        return PlacementWhy(tuple(counts), by_index)
+
+
+def _first_refusal(g: Group, max_size: int, prune: bool, kt: int, need: float, t_cap: float) -> Refusal | None:
+    """The first check of the attribution order (core/why.py) that `g` fails before any
+    SLO check; None (an SLO) when it fails only the natural-cycle check."""
+    shape = g.shape
+    if len(g.members) >= max_size:
+        return Refusal.GROUP_SIZE
+    if shape is None:
+        return Refusal.UNPLANNED
+    if prune and shape.status != "unsaturated":
+        return Refusal.SATURATED
+    if kt > g.n_train:
+        return Refusal.TRAIN_SHAPE
+    if kt and any(u + need > t_cap for u in g.train_gb[:kt]):
+        return Refusal.RESIDENCY
+    return None
 
 
 def joined_plan(group: Group, cand: Group, new_nodes: int, job: JobSpec,
@@ -109,6 +176,7 @@ class RollMuxPlacement(PlacementPolicy):
 
     name = "rollmux"
     regroups = True  # its SLO admission makes departure-time re-placement safe
+    explains = True  # its isolated plans say why no group took the job (PlacementPlan.why)
 
     def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,
                  best_fit: str = "") -> None:
@@ -122,9 +190,11 @@ class RollMuxPlacement(PlacementPolicy):
         self.best_fit = best_fit
 
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
-        """The cheapest valid placement for `job`; isolated if nothing else fits."""
-        plan = self.place_joined(job, view)
-        return plan if plan is not None else isolated_plan(job, view, self.cfg)
+        """The cheapest valid placement for `job`; isolated if nothing else fits (the plan
+        then says why each group refused it)."""
+        why = _Refusals(period_budget(job, view.progress), view.progress)
+        plan = self._place_joined(job, view, why)
+        return plan if plan is not None else isolated_plan(job, view, self.cfg, why.result())
 
     def place_joined(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
         """The cheapest valid placement of `job` into an existing group; None if there is none.
@@ -132,22 +202,30 @@ class RollMuxPlacement(PlacementPolicy):
         Departure-time re-placement only wants these (an isolated plan makes a move
         pointless), so it skips planning the isolated group. A subclass that overrides
         `place` should override this too."""
+        return self._place_joined(job, view, None)
+
+    def _place_joined(self, job: JobSpec, view: ClusterView, why: _Refusals | None) -> PlacementPlan | None:
+        """`place_joined`, noting every refusal in `why` when given."""
         q = self.cfg.plan_quantile
         k = view.cluster.pools.rollout.nodes_for(job.rollout_gpus)
         slack_new = period_budget(job, view.progress)  # a migrating job brings its past
         own = planning_times(job, q)
         own_cycle = own.rollout + own.train + own.sync
-        candidates = self._candidates(job, view, slack_new, own)
+        candidates = self._candidates(job, view, slack_new, own, why)
         for new_nodes in range(0, k + 1):
             if view.free_rollout_nodes is not None and new_nodes > view.free_rollout_nodes:
                 break
             best, best_fit = None, -1.0
             for g, slack, rollout_lb in candidates:
                 if own_cycle > slack:
+                    if why is not None:
+                        why.exact[g.group_id] = (None, g)
                     continue  # the newcomer alone already breaks someone's SLO
                 if new_nodes < k and rollout_lb > slack * (1 + 1e-9) * (1 + MARGIN):
+                    if why is not None:
+                        why.exact[g.group_id] = (None, g)
                     continue  # an existing rollout node takes it: already over budget there
-                plan = self._try(g, job, new_nodes, slack, view, q)
+                plan = self._try(g, job, new_nodes, slack, view, q, why)
                 if plan is None:
                     continue
                 if not self.best_fit:
@@ -213,8 +291,8 @@ class RollMuxPlacement(PlacementPolicy):
             rows.append(hit[1])
         return tuple(np.array(rows, float).T)
 
-    def _candidates(self, job: JobSpec, view: ClusterView, slack_new: float,
-                    own: PhaseTimes) -> list[tuple[Group, float, float]]:
+    def _candidates(self, job: JobSpec, view: ClusterView, slack_new: float, own: PhaseTimes,
+                    why: _Refusals | None = None) -> list[tuple[Group, float, float]]:
         """Groups `job` may join, in view order, each with its period budget with `job` and a
         lower bound of the closed-form period if the job takes an existing rollout node.
 
@@ -228,7 +306,7 @@ class RollMuxPlacement(PlacementPolicy):
         kt = view.cluster.pools.train.nodes_for(job.train_gpus)
         t_cap, need = view.cluster.pools.train.host_gb_per_node + 1e-9, job.host_gb.train
         progress = view.progress
-        pool = self._indexed(job, view, slack_new, own, kt, t_cap)
+        pool = self._indexed(job, view, slack_new, own, kt, t_cap, why)
         if pool is None:
             pool = [(g, NO_BOUND, NO_BOUND) for g in view.groups]  # no usable index: every group
         out = []
@@ -236,8 +314,12 @@ class RollMuxPlacement(PlacementPolicy):
             shape = g.shape
             if (len(g.members) >= max_size or shape is None or shape.t_cycle_s > slack_new
                     or kt > g.n_train or (prune and shape.status != "unsaturated")):
+                if why is not None:
+                    why.exact[g.group_id] = (_first_refusal(g, max_size, prune, kt, need, t_cap), g)
                 continue
             if kt and any(u + need > t_cap for u in g.train_gb[:kt]):
+                if why is not None:
+                    why.exact[g.group_id] = (Refusal.RESIDENCY, g)
                 continue
             slack = slack_new
             for m in g.members:
@@ -245,12 +327,14 @@ class RollMuxPlacement(PlacementPolicy):
                 if b < slack:
                     slack = b
             if fixed_lb > slack * (1 + 1e-9) * (1 + MARGIN):
+                if why is not None:
+                    why.exact[g.group_id] = (None, g)
                 continue  # over budget whatever the plan: `_try` would refuse it
             out.append((g, slack, rollout_lb))
         return out
 
     def _indexed(self, job: JobSpec, view: ClusterView, slack_new: float, own: PhaseTimes,
-                 kt: int, t_cap: float) -> list[tuple[Group, float, float]] | None:
+                 kt: int, t_cap: float, why: _Refusals | None = None) -> list[tuple[Group, float, float]] | None:
         """The groups the view's index cannot exclude, in view order, each with its bounds
         (fixed part, rollout part); None when the view has no index this policy can use.
 
@@ -269,17 +353,26 @@ class RollMuxPlacement(PlacementPolicy):
         # The members' budgets (bounded from above), vectorized: the exact loop recomputes
         # them for the few left.
         slack = np.minimum(idx.budget_bounds(sel, view.progress), slack_new) * (1 + MARGIN)
-        ok = (own.rollout + own.train + own.sync <= slack) & (fixed <= slack * (1 + 1e-9))
+        own_cycle = own.rollout + own.train + own.sync
+        ok = (own_cycle <= slack) & (fixed <= slack * (1 + 1e-9))
+        if why is not None:
+            why.pruned = (idx, needs, slots, pos[~ok], [])
         pos, sel, fixed = pos[ok], sel[ok], fixed[ok].tolist()
         roll = (idx.rollout_min_sw[sel] + own.rollout).tolist()
         groups = view.groups
         if groups is base:
             return [(base[p], f, r) for p, f, r in zip(pos.tolist(), fixed, roll)]
         if len(groups) < len(base):
+            if why is not None:
+                why.pruned = None  # every group goes through the exact checks
             return None
         changed = [i for i, (a, b) in enumerate(zip(groups, base)) if a is not b]
         if any(groups[i].group_id != base[i].group_id for i in changed):
+            if why is not None:
+                why.pruned = None
             return None
+        if why is not None:
+            why.pruned = why.pruned[:-1] + (changed,)
         bounded = {p: (f, r) for p, f, r in zip(pos.tolist(), fixed, roll)}
         for i in changed:
             bounded[i] = (NO_BOUND, NO_BOUND)  # a tentatively changed group: the exact checks decide
@@ -287,19 +380,27 @@ class RollMuxPlacement(PlacementPolicy):
         return out + [(g, NO_BOUND, NO_BOUND) for g in groups[len(base):]]
 
     def _try(self, g: Group, job: JobSpec, new_nodes: int, slack: float,
-             view: ClusterView, q: float) -> PlacementPlan | None:
+             view: ClusterView, q: float, why: _Refusals | None = None) -> PlacementPlan | None:
+        """`job` in `g` with `new_nodes` fresh rollout nodes, if valid; a refusal is noted in `why`."""
         loads = rollout_node_loads(g, q)
         order = sorted(range(g.n_rollout), key=lambda n: (loads[n], n))
         cand = pin_into(g, job, view.cluster, new_nodes, order)
         if cand is None:
+            if why is not None:  # (the training-node count was checked before: residency)
+                kt = view.cluster.pools.train.nodes_for(job.train_gpus)
+                why.exact[g.group_id] = (Refusal.TRAIN_SHAPE if kt > g.n_train else Refusal.RESIDENCY, g)
             return None
         times = group_planning_times(cand.members, self.cfg)
         # Closed-form lower bound first: the exact schedule can only be slower.
         bound = max(t_cycle(cand.members, times),
                     t_load(cand.members, cand.n_rollout, cand.n_train, times, self.cfg.warm_switch_s))
         if bound > slack * (1 + 1e-9):
+            if why is not None:
+                why.exact[g.group_id] = (None, g)
             return None
         cand = plan_group(cand, self.cfg)
         if cand.shape.period_s > slack * (1 + 1e-9):
+            if why is not None:
+                why.exact[g.group_id] = (None, g)
             return None
         return joined_plan(g, cand, new_nodes, job, view)

@@ -18,6 +18,7 @@ import numpy as np
 from rollmux.core.group import Group, residency_ok
 from rollmux.core.group_index import IndexSnapshot, rows_by_entry
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.why import PlacementWhy
 
 
 class Case(str, Enum):
@@ -62,6 +63,9 @@ class PlacementPlan:
     added_rollout_nodes: int
     added_train_nodes: int
     delta_cost_per_hour: float
+    # An isolated plan of a policy that explains itself: why no existing group took the job
+    # (core/why.py). None for other cases and for policies that do not say.
+    why: PlacementWhy | None = None
 
 
 class ProgressView(Mapping):

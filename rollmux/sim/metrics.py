@@ -80,6 +80,9 @@ class PolicyResult:
     cost_timeline: list[tuple[float, float]] = field(default_factory=list)
     # Group policies that move jobs between groups: {"count", "stall_hours", "cost_usd"}.
     migrations: dict[str, float] | None = None
+    # Policies that explain isolated placements (core/why.py): WhyTally.to_json(), i.e.
+    # {"placements": {reason: isolated placements}, "groups": {reason: groups refused}}.
+    placements_why: dict[str, dict[str, int]] | None = None
 
     @classmethod
     def from_ledger(cls, policy: str, ledger: Ledger, jobs_total: int, outcomes: list[JobOutcome],
@@ -137,6 +140,11 @@ class PolicyResult:
             out["decision_ms"] = self.decision_percentiles()
         if self.migrations is not None:
             out["migrations"] = dict(self.migrations)
+        if self.placements_why is not None:
+            why = self.placements_why
+            out["isolated_placements"] = sum(why["placements"].values())
+            out["placements_why"] = dict(why["placements"])  # one reason per isolated placement
+            out["refusals_why"] = dict(why["groups"])        # every refused group, summed over them
         return out
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.baselines import solo_d_cost
@@ -34,8 +36,27 @@ def _moves(r: PolicyResult) -> str:
     return "-" if m is None else f"{m['count']:,} ({m['stall_hours']:.1f} h)"
 
 
-def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec, source: str) -> Table:
-    """The table `rollmux simulate` prints: one row per policy."""
+def why_lines(cmp: Comparison) -> list[str]:
+    """One line per policy that explains its isolated placements (core/why.py): placements per
+    reason (each placement's nearest miss), then groups refused per reason; zero counts left out."""
+    lines = []
+    for name, r in cmp.results.items():
+        why = r.placements_why
+        if why is None:
+            continue
+        places, groups = why["placements"], why["groups"]
+        n, total = sum(places.values()), sum((r.placements or {}).values())
+
+        def cells(counts: dict[str, int]) -> str:
+            return " · ".join(f"{k} {v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v) or "-"
+        lines.append(f"why isolated, {name}: {n:,} of {total:,} placements, by nearest miss: {cells(places)}; "
+                     f"groups refused: {cells(groups)}")
+    return lines
+
+
+def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec, source: str) -> RenderableType:
+    """What `rollmux simulate` prints: the table, one row per policy, then why the explaining
+    policies isolated jobs (`why_lines`)."""
     solo = cmp.results.get("solo-d")
     solo_cost = solo.cost_usd if solo else solo_d_cost(jobs, cluster)
     basis = "simulated" if solo else "closed form"
@@ -59,4 +80,5 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
                   _pct(r.idle_share["rollout"]) if r.peak_gpus["rollout"] else "-",
                   _pct(r.idle_share["train"]), str(r.peak_gpus["rollout"]), str(r.peak_gpus["train"]),
                   places, _moves(r), _latency(r))
-    return t
+    lines = why_lines(cmp)
+    return Group(t, *(Text(line) for line in lines)) if lines else t

@@ -137,9 +137,11 @@ class Simulation:
             raise SimulationStalled(f"{self.policy.name}: {len(stuck)} jobs never finished, e.g. {stuck[:5]}")
         self.ledger.close(self.env.now())
         regroups = self.cfg.regroup and getattr(self.policy, "regroups", False)
+        why = self.state.why.to_json() if getattr(self.policy, "explains", False) else None
         return PolicyResult.from_ledger(self.policy.name, self.ledger, len(self.jobs), self.outcomes,
                                         placements=dict(self.state.cases), decision_ms=self.state.decision_ms,
-                                        migrations=self.moves.to_json() if regroups or self.moves.count else None)
+                                        migrations=self.moves.to_json() if regroups or self.moves.count else None,
+                                        placements_why=why)
 
     # -- placement ------------------------------------------------------------------
     def progress(self) -> Mapping[str, tuple[int, float]]:
