@@ -12,11 +12,12 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.trace_io import dump_jobs, load_cluster, load_jobs, parse_jobs
-from rollmux.errors import InputError
+from rollmux.errors import InputError, require_extra
 from rollmux.sim.report import comparison_table
 from rollmux.sim.runner import DEFAULT_POLICIES, compare
 from rollmux.sim.simulator import SimConfig
@@ -33,7 +34,7 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # "[demo]" is text
     raise typer.Exit(2)
 
 
@@ -327,7 +328,7 @@ def submit(
 @app.command()
 def profile(
     job_module: str = typer.Argument(..., help="Python module with a make_job(preset, **options) entry point, "
-                                               "e.g. rollmux.jobs.grpo (importable from the working directory or installed)."),
+                                               "e.g. rollmux.jobs.grpo (installed, or in the working directory)."),
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the job record (YAML, or JSON for .json)."),
     preset: Optional[str] = typer.Option(None, "--preset", help="Passed to make_job (e.g. small, medium, large)."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE passed to make_job (repeatable)."),
@@ -428,8 +429,9 @@ def demo(
     png: Path = typer.Option(Path("demo_timeline.png"), "--png", help="Timeline picture of phases on nodes."),
 ) -> None:
     """Emulated Ray cluster: three real GRPO jobs multiplexed by the scheduler, then solo."""
-    from rollmux.live.demo import run_demo
     try:
+        require_extra("demo", "demo")  # the jobs are torch models: say so before Ray starts
+        from rollmux.live.demo import run_demo
         result = run_demo(iterations=iterations, json_out=json_out, png_out=png)
         out.print_json(json.dumps(result))
     except InputError as exc:
@@ -494,6 +496,10 @@ def bench_sync(
 
     from rollmux.weightsync.bench import BenchConfig, run_sync_bench
     from rollmux.weightsync.testbed import TestbedUnavailable
+    try:
+        require_extra("bench sync", "demo")  # its ranks (subprocesses) sync torch tensors
+    except InputError as exc:
+        _fail(exc)
     try:
         cfg = BenchConfig(train_ranks, rollout_ranks, model_mb, link_mbit)
         doc = run_sync_bench(cfg)

@@ -28,3 +28,35 @@ def pydantic_reason(exc: Exception) -> tuple[str, str]:
     if first.get("type") != "missing" and not isinstance(value, dict):
         msg = f"{msg} (got {value!r})"
     return field, msg
+
+
+# The optional extras (pyproject.toml) and the modules each brings; `pip install rollmux` has none.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {"demo": ("torch",), "trl": ("torch", "trl", "transformers")}
+
+
+class MissingExtra(InputError):
+    """A command needs an optional extra that is not installed: one line naming the extra to install."""
+
+    def __init__(self, command: str, extra: str) -> None:
+        super().__init__(f"rollmux {command}", f"needs the {extra} extra: pip install 'rollmux[{extra}]'")
+        self.command = command
+        self.extra = extra
+
+    def __str__(self) -> str:
+        return f"rollmux {self.command} needs the {self.extra} extra: pip install 'rollmux[{self.extra}]'"
+
+    def __reduce__(self):
+        return (type(self), (self.command, self.extra))
+
+
+def require_extra(command: str, extra: str) -> None:
+    """Raise MissingExtra unless every module of `extra` is importable (found, not imported: stays cheap)."""
+    import importlib.util
+    if any(importlib.util.find_spec(m) is None for m in EXTRA_MODULES[extra]):
+        raise MissingExtra(command, extra)
+
+
+def extra_for(exc: ModuleNotFoundError) -> str | None:
+    """The extra that brings the module an import failed on, or None if no extra does."""
+    root = (exc.name or "").split(".")[0]
+    return next((extra for extra, mods in EXTRA_MODULES.items() if root in mods), None)

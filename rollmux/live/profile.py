@@ -51,7 +51,7 @@ from rollmux.core.group import isolated_group
 from rollmux.core.group_controller import GroupController
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import JobSpec, default_cluster
-from rollmux.errors import InputError, pydantic_reason
+from rollmux.errors import InputError, MissingExtra, extra_for, pydantic_reason
 from rollmux.shim import PHASES, JobShim, LocalPermitClient, tensor_bytes  # noqa: F401 (job modules' helper)
 
 ENTRY_POINT = "make_job"
@@ -92,6 +92,11 @@ def load_job(module: str, preset: str | None, options: dict[str, Any]) -> Any:
         sys.path.insert(0, os.getcwd())
     try:
         mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        extra = extra_for(exc)
+        if extra is not None:  # the job needs an optional extra (torch for the demo jobs): name it
+            raise MissingExtra(f"profile {module}", extra) from None
+        raise InputError("JOB_MODULE", f"cannot import {module!r} ({exc})") from None
     except ImportError as exc:
         raise InputError("JOB_MODULE", f"cannot import {module!r} ({exc})") from None
     make = getattr(mod, ENTRY_POINT, None)
