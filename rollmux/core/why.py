@@ -8,8 +8,8 @@ than one would fail (the first failing one in this order wins):
   unplanned     the group has no planned shape, so it is never a candidate (not seen in runs);
   saturated     the paper's pruning of saturated groups (only with `prune_saturated`);
   train_shape   the group has fewer training nodes than the job needs;
-  residency     host DRAM: a training node (or, at the group's most-scaled try, the rollout
-                nodes it would share) cannot hold the job's offloaded state;
+  residency     host DRAM: a training node the job would share cannot hold its offloaded
+                state (rollout nodes never refuse an isolated job: see below);
   newcomer_slo  the group's period with the job would exceed the tightest period budget
                 (inter_group.period_budget) among the newcomer and the members, and that is
                 the newcomer's own (no member's budget is tighter);
@@ -21,7 +21,9 @@ period bound proves that the tightest budget is broken, not by how much, so the 
 gives the same answer whether the index or the exact checks refused the group.
 
 A group is tried with 0..k new rollout nodes; it is attributed the reason its last (most-scaled)
-try failed for, the try that asks least of the group. Groups the group index (core/group_index.py)
+try failed for, the try that asks least of the group. With k new nodes the job shares no rollout
+node, and an isolated group needs k new rollout nodes too, so whenever a job is isolated that
+try was made: rollout-node DRAM can change which nodes a job shares, never isolate it. Groups the group index (core/group_index.py)
 excludes in bulk are attributed the same way: each of its bounds is a proof of one of these
 reasons (a structural bound is that check itself; a period bound is a lower bound of the exact
 period, so exceeding a budget proves the SLO reason), so no "pruned" reason is needed; how many

@@ -12,6 +12,7 @@ from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import Case, PlacementPlan
 from rollmux.core.regroup import Move, Regroup
 from rollmux.core.spec import JobSpec
+from rollmux.core.why import PlacementWhy
 
 
 def job_to_dict(job: JobSpec) -> dict:
@@ -43,16 +44,21 @@ def group_from_dict(d: dict, cfg: IntraConfig) -> Group:
 
 
 def plan_to_dict(plan: PlacementPlan) -> dict:
-    """A placement plan as JSON-native data."""
-    return {"job_id": plan.job_id, "case": plan.case.value, "group": group_to_dict(plan.group),
-            "added_rollout_nodes": plan.added_rollout_nodes, "added_train_nodes": plan.added_train_nodes,
-            "delta_cost_per_hour": plan.delta_cost_per_hour}
+    """A placement plan as JSON-native data (`why` only when the plan says why it is isolated)."""
+    d = {"job_id": plan.job_id, "case": plan.case.value, "group": group_to_dict(plan.group),
+         "added_rollout_nodes": plan.added_rollout_nodes, "added_train_nodes": plan.added_train_nodes,
+         "delta_cost_per_hour": plan.delta_cost_per_hour}
+    if plan.why is not None:
+        d["why"] = plan.why.to_dict()
+    return d
 
 
 def plan_from_dict(d: dict, cfg: IntraConfig) -> PlacementPlan:
     """Rebuild a journaled placement plan."""
+    why = d.get("why")  # older journals: none
     return PlacementPlan(d["job_id"], Case(d["case"]), group_from_dict(d["group"], cfg),
-                         d["added_rollout_nodes"], d["added_train_nodes"], d["delta_cost_per_hour"])
+                         d["added_rollout_nodes"], d["added_train_nodes"], d["delta_cost_per_hour"],
+                         None if why is None else PlacementWhy.from_dict(why))
 
 
 def regroup_to_dict(r: Regroup) -> dict:

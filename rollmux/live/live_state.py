@@ -40,6 +40,7 @@ from rollmux.core.group_controller import GroupController
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.regroup import Regroup
 from rollmux.core.spec import ClusterSpec, HostGB, JobSpec
+from rollmux.core.why import WhyTally
 from rollmux.live.codec import (
     group_from_dict,
     group_to_dict,
@@ -82,6 +83,7 @@ class LiveJob:
     profile: dict[str, float] = field(default_factory=dict)  # phase -> EWMA of measured run seconds
     reason: str | None = None
     case: str | None = None           # how its latest placement was found (Algorithm 1's case)
+    why: str | None = None            # isolated: why no group took it (core/why.py's reason)
     last_run: dict[str, float] = field(default_factory=dict)      # phase -> its last measured run seconds
     host_measured: dict[str, float] = field(default_factory=dict)  # pool -> most host GB per node measured
 
@@ -129,6 +131,7 @@ class LiveState:
         self.cluster.apply(plan, p["arrival"])
         job.group_id, job.status, job.migrate = plan.group.group_id, "running", False
         job.case = plan.case.value
+        job.why = None if plan.why is None else plan.why.reason.value
         job.epoch += 1
         self._count_memory(p["job_id"])
 
@@ -261,6 +264,7 @@ class LiveState:
                 "groups": [group_to_dict(g) for g in cs.groups.values()],
                 "controllers": {str(g): c.export_state() for g, c in cs.controllers.items()},
                 "dissolving": sorted(cs.dissolving), "next_gid": cs._next_gid, "cases": cs.cases,
+                "why": cs.why.to_json(),
                 "arriving": {j: {"job_id": m.job_id, "from_group": m.from_group, "plan": plan_to_dict(m.plan),
                                  "migration_s": m.migration_s} for j, m in cs.arriving.items()},
                 "nodes": cs.ledger.nodes,
@@ -281,6 +285,7 @@ class LiveState:
         cs.dissolving = set(d["dissolving"])
         cs.arriving = {j: move_from_dict(m, self.cfg.intra) for j, m in d.get("arriving", {}).items()}
         cs._next_gid, cs.cases = d["next_gid"], dict(d["cases"])
+        cs.why = WhyTally.from_json(d.get("why", {}))  # older snapshots: none counted
         for pool, n in d["nodes"].items():
             cs.ledger.provision(pool, n, cs.env.now())
         cs.estimates = {j: _estimate_from_dict(e) for j, e in d.get("estimates", {}).items()}

@@ -392,6 +392,8 @@ class SchedulerCore(Supervision, InProcessApi):
             self._queue.popleft()
             if self.telemetry is not None and job.epoch == 1:
                 self.telemetry.admitted(job.case)
+                if plan.why is not None:  # isolated: why no group took it
+                    self.telemetry.isolated(plan.why.reason.value)
             for phase in PHASES:  # permits asked for while it had no group
                 if (jid, phase) in self._waiting and self.state.jobs[jid].group_id is not None:
                     self._request(jid, phase)

@@ -49,6 +49,11 @@ def _host(host: dict | None) -> str:
 
 
 def summary_line(status: dict) -> str:
-    """Cost rate, permits, refusals and the journal."""
-    return (f"${status['cost_per_hour']:,.2f}/h held; {status['grants']} permits granted; "
+    """Cost rate, permits, refusals, the journal, and why jobs were admitted alone."""
+    line = (f"${status['cost_per_hour']:,.2f}/h held; {status['grants']} permits granted; "
             f"{status['refused']} requests refused; journal {status['journal']}")
+    why = {k: v for k, v in status.get("placements_why", {}).items() if v}
+    if why:
+        line += (f"\n{status['isolated_placements']} admitted alone, why (nearest miss): "
+                 + " · ".join(f"{k} {v}" for k, v in sorted(why.items(), key=lambda kv: -kv[1])))
+    return line

@@ -10,6 +10,8 @@ callback, so a scrape never mixes two moments (client_python's custom-collector 
 |-------------------------------------|-----------|-----------------|------------------------------------------------|
 | rollmux_build_info                  | gauge (1) | version, python | the running rollmux and Python versions        |
 | rollmux_admissions_total            | counter   | case            | jobs admitted, by placement (ADMISSION_CASES)  |
+| rollmux_isolated_placements_total   | counter   | reason          | jobs admitted to a group of their own, by why  |
+|                                     |           |                 | no group took them (ISOLATION_REASONS)         |
 | rollmux_refused_requests_total      | counter   | reason          | requests refused (REFUSAL_REASONS, else other) |
 | rollmux_permit_wait_seconds         | histogram | -               | from asking for a phase permit to getting it   |
 | rollmux_phase_duration_seconds      | histogram | phase           | a finished phase (init, rollout, train, sync)  |
@@ -45,10 +47,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 import rollmux
+from rollmux.core.why import REASON_NAMES
 
 log = logging.getLogger("rollmux.telemetry")
 
 ADMISSION_CASES = ("direct_packing", "rollout_scaling", "isolated")
+ISOLATION_REASONS = REASON_NAMES  # core/why.py's fixed set, in its attribution order
 REFUSAL_REASONS = ("no_token", "bad_token", "forbidden", "bad_request", "not_found", "conflict", "gone", "too_large",
                    "unavailable")
 OTHER_REASON = "other"
@@ -158,6 +162,9 @@ class Telemetry:
         Info("rollmux_build", "The running rollmux and Python versions.", registry=r).info(
             {"version": version, "python": platform.python_version()})
         self._admissions = Counter("rollmux_admissions", "Jobs admitted, by placement case.", ["case"], registry=r)
+        self._isolated = Counter("rollmux_isolated_placements",
+                                 "Jobs admitted to a group of their own, by why no existing group took them.",
+                                 ["reason"], registry=r)
         self._refused = Counter("rollmux_refused_requests", "Requests refused, by reason.", ["reason"], registry=r)
         self._permit_wait = Histogram("rollmux_permit_wait_seconds",
                                       "Wait from asking for a phase permit to getting it.",
@@ -173,6 +180,8 @@ class Telemetry:
         # Every known label value exists from the start at 0, so rate() sees the first event.
         for case in ADMISSION_CASES:
             self._admissions.labels(case)
+        for reason in ISOLATION_REASONS:
+            self._isolated.labels(reason)
         for reason in (*REFUSAL_REASONS, OTHER_REASON):
             self._refused.labels(reason)
         for phase in PHASES:
@@ -185,6 +194,10 @@ class Telemetry:
     def admitted(self, case: str) -> None:
         """Count one admitted job; `case` is one of ADMISSION_CASES (ValueError otherwise)."""
         self._admissions.labels(_check(case, ADMISSION_CASES, "admission case")).inc()
+
+    def isolated(self, reason: str) -> None:
+        """Count one job admitted alone; `reason` is one of ISOLATION_REASONS (ValueError otherwise)."""
+        self._isolated.labels(_check(reason, ISOLATION_REASONS, "isolation reason")).inc()
 
     def refused(self, reason: str) -> None:
         """Count one refused request; a reason outside REFUSAL_REASONS counts as "other"."""

@@ -34,7 +34,8 @@ def job_view(job: Any, now: float, planned: Any = None) -> dict:
                                                                  "train": planned.train_s}},
             "host_gb": {"declared": {"rollout": host.rollout, "train": host.train},
                         "measured": dict(job.host_measured), "over_declaration": job.over_memory},
-            "held": sorted(job.held), "epoch": job.epoch, "reason": job.reason, "case": job.case}
+            "held": sorted(job.held), "epoch": job.epoch, "reason": job.reason, "case": job.case,
+            "why": job.why}
 
 
 def _pools(core: Any) -> dict:
@@ -68,7 +69,12 @@ def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> di
             for jid, r in islice(core.state.jobs.items(), offset, offset + limit)}
     timeline = [dict(row) for row in core._timeline if row["end"] is None or row["end"] > now - TIMELINE_S]
     page = {"offset": offset, "limit": limit, "groups_total": len(cs.groups), "jobs_total": len(core.state.jobs)}
+    why = cs.why.to_json()
     return {"now": now, "page": page, "groups": groups, "jobs": jobs, "pools": _pools(core),
+            # Why admitted jobs got a group of their own (core/why.py): one reason per isolated
+            # admission, and the groups each reason refused, over the service's life.
+            "isolated_placements": cs.why.isolated, "placements_why": why["placements"],
+            "refusals_why": why["groups"],
             "cost_per_hour": cs.ledger.rate_per_hour(), "timeline": timeline,
             "grants": core.state.grants, "refused": core.refused_count,
             "waiting": len(core._waiting) + len(core._after_release), "journal": core.journal.url,

@@ -23,6 +23,7 @@ SNAPSHOT = {"jobs_by_state": {"queued": 1, "running": 3, "done": 5, "failed": 1}
 # buckets add "le"). The parser names counters without their _total suffix.
 DOCUMENTED = {"rollmux_build_info": {"version", "python"},
               "rollmux_admissions": {"case"},
+              "rollmux_isolated_placements": {"reason"},
               "rollmux_refused_requests": {"reason"},
               "rollmux_permit_wait_seconds": set(),
               "rollmux_phase_duration_seconds": {"phase"},
@@ -127,6 +128,21 @@ def test_counters_start_at_zero_for_every_known_label_and_count_events():
     assert refused == {**{(("reason", r),): 1.0 for r in REFUSAL_REASONS},
                        (("reason", "bad_token"),): 2.0, (("reason", "other"),): 0.0}
     assert values(fams["rollmux_journal_records"], "rollmux_journal_records_total") == {(): 5.0}
+
+
+def test_isolated_placements_count_per_reason_of_the_fixed_set():
+    t = Telemetry(Source())
+    key = "rollmux_isolated_placements_total"
+    assert values(families(t)["rollmux_isolated_placements"], key) == {
+        (("reason", r),): 0.0 for r in tm.ISOLATION_REASONS}
+    t.isolated("member_slo")
+    t.isolated("member_slo")
+    t.isolated("no_groups")
+    got = values(families(t)["rollmux_isolated_placements"], key)
+    assert got[(("reason", "member_slo"),)] == 2.0 and got[(("reason", "no_groups"),)] == 1.0
+    assert sum(got.values()) == 3.0
+    with pytest.raises(ValueError, match="isolation reason"):
+        t.isolated("pruned")
 
 
 def test_unknown_refusal_reason_counts_as_other_and_its_text_stays_out():
