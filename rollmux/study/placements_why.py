@@ -1,0 +1,80 @@
+"""Study section: why arrivals get a group of their own (issue 14, item 1).
+
+The default RollMux policy runs on the embedded default trace (what `rollmux simulate`
+runs) and on the study's Philly-driven traces (paper and catalog profiles). For every
+arrival it isolates, the policy says why each existing group refused it (core/why.py); the
+section tabulates one reason per isolated placement (its nearest miss) and the groups each
+reason refused. Rows are planning variants: the worst case (the default) and the median
+rollout (`--plan-quantile 0.5`); a mechanism that lets more jobs share adds its own row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.trace_io import load_jobs
+from rollmux.core.why import REASON_NAMES
+from rollmux.sim.simulator import SimConfig
+from rollmux.study.config import StudyConfig
+from rollmux.study.sections import MODES, pct, philly_jobs, regenerate, run_config
+from rollmux.study.sweep import Pmap
+
+# (label, rollout quantile the SLO admission plans with)
+ROWS = (("worst case (default)", 1.0), ("median (--plan-quantile 0.5)", 0.5))
+DEFAULT_TRACE = "default"  # the embedded trace of `rollmux simulate`
+
+
+def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
+    """RollMux with one row's planning on the trace: its isolated placements and why."""
+    q = next(q for name, q in ROWS if name == label)
+    cfg = SimConfig(seed=seed)
+    res = run_config(jobs, cluster, replace(cfg, intra=replace(cfg.intra, plan_quantile=q)))
+    why = res.placements_why or {"placements": {}, "groups": {}}
+    return {"trace": trace, "row": label, "jobs": len(jobs), "cost_usd": res.cost_usd,
+            "slo": res.slo_attainment, "isolated": sum(why["placements"].values()),
+            "placements": why["placements"], "groups": why["groups"]}
+
+
+def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap) -> dict:
+    """Every row on the default trace (full study only) and both Philly-driven traces."""
+    sets = [] if sc.is_quick else [(DEFAULT_TRACE, load_jobs(None).jobs)]
+    sets += [(f"philly {mode}", philly_jobs(sc, traces, mode)) for mode in MODES]
+    tasks = [(name, label, jobs, cluster, sc.seed) for name, jobs in sets for label, _ in ROWS]
+    return {"quick": sc.is_quick, "vc": sc.philly_vc, "runs": pmap(why_run, tasks)}
+
+
+def render(data: dict) -> str:
+    """The markdown section: placements per reason, then groups refused per reason."""
+    runs = data["runs"]
+    shown = [r for r in REASON_NAMES if any(run["placements"].get(r) or run["groups"].get(r) for run in runs)]
+    head = " | ".join(shown)
+    lines = [
+        "## Why arrivals get a group of their own",
+        "",
+        "For every arrival RollMux places in a new group, each existing group was refused for one "
+        "reason (`rollmux/core/why.py`): the group is full (`group_size`), has too few training nodes "
+        "(`train_shape`), a shared training node's host DRAM cannot hold the job (`residency`), or the "
+        "period with the job would break the tightest period budget, the newcomer's own "
+        "(`newcomer_slo`) or a member's (`member_slo`); a group failing several checks counts for the "
+        "first. Each isolated placement counts once, for its nearest miss (the reason of the refused "
+        "group that got furthest through that order; `no_groups`: none existed). Reasons never seen "
+        f"are left out. Philly VC {data['vc']}; the default trace is `rollmux simulate`'s.",
+        "",
+        f"| trace | planning | jobs | isolated | {head} | cost $ | SLO met |",
+        "|---|---|---|---|" + "---|" * len(shown) + "---|---|",
+    ]
+    for r in runs:
+        cells = " | ".join(f"{r['placements'].get(k, 0)}" for k in shown)
+        lines.append(f"| {r['trace']} | {r['row']} | {r['jobs']} | {r['isolated']} "
+                     f"({pct(r['isolated'] / r['jobs'] if r['jobs'] else 0.0)}) | {cells} | "
+                     f"{r['cost_usd']:,.0f} | {pct(r['slo'])} |")
+    lines += ["", "Groups refused, summed over the isolated placements:", "",
+              f"| trace | planning | {head} |", "|---|---|" + "---|" * len(shown)]
+    for r in runs:
+        lines.append(f"| {r['trace']} | {r['row']} | " + " | ".join(f"{r['groups'].get(k, 0):,}" for k in shown) + " |")
+    lines += ["", regenerate(data, "placements_why", "one trace: `rollmux simulate --json OUT` "
+              "(`policies.rollmux.placements_why`)."), ""]
+    return "\n".join(lines)
+
