@@ -427,12 +427,16 @@ def demo(
     iterations: int = typer.Option(20, "--iterations", min=1, help="GRPO iterations per job."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
     png: Path = typer.Option(Path("demo_timeline.png"), "--png", help="Timeline picture of phases on nodes."),
+    trl: bool = typer.Option(False, "--trl", help="Add a TRL GRPOTrainer job (rollmux.adapters.trl; "
+                                                  "needs rollmux[trl])."),
 ) -> None:
-    """Emulated Ray cluster: three real GRPO jobs multiplexed by the scheduler, then solo."""
+    """Emulated Ray cluster: three real GRPO jobs (with --trl, a TRL job too) multiplexed by the scheduler, then solo."""
     try:
         require_extra("demo", "demo")  # the jobs are torch models: say so before Ray starts
+        if trl:
+            require_extra("demo --trl", "trl")
         from rollmux.live.demo import run_demo
-        result = run_demo(iterations=iterations, json_out=json_out, png_out=png)
+        result = run_demo(iterations=iterations, json_out=json_out, png_out=png, trl=trl)
         out.print_json(json.dumps(result))
     except InputError as exc:
         _fail(exc)

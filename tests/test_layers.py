@@ -11,7 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rollmux"
 # Which rollmux layers each layer may import (its own included). Bottom up: errors; core (the
 # scheduling model every executor shares); workload; sim (the simulator and what it prices); study;
 # on the side, shim (job-facing) and live (the service) sit on core only; jobs (the demo's jobs, shipped
-# in the package) see only what a user's job sees, the shim; cli sees everything.
+# in the package) see only what a user's job sees, the shim; adapters (real RL libraries under the shim)
+# see the shim and weightsync, and only the demo's job list in live imports them; cli sees everything.
 ALLOWED: dict[str, set[str]] = {
     "errors": {"errors"},
     "data": set(),
@@ -21,10 +22,11 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"errors", "core", "sim"},
     "study": {"errors", "core", "workload", "sim", "study"},
     "shim": {"errors", "core", "shim"},
-    "live": {"errors", "core", "shim", "live", "weightsync", "jobs"},  # the demo runs jobs, syncs their weights
+    "live": {"errors", "core", "shim", "live", "weightsync", "jobs", "adapters"},  # the demo runs jobs, syncs weights
     "jobs": {"errors", "core", "shim", "jobs"},  # the demo jobs that ship in the package: job-facing, like a user's
     "weightsync": {"weightsync"},
-    "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "weightsync", "jobs", "cli"},
+    "adapters": {"errors", "shim", "weightsync", "adapters"},
+    "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "weightsync", "jobs", "adapters", "cli"},
 }
 # Heavy or service frameworks the scheduling model and the simulator must run without.
 FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
@@ -104,6 +106,17 @@ def test_imports_run_one_way():
     assert not found, "imports against the layer direction:\n" + "\n".join(found)
 
 
+def test_only_the_demo_job_list_imports_adapters():
+    importers = set()
+    for path in package_sources():
+        module = module_name(path, PACKAGE)
+        if layer_of(module) not in ("adapters", "cli") and any(
+                t.startswith("rollmux.adapters") for _, t in imported_modules(
+                    ast.parse(path.read_text()), module, path.name == "__init__.py")):
+            importers.add(module)
+    assert importers <= {"rollmux.live.demo_jobs"}, sorted(importers)
+
+
 def test_top_level_holds_only_entry_points():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 5, top
@@ -121,6 +134,8 @@ def test_top_level_holds_only_entry_points():
     ("rollmux.sim.runner", "from rollmux.jobs.grpo import make_job\n", "sim may not import jobs"),
     ("rollmux.study.report", "import rollmux.jobs.grpo\n", "study may not import jobs"),
     ("rollmux.jobs.grpo.job", "from rollmux.live.profile import x\n", "jobs may not import live"),
+    ("rollmux.adapters.trl", "from rollmux.live.client import x\n", "adapters may not import live"),
+    ("rollmux.core.group", "import rollmux.adapters.trl\n", "core may not import adapters"),
 ])
 def test_a_forbidden_import_is_reported_with_its_line(module, source, expected):
     found = violations(source, module, "x.py")

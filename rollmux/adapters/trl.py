@@ -75,6 +75,7 @@ class TRLJobConfig:
 
     seed: int = 0
     prompts_per_step: int = 4        # distinct prompts per step, each one generation unit
+    dataset_size: int = 64           # prompts (fixed, so step k's batch does not depend on the run's length)
     num_generations: int = 8         # completions per prompt (GRPO's group)
     prompt_len: int = 4
     max_completion_length: int = 6
@@ -86,7 +87,7 @@ class TRLJobConfig:
     threads: int = 1                 # intra-op threads everywhere (bit-identity needs a fixed count)
 
     def __post_init__(self) -> None:
-        for name in ("prompts_per_step", "prompt_len", "max_completion_length", "hidden_size", "layers",
+        for name in ("prompts_per_step", "dataset_size", "prompt_len", "max_completion_length", "hidden_size", "layers",
                      "heads", "slots", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TRLJobConfig.{name} must be >= 1, not {getattr(self, name)!r}")
@@ -259,8 +260,7 @@ class Engine:
         if [p for p in units for _ in range(g)] != list(prompts):
             raise ValueError("rollout_func: expected each prompt repeated num_generations times in a row")
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in units]
-        grant = self.shim.grant if self.shim is not None else None
-        slots = list(grant.slots(0)) if grant is not None else list(range(self.cfg.slots))
+        slots = self.granted_slots()
         if max(slots) >= self.cfg.slots:
             raise ValueError(f"rollout_func: the permit covers worker slots {slots} but the job has "
                              f"{self.cfg.slots} generator copies; set TRLJobConfig.slots >= {max(slots) + 1}")
@@ -271,6 +271,12 @@ class Engine:
             self.current = None
         return {"prompt_ids": [ids[b] for b in range(len(units)) for _ in range(g)],
                 "completion_ids": [c for part in parts for c in part], "logprobs": None}
+
+    def granted_slots(self) -> list[int]:
+        """The worker slots the running rollout's permit covers on its node (every slot when solo, or
+        when the permit does not count slots)."""
+        grant = self.shim.grant if self.shim is not None else None
+        return list(grant.slots(0) if grant is not None else ()) or list(range(self.cfg.slots))
 
     def respond(self, slot: int, step: int, unit: int, prompt_ids: list[int],
                 stop: threading.Event) -> list[list[int]] | None:
@@ -489,7 +495,7 @@ class TRLJob:
 
     def _onload(self, phase: str) -> None:
         if phase == "rollout":
-            self.engine.onload(self.shim.grant.slots(0))
+            self.engine.onload(self.engine.granted_slots())
         elif phase == "train":
             self.state.onload()
 
@@ -549,7 +555,7 @@ class TRLJob:
         self.trainer = ShimGRPOTrainer(
             model=model, reward_funcs=[target_reward(tokenizer.convert_tokens_to_ids(TARGET),
                                                      cfg.max_completion_length)],
-            args=args, train_dataset=build_dataset(cfg, cfg.prompts_per_step * iterations),
+            args=args, train_dataset=build_dataset(cfg, cfg.dataset_size),
             processing_class=tokenizer, rollout_func=self.engine.rollout_func,
             callbacks=[_StepEnd(self), *callbacks], job=self)
         self.trainer.remove_callback(PrinterCallback)  # the metrics are kept here (rewards, losses), not printed

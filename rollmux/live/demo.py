@@ -3,6 +3,15 @@
 The jobs' workers and their loop (init, then rollout -> train -> sync; long-tail
 migration; weight sync through rollmux.weightsync) are in `demo_jobs`.
 
+`--trl` (`run_demo(trl=True)`, needs rollmux[trl]) adds a fourth job, framework
+"trl": TRL's real GRPOTrainer through `rollmux.adapters.trl`, in one Ray actor on
+its training node that holds its own shim and HTTP client (the driver only
+heartbeats for it). Its rollout phases are logged on the rollout node its
+placement names (its generator copies run in its process; every emulated node is
+this host). Submitted last with a 3x SLO, it joins heavy + large's group. Every
+job's JSON entry says its framework ("grpo-example" or "trl"), group, whether its
+final weights are bit-identical to its solo run, and its reward and loss curves.
+
 Cluster: `ray.cluster_utils.Cluster` with a head node (num_cpus=1) and worker nodes
 of num_cpus=1 carrying one custom resource each that names the node
 (`rollout_node_k`, `train_node_k`; the "GPUs"). Two rollout nodes and one
@@ -59,7 +68,7 @@ from rollmux.core.spec import default_cluster
 from rollmux.live.chaos_checks import double_grants
 from rollmux.live.client import HttpPermitClient
 from rollmux.live.codec import live_job_record
-from rollmux.live.demo_jobs import SYNC_STRATEGY, Hooks, PhaseLog, drive, make_shim, spawn
+from rollmux.live.demo_jobs import SYNC_STRATEGY, Hooks, PhaseLog, drive, drive_trl, make_shim, spawn, spawn_trl
 from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
 
@@ -68,6 +77,11 @@ DEMO_NAMESPACE = "rollmux-demo"
 # job_id -> (preset, rollout profile, train profile, tail_frac) -- ms of wall time used as profile seconds
 JOBS = {"heavy": ("heavy", 0.151, 0.104, 0.5), "large": ("large", 0.010, 0.235, 0.0),
         "small": ("small", 0.004, 0.022, 0.0)}
+# `--trl`: a TRL GRPOTrainer job (rollmux.adapters.trl; needs rollmux[trl]) at the scale of its solo phases
+# measured here (rollout 0.10-0.17 s, train 0.06-0.10 s). Its looser SLO (3x solo) lets it join heavy + large's
+# group: at 2x the scheduler keeps it alone, rightly (run at 2x-scale profiles, it came out at 1.9x solo).
+TRL_JOBS = {"trl": ("trl", 0.100, 0.060, 0.0)}
+TRL_SLO = 3.0
 WARM_SWITCH_S, COLD_SWITCH_S = 0.005, 0.1
 HEARTBEAT_S, HEARTBEAT_TIMEOUT_S = 1.0, 30.0
 # Two worker slots per rollout node: a migrated tail keeps one, the next rollout gets the other.
@@ -100,13 +114,13 @@ def _double_grants(rows: list[dict]) -> list[str]:
                            "start": r["start"], "end": r["end"]} for r in rows])
 
 
-def _timeline(rows: list[dict], png: Path, slots: dict[str, int]) -> None:
+def _timeline(rows: list[dict], png: Path, slots: dict[str, int], jobs=JOBS) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     t0 = min(r["start"] for r in rows)
     lanes = sorted({(r["node"], k) for r in rows for k in r["slots"]}, reverse=True)
-    colors = {j: c for j, c in zip(JOBS, ("tab:blue", "tab:orange", "tab:green"))}
+    colors = {j: c for j, c in zip(jobs, ("tab:blue", "tab:orange", "tab:green", "tab:red"))}
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(lanes) + 1.5))
     for r in rows:
         for k in r["slots"]:
@@ -122,7 +136,7 @@ def _timeline(rows: list[dict], png: Path, slots: dict[str, int]) -> None:
     plt.close(fig)
 
 
-def _all_at_once(run: str, fn) -> None:
+def _all_at_once(run: str, fn, jobs=JOBS) -> None:
     """fn(job_id) for every demo job, each in its own thread; the first failure is raised."""
     errors: dict[str, BaseException] = {}
 
@@ -131,7 +145,7 @@ def _all_at_once(run: str, fn) -> None:
             fn(j)
         except BaseException as exc:  # noqa: BLE001 -- re-raised below, in the caller's thread
             errors[j] = exc
-    threads = [threading.Thread(target=guarded, args=(j,)) for j in JOBS]
+    threads = [threading.Thread(target=guarded, args=(j,)) for j in jobs]
     for th in threads:
         th.start()
     for th in threads:
@@ -146,11 +160,14 @@ def _mean(xs: list[float]) -> float:
 
 
 def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path = Path("demo_timeline.png"),
-             seed: int = 0, slo: float = 2.0, quiet: bool = False) -> dict:
-    """Run the demo; returns (and writes to json_out) the report described in issue 4."""
+             seed: int = 0, slo: float = 2.0, quiet: bool = False, trl: bool = False) -> dict:
+    """Run the demo (with `trl`, a TRL job too); returns (and writes to json_out) the report of issues 4 and 13."""
     from ray.cluster_utils import Cluster
     say = (lambda *a: None) if quiet else print
     png_out = Path(png_out)
+    jobs = {**JOBS, **(TRL_JOBS if trl else {})}
+    framework = {j: "trl" if j in TRL_JOBS else "grpo-example" for j in jobs}
+    slo_of = {j: TRL_SLO if j in TRL_JOBS else slo for j in jobs}
     t_demo = time.perf_counter()
     have = {"rollout": 0, "train": 0}
     # Torn down in reverse: job clients (heartbeats), the admin client, the server, Ray, the cluster.
@@ -188,9 +205,12 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
 
         # --- submit (admin token) and map the placement onto emulated nodes
         node_of: dict[str, dict[str, str]] = {}
+        group_of: dict[str, int] = {}
+        tokens: dict[str, str] = {}
         index: dict[str, dict[tuple[int, int], int]] = {"rollout": {}, "train": {}}
-        for jid, (_, r_s, t_s, tail) in JOBS.items():
-            p = admin.submit(live_job_record(jid, r_s, t_s, slo, tail_frac=tail))
+        for jid, (_, r_s, t_s, tail) in jobs.items():
+            p = admin.submit(live_job_record(jid, r_s, t_s, slo_of[jid], tail_frac=tail))
+            group_of[jid], tokens[jid] = p["group_id"], p["token"]
             # From here on the job talks to the scheduler only with its own token, from its own client.
             clients[jid] = HttpPermitClient(server.url, heartbeat_s=HEARTBEAT_S)
             clients[jid].register(jid, p["token"])
@@ -209,8 +229,12 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         ckdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="rollmux-demo-"))
         actors = {j: spawn(JOBS[j][0], seed, node_of[j]["rollout"], node_of[j]["train"], slots["rollout"])
                   for j in JOBS}
+        # The TRL job: one actor (trainer, generator copies, shim) on its training node; it warms up as it starts.
+        trl_actors = {j: spawn_trl(seed, node_of[j]["train"], slots["rollout"]) for j in jobs if j in TRL_JOBS}
         for j, a in actors.items():  # heartbeats carry where the workers run (a lost node re-admits the job)
             clients[j].set_nodes(j, sorted(set(ray.get([w.node_id.remote() for w in a.all()]))))
+        for j, a in trl_actors.items():
+            clients[j].set_nodes(j, [ray.get(a.node_id.remote())])
         for j, a in actors.items():  # one unrecorded iteration warms every path (solo: all resident)
             drive(j, a, 1, PhaseLog(), ("", ""), N_PROMPTS)
         cold = ray.get([w.cold_start.remote(os.path.join(ckdir, f"{j}-{i}.pt"))
@@ -224,6 +248,11 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         shims: dict = {}
 
         def run_mux(j):
+            if j in trl_actors:  # the job's own process holds its shim and talks to the scheduler
+                mux[j] = drive_trl(j, trl_actors[j], iterations, log, (node_of[j]["rollout"], node_of[j]["train"]),
+                                   server.url, tokens[j], TAIL_THRESHOLD)
+                clients[j].finish(j)
+                return
             hooks = Hooks(actors[j], warm)
             shims[j] = make_shim(j, clients[j], hooks, TAIL_THRESHOLD)
             mux[j] = drive(j, actors[j], iterations, log, (node_of[j]["rollout"], node_of[j]["train"]), N_PROMPTS,
@@ -231,7 +260,7 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
             clients[j].finish(j)  # its releases are confirmed; it leaves the group
 
         t_mux = time.perf_counter()
-        _all_at_once("multiplexed", run_mux)
+        _all_at_once("multiplexed", run_mux, jobs)
         say(f"multiplexed run: {time.perf_counter() - t_mux:.2f}s")
         warm = ray.get(warm)
 
@@ -241,35 +270,45 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
         ray.get([w.reset.remote() for a in actors.values() for w in a.all()])
         ray.get([w.onload.remote() for a in actors.values() for w in a.all()])  # solo: resident throughout
         t_solo = time.perf_counter()
-        _all_at_once("solo", lambda j: solo.__setitem__(j, drive(
-            j, actors[j], iterations, solo_log, (f"rollout_solo_{j}", f"train_solo_{j}"), N_PROMPTS)))
+        _all_at_once("solo", lambda j: solo.__setitem__(j, drive_trl(
+            j, trl_actors[j], iterations, solo_log, (f"rollout_solo_{j}", f"train_solo_{j}")) if j in trl_actors
+            else drive(j, actors[j], iterations, solo_log, (f"rollout_solo_{j}", f"train_solo_{j}"), N_PROMPTS)),
+            jobs)
         say(f"solo run: {time.perf_counter() - t_solo:.2f}s")
         ray.get([w.leave_sync.remote() for a in actors.values() for w in a.all()])
 
         import torch
-        identical = all(set(mux[j].weights) == set(solo[j].weights) and
-                        all(torch.equal(mux[j].weights[k], solo[j].weights[k]) for k in mux[j].weights)
-                        and mux[j].rewards == solo[j].rewards for j in JOBS)
-        _timeline(log.rows, png_out, slots)
+        same = {j: set(mux[j].weights) == set(solo[j].weights) and
+                all(torch.equal(mux[j].weights[k], solo[j].weights[k]) for k in mux[j].weights)
+                and mux[j].rewards == solo[j].rewards for j in jobs}
+        identical = all(same.values())
+        _timeline(log.rows, png_out, slots, jobs)
         doubles = _double_grants(log.rows)
-        sync_s = [x for j in JOBS for x in mux[j].sync_s]
+        sync_s = [x for j in jobs for x in mux[j].sync_s]
         result = {
-            "jobs": [{"job_id": j, "iterations": iterations, "final_reward": mux[j].rewards[-1], "slo": slo,
-                      "mean_iter_s_solo": round(solo[j].iter_s, 4), "mean_iter_s_mux": round(mux[j].iter_s, 4)}
-                     for j in JOBS],
+            "jobs": [{"job_id": j, "framework": framework[j], "group_id": group_of[j], "iterations": iterations,
+                      "final_reward": mux[j].rewards[-1], "slo": slo_of[j],
+                      "mean_iter_s_solo": round(solo[j].iter_s, 4), "mean_iter_s_mux": round(mux[j].iter_s, 4),
+                      "weights_identical_to_solo": same[j],
+                      "reward_curve": [round(x, 4) for x in mux[j].rewards],
+                      "loss_curve": [round(x, 6) for x in mux[j].losses]}
+                     for j in jobs],
             "idle_share": {"solo": _idle_share(solo_log.rows, slots), "mux": _idle_share(log.rows, slots)},
             "on_policy_identical": bool(identical),
             "warm_switch_s": round(_mean(warm), 6),
             "cold_switch_s": round(_mean(cold), 6),
             "timeline_png": str(png_out),
-            "long_tail_migrations": sum(shims[j].migrations for j in JOBS),
+            "long_tail_migrations": sum(mux[j].migrations for j in jobs),
             "double_grants": len(doubles),
             "sync": {"strategy": SYNC_STRATEGY, "mean_s": round(_mean(sync_s), 6)},
         }
-        for j in JOBS:
-            say(f"{j:>6} reward curve: {' '.join(f'{x:.3f}' for x in mux[j].rewards)}  "
+        for j in jobs:
+            say(f"{j:>6} ({framework[j]}, group {group_of[j]}) reward curve: "
+                f"{' '.join(f'{x:.3f}' for x in mux[j].rewards)}  "
                 f"iter solo {solo[j].iter_s * 1e3:.0f} ms, mux {mux[j].iter_s * 1e3:.0f} ms; "
-                f"tails migrated {shims[j].migrations}, responses recomputed {mux[j].aborted}")
+                f"tails migrated {mux[j].migrations}, responses recomputed {mux[j].aborted}; "
+                f"weights identical to solo: {same[j]}")
+            say(f"{'':>6} loss curve: {' '.join(f'{x:.4f}' for x in mux[j].losses)}")
         for d in doubles[:5]:
             say(f"double grant: {d}")
         say(f"idle share solo {result['idle_share']['solo']}  mux {result['idle_share']['mux']}")

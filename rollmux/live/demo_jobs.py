@@ -223,10 +223,12 @@ class JobRun:
     """What one run of a job measured."""
 
     rewards: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
     iter_s: float = 0.0
     sync_s: list[float] = field(default_factory=list)
     aborted: int = 0
     weights: Any = None
+    migrations: int = 0
 
 
 class Hooks:
@@ -280,7 +282,9 @@ def drive(job_id: str, actors: JobActors, iterations: int, log: PhaseLog, nodes:
             run.aborted += ro.aborted
         with phase("train"):
             s = time.perf_counter()
-            run.rewards.append(ray.get(actors.trainer.train.remote(it, *parts))["mean_reward"])
+            metrics = ray.get(actors.trainer.train.remote(it, *parts))
+            run.rewards.append(metrics["mean_reward"])
+            run.losses.append(metrics["loss"])
             log.add(job_id, "train", "train", nodes[1], (0,), it, s, time.perf_counter())
         with phase("sync"):
             s = time.perf_counter()
@@ -288,6 +292,7 @@ def drive(job_id: str, actors: JobActors, iterations: int, log: PhaseLog, nodes:
             run.sync_s.append(time.perf_counter() - s)
     run.iter_s = (time.perf_counter() - t_start) / iterations
     run.weights = ray.get(actors.trainer.weights.remote())
+    run.migrations = shim.migrations if shim is not None else 0
     return run
 
 
@@ -297,3 +302,59 @@ def make_shim(job_id: str, client, hooks: Hooks, tail_threshold: float) -> JobSh
                    tail_threshold=tail_threshold)
     hooks.shim = shim
     return shim
+
+
+class TRLWorker:
+    """The demo's TRL job (rollmux.adapters.trl): TRL's GRPOTrainer, its generator copies (one per
+    rollout worker slot) and its shim, in one process: a Ray actor on the job's training node."""
+
+    def __init__(self, seed: int, slots: int) -> None:
+        import os
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model and tokenizer are built here: nothing to fetch
+        from rollmux.adapters.trl import TRLJob, TRLJobConfig
+        self.cfg = TRLJobConfig(seed=seed, slots=slots)
+        TRLJob(TRLJobConfig(seed=seed + 1, slots=slots)).run(1)  # warm up (imports, kernels) off the clock
+
+    def node_id(self) -> str:
+        """The Ray node this job runs on (the job's heartbeats carry it)."""
+        return ray.get_runtime_context().get_node_id()
+
+    def run(self, iterations: int, job_id: str | None = None, url: str | None = None, token: str | None = None,
+            tail_threshold: float = 0.8) -> dict:
+        """A fresh job of the same seed for `iterations` steps: under the scheduler at `url` with the
+        job's own token, or solo (no url: no permits, state resident throughout)."""
+        from rollmux.adapters.trl import TRLJob
+        job = TRLJob(self.cfg)
+        client = None
+        if url is not None:
+            from rollmux.live.client import HttpPermitClient
+            client = HttpPermitClient(url)
+            client.register(job_id, token)
+            job.attach(job_id, client, tail_threshold)
+        try:
+            r = job.run(iterations)
+        finally:
+            if client is not None:
+                client.close()
+        return {"rewards": r.rewards, "losses": r.losses, "weights": r.weights, "sync_s": r.sync_s,
+                "aborted": r.aborted, "iter_s": r.iter_s, "migrations": job.shim.migrations if job.shim else 0,
+                "segments": job.engine.segments, "train": job.train_intervals}
+
+
+def spawn_trl(seed: int, train_node: str, slots: int) -> Any:
+    """The TRL job's actor, pinned to its emulated training node."""
+    return ray.remote(TRLWorker).options(num_cpus=0, resources={train_node: 0.01}).remote(seed, slots)
+
+
+def drive_trl(job_id: str, actor: Any, iterations: int, log: PhaseLog, nodes: tuple[str, str],
+              url: str | None = None, token: str | None = None, tail_threshold: float = 0.8) -> JobRun:
+    """The TRL job's run (under the scheduler at `url`, or solo); its phases go to `log`. Its
+    generator copies run in the job's process; their rollout phases are logged on the rollout node
+    the placement names (every emulated node is this host)."""
+    out = ray.get(actor.run.remote(iterations, job_id, url, token, tail_threshold))
+    for slots, it, start, end in out["segments"]:
+        log.add(job_id, "rollout", "rollout", nodes[0], slots, it, start, end)
+    for it, start, end in out["train"]:
+        log.add(job_id, "train", "train", nodes[1], (0,), it, start, end)
+    return JobRun(rewards=out["rewards"], losses=out["losses"], iter_s=out["iter_s"], sync_s=out["sync_s"],
+                  aborted=out["aborted"], weights=out["weights"], migrations=out["migrations"])

@@ -1,27 +1,36 @@
 """`rollmux demo` end to end: emulated Ray cluster, three real GRPO jobs (one heavy-tailed), multiplexed vs solo:
-long-tail migration, worker-level double grants, weight sync through rollmux.weightsync."""
+long-tail migration, worker-level double grants, weight sync through rollmux.weightsync. With TRL installed (the
+test extra pins it) the run is `rollmux demo --trl`: a TRL GRPOTrainer job joins the GRPO jobs' group."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 
 from rollmux.live.demo import run_demo
 
+TRL = importlib.util.find_spec("trl") is not None  # one demo run covers both: --trl adds a job, changes nothing else
+
 KEYS = {"jobs", "idle_share", "on_policy_identical", "warm_switch_s", "cold_switch_s", "timeline_png",
         "long_tail_migrations", "double_grants", "sync"}
-JOB_KEYS = {"job_id", "iterations", "final_reward", "mean_iter_s_solo", "mean_iter_s_mux", "slo"}
+JOB_KEYS = {"job_id", "framework", "group_id", "iterations", "final_reward", "mean_iter_s_solo", "mean_iter_s_mux",
+            "slo", "weights_identical_to_solo", "reward_curve", "loss_curve"}
 
 
 def test_demo_multiplexes_without_changing_what_jobs_learn(tmp_path):
     out, png = tmp_path / "demo.json", tmp_path / "timeline.png"
-    result = run_demo(iterations=12, json_out=out, png_out=png, quiet=True)
+    result = run_demo(iterations=12, json_out=out, png_out=png, quiet=True, trl=TRL)
     assert json.loads(out.read_text()) == result
     assert set(result) == KEYS
     assert set(result["idle_share"]) == {"solo", "mux"}
     assert all(set(v) == {"rollout", "train"} for v in result["idle_share"].values())
-    assert [j["job_id"] for j in result["jobs"]] == ["heavy", "large", "small"]
+    assert [j["job_id"] for j in result["jobs"]] == ["heavy", "large", "small"] + (["trl"] if TRL else [])
     assert all(set(j) == JOB_KEYS and j["iterations"] == 12 for j in result["jobs"])
+    assert all(len(j["reward_curve"]) == len(j["loss_curve"]) == 12 for j in result["jobs"])
+    assert all(math.isfinite(x) for j in result["jobs"] for x in j["reward_curve"] + j["loss_curve"])
     assert result["on_policy_identical"] is True
+    assert all(j["weights_identical_to_solo"] is True for j in result["jobs"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert result["idle_share"]["mux"]["train"] < result["idle_share"]["solo"]["train"]
     assert 0 < result["warm_switch_s"] and 0 < result["cold_switch_s"]
@@ -29,6 +38,19 @@ def test_demo_multiplexes_without_changing_what_jobs_learn(tmp_path):
     # recomputed where it kept, with no two jobs on one worker (from the phase log) and no drift.
     assert result["long_tail_migrations"] >= 1
     assert result["double_grants"] == 0
+    if TRL:
+        _trl_checks(result)
     assert result["sync"]["strategy"] == "topology" and result["sync"]["mean_s"] > 0
     for j in result["jobs"]:  # every job within its SLO, measured against its own solo run
         assert j["mean_iter_s_mux"] <= j["slo"] * j["mean_iter_s_solo"], j
+
+
+def _trl_checks(result: dict) -> None:
+    """The TRL job ran TRL's GRPOTrainer multiplexed in one group with a GRPO-example job."""
+    by_id = {j["job_id"]: j for j in result["jobs"]}
+    trl = by_id["trl"]
+    assert trl["framework"] == "trl"
+    assert {j["framework"] for j in result["jobs"] if j["job_id"] != "trl"} == {"grpo-example"}
+    assert any(j["group_id"] == trl["group_id"] for j in result["jobs"] if j["framework"] == "grpo-example")
+    assert trl["weights_identical_to_solo"] is True
+    assert trl["reward_curve"][-1] > trl["reward_curve"][0]  # the policy learns to say the target letter
