@@ -43,7 +43,7 @@ def parse_listen(text: str) -> Listen:
     """HOST:PORT (IPv6 as [::1]:PORT); InputError naming the flag otherwise."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or not host:
-        raise InputError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:8470")
+        raise InputError(f"--listen {text!r}", "expected HOST:PORT, e.g. 127.0.0.1:8470")
     return Listen(host.strip("[]"), int(port))
 
 

@@ -193,3 +193,12 @@ def test_a_readable_admin_token_file_stops_rollmux_serve_with_one_line(tmp_path)
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and "readable by others" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("listen", ["nonsense", "127.0.0.1:http", ":8470"])
+def test_a_bad_listen_address_stops_rollmux_serve_with_one_line(tmp_path, listen):
+    out = _rollmux("serve", "--store", str(tmp_path / "j.db"), "--admin-token-file", str(tmp_path / "t"),
+                   "--listen", listen)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and f"--listen {listen!r}: expected HOST:PORT" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
