@@ -17,9 +17,10 @@ marks where each phase starts and ends and owns the generator side:
   of a generator that is offloaded.
 - init: the trainer, the generator copies and the sync group are built, then offloaded.
 
-Onload/offload: parameters, buffers and (trainer) AdamW state move to host copies (`.data` is
-swapped for an empty tensor; host copies are pinned when CUDA is there) and back; `host_memory`
-reports their bytes per pool.
+Onload/offload (`rollmux.adapters.state.Offloadable`): parameters, buffers and (trainer) AdamW
+state move to host copies (`.data` is swapped for an empty tensor; host copies are pinned when CUDA
+is there) and back; `host_memory` reports their bytes per pool. The tiny model, tokenizer, prompts
+and reward are in `trl_tiny`.
 
 Determinism: the model is initialised from the seed, TRL's sampler is seeded, every unit has its
 own generator and every phase uses the same intra-op thread count, so the same seed gives
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import random
 import tempfile
 import threading
 import time
@@ -40,18 +40,14 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from datasets import Dataset
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     GenerationConfig,
     LogitsProcessor,
     LogitsProcessorList,
     PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
     StoppingCriteria,
     StoppingCriteriaList,
     TrainerCallback,
@@ -59,155 +55,12 @@ from transformers import (
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from rollmux.adapters.state import Offloadable, WeightSync
+from rollmux.adapters.trl_tiny import TARGET, TRLJobConfig, build_dataset, build_model, build_tokenizer, target_reward
 from rollmux.shim import JobShim, PermitClient
-from rollmux.weightsync import SyncGroup
 
+__all__ = ["Engine", "ShimGRPOTrainer", "TRLJob", "TRLJobConfig", "TRLRun", "build_model", "build_tokenizer"]
 log = logging.getLogger("rollmux.adapters.trl")
-LETTERS = "abcdefghij"            # the prompts' alphabet
-SPECIALS = ("<pad>", "<eos>", "<unk>")
-TARGET = "a"                       # the reward counts this letter in a completion
-SYNC_STRATEGY = "topology"
-
-
-@dataclass(frozen=True)
-class TRLJobConfig:
-    """A tiny GRPO job: the model, the batch, the generator slots."""
-
-    seed: int = 0
-    prompts_per_step: int = 4        # distinct prompts per step, each one generation unit
-    dataset_size: int = 64           # prompts (fixed, so step k's batch does not depend on the run's length)
-    num_generations: int = 8         # completions per prompt (GRPO's group)
-    prompt_len: int = 4
-    max_completion_length: int = 6
-    hidden_size: int = 32
-    layers: int = 2
-    heads: int = 2
-    lr: float = 1e-2
-    slots: int = 2                   # generator copies, one per rollout worker slot
-    threads: int = 1                 # intra-op threads everywhere (bit-identity needs a fixed count)
-
-    def __post_init__(self) -> None:
-        for name in ("prompts_per_step", "dataset_size", "prompt_len", "max_completion_length", "hidden_size", "layers",
-                     "heads", "slots", "threads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TRLJobConfig.{name} must be >= 1, not {getattr(self, name)!r}")
-        if self.num_generations < 2:
-            raise ValueError(f"TRLJobConfig.num_generations must be >= 2 (GRPO compares a group), "
-                             f"not {self.num_generations!r}")
-
-
-# ---------------------------------------------------------------- the tiny model, built in-process
-
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer over single letters (prompts are space-separated letters)."""
-    vocab = {t: i for i, t in enumerate((*SPECIALS, *LETTERS))}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-
-
-def build_model(cfg: TRLJobConfig, tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
-    """A randomly initialised Qwen2 of `cfg`'s size, drawn from `cfg.seed` (the global RNG is left as it was)."""
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=cfg.hidden_size,
-                         intermediate_size=2 * cfg.hidden_size, num_hidden_layers=cfg.layers,
-                         num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-                         max_position_embeddings=cfg.prompt_len + cfg.max_completion_length + 8,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=None, tie_word_embeddings=False)
-    config._attn_implementation = "eager"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        return Qwen2ForCausalLM(config)
-
-
-def build_dataset(cfg: TRLJobConfig, n: int) -> Dataset:
-    """`n` prompts of `cfg.prompt_len` random letters, drawn from `cfg.seed`."""
-    rng = random.Random(cfg.seed)
-    return Dataset.from_dict({"prompt": [" ".join(rng.choice(LETTERS) for _ in range(cfg.prompt_len))
-                                         for _ in range(n)]})
-
-
-def target_reward(target_id: int, length: int) -> Callable[..., list[float]]:
-    """TRL reward function: the share of a completion's `length` token budget that is `target_id`."""
-    def target_reward(completions: list, completion_ids: list[list[int]], **_: Any) -> list[float]:
-        return [sum(t == target_id for t in ids) / length for ids in completion_ids]
-    return target_reward
-
-
-# ---------------------------------------------------------------- state on the device, or in host copies
-
-def _host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A host copy of `t` (pinned when CUDA is there, so the copy back can be asynchronous)."""
-    host = t.detach().to("cpu", copy=True)
-    return host.pin_memory() if torch.cuda.is_available() else host
-
-
-class Offloadable:
-    """A module's tensors (and its optimizer's state, once the Trainer built one): resident, or in host copies."""
-
-    def __init__(self, module: torch.nn.Module, optimizer: Callable[[], Any] = lambda: None) -> None:
-        self.module, self._optimizer = module, optimizer
-        self.device = next(module.parameters()).device
-        self.host: dict[str, dict] | None = None  # {"model": name -> tensor, "optim": (param id, key) -> tensor}
-
-    @property
-    def resident(self) -> bool:
-        """Whether the live tensors hold the state (measured on the parameters, not a flag)."""
-        return all(p.numel() > 0 for p in self.module.parameters())
-
-    def _optim_state(self) -> dict:
-        opt = self._optimizer()
-        return {} if opt is None else getattr(opt, "optimizer", opt).state  # accelerate wraps torch's optimizer
-
-    def offload(self) -> None:
-        """Move every tensor to its host copy; the live tensors become empty (the objects stay)."""
-        if self.host is not None:
-            return
-        host: dict[str, dict] = {"model": {}, "optim": {}}
-        for name, t in [*self.module.named_parameters(), *self.module.named_buffers()]:
-            host["model"][name] = _host_copy(t.data)
-            t.data = torch.empty(0, dtype=t.dtype, device=t.device)
-        for p, st in self._optim_state().items():
-            for k, v in st.items():
-                if isinstance(v, torch.Tensor):
-                    host["optim"][(id(p), k)] = _host_copy(v)
-                    st[k] = torch.empty(0, dtype=v.dtype, device=v.device)
-        self.host = host
-
-    def onload(self) -> None:
-        """Copy the host copies back into the live tensors and release them."""
-        if self.host is None:
-            return
-        host, self.host = self.host, None
-        for name, t in [*self.module.named_parameters(), *self.module.named_buffers()]:
-            t.data = host["model"][name].to(self.device, copy=True)
-        for p, st in self._optim_state().items():
-            for k in st:
-                if (id(p), k) in host["optim"]:
-                    st[k] = host["optim"][(id(p), k)].to(self.device, copy=True)
-
-    def host_bytes(self) -> int:
-        """Bytes the host copies hold (0 while resident)."""
-        if self.host is None:
-            return 0
-        return sum(t.nbytes for part in self.host.values() for t in part.values())
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The module's state dict, from the live tensors or the host copies (not copied)."""
-        live = self.module.state_dict()
-        if self.host is None:
-            return {k: v.detach() for k, v in live.items()}
-        return {k: self.host["model"][k] for k in live}
-
-    def load(self, weights: dict[str, torch.Tensor]) -> None:
-        """New weights: into the live tensors, or into the host copies while offloaded."""
-        if self.host is None:
-            self.module.load_state_dict(weights)
-            return
-        missing = set(self.module.state_dict()) ^ set(weights)
-        if missing:
-            raise KeyError(f"Offloadable.load: the weights' names differ from the module's: {sorted(missing)[:5]}")
-        self.host["model"].update({k: v.to("cpu") for k, v in weights.items()})
 
 
 # ---------------------------------------------------------------- generation: units on worker slots
@@ -368,49 +221,6 @@ class _Rollout:
         self.engine.segments.append((tuple(self.active), self.step, self.seg_start, now))
         self.seg_start = now
 
-
-# ---------------------------------------------------------------- weight sync
-
-def _in_threads(fn: Callable[[Any], Any], items: list) -> list:
-    """fn(item) for every item at once, one thread each (a collective's ranks); the first error is raised."""
-    out: list = [None] * len(items)
-    errors: list[BaseException] = []
-
-    def one(i: int) -> None:
-        try:
-            out[i] = fn(items[i])
-        except BaseException as exc:  # noqa: BLE001 -- re-raised below, in the caller's thread
-            errors.append(exc)
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(items))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return out
-
-
-class WeightSync:
-    """Training rank 0 and one rollout rank per generator slot, in a `rollmux.weightsync` group of their own."""
-
-    def __init__(self, slots: int, strategy: str = SYNC_STRATEGY) -> None:
-        store = torch.distributed.HashStore()  # in-process ranks; a deployment passes a TCPStore
-        ranks = [("train", 0)] + [("rollout", j) for j in range(slots)]
-        groups = _in_threads(lambda r: SyncGroup(r[0], r[1], 1, slots, store=store, strategy=strategy), ranks)
-        self.train, self.rollout = groups[0], groups[1:]
-        self.seconds: list[float] = []
-
-    def push(self, weights: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """Send `weights` to every rollout rank; what each received (bit-identical to `weights`)."""
-        got = _in_threads(lambda i: self.train.send(weights) if i < 0 else self.rollout[i].receive(),
-                          [-1, *range(len(self.rollout))])
-        self.seconds.append(got[0].seconds)
-        return [w for w, _ in got[1:]]
-
-    def close(self) -> None:
-        """Leave the group (every rank at once)."""
-        _in_threads(lambda g: g.close(), [self.train, *self.rollout])
 
 
 # ---------------------------------------------------------------- the trainer and the job
