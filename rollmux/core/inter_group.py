@@ -108,8 +108,8 @@ class _Refusals:
     def __init__(self, slack_new: float, progress: Mapping[str, tuple[int, float]]) -> None:
         self.slack_new, self.progress = slack_new, progress
         self.exact: dict[int, tuple[Refusal | None, Group]] = {}
-        # (index, needs, view slots, positions failing the budget pass, view positions
-        # checked exactly instead); None: no index was used.
+        # (index, the index's refusal codes per view position, view slots, positions failing
+        # the budget pass, view positions checked exactly instead); None: no index was used.
         self.pruned: tuple | None = None
 
     def result(self) -> PlacementWhy:
@@ -125,8 +125,7 @@ class _Refusals:
             counts[CODE[reason]] += 1
         by_index = 0
         if self.pruned is not None:
-            idx, needs, slots, fail_pos, exact_pos = self.pruned
-            codes = idx.refusal_codes(needs)[slots]
+            idx, codes, slots, fail_pos, exact_pos = self.pruned  # codes: per view position, a copy
             codes[fail_pos] = _SLO  # passed the index's own bounds, not the members' budgets
             codes[exact_pos] = -1   # tentatively changed groups: the exact checks noted them
             slo = np.flatnonzero(codes == _SLO)
@@ -347,7 +346,12 @@ class RollMuxPlacement(PlacementPolicy):
         needs = JobNeeds(kt, job.host_gb.train, own.train, slack_new, view.max_group_size, t_cap,
                          self.prune_saturated)
         slots = snap.slots
-        pos = np.flatnonzero(idx.may_take(needs)[slots])
+        if why is None:
+            may = idx.may_take(needs)
+        else:  # one pass gives the filter and, should the job end up alone, the reasons
+            codes = idx.refusal_codes(needs)
+            may = codes < 0
+        pos = np.flatnonzero(may[slots])
         sel = slots[pos]
         fixed = np.maximum(idx.lb[sel], idx.train0_sw[sel] + own.train)
         # The members' budgets (bounded from above), vectorized: the exact loop recomputes
@@ -356,7 +360,7 @@ class RollMuxPlacement(PlacementPolicy):
         own_cycle = own.rollout + own.train + own.sync
         ok = (own_cycle <= slack) & (fixed <= slack * (1 + 1e-9))
         if why is not None:
-            why.pruned = (idx, needs, slots, pos[~ok], [])
+            why.pruned = (idx, codes[slots], slots, pos[~ok], [])
         pos, sel, fixed = pos[ok], sel[ok], fixed[ok].tolist()
         roll = (idx.rollout_min_sw[sel] + own.rollout).tolist()
         groups = view.groups

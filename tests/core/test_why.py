@@ -209,3 +209,21 @@ def test_cluster_state_tallies_arrivals_only():
     assert st_.why.isolated == 2
     assert st_.why.to_json()["placements"]["no_groups"] == 1
     assert st_.why.to_json()["placements"]["member_slo"] == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 1000), kt=st.integers(0, 10), train_gb=st.floats(0, 2100), own_train=st.floats(0, 400),
+       slack=st.floats(10, 2000), size=st.integers(1, 5), prune=st.booleans())
+def test_the_index_refuses_exactly_where_it_may_not_take_the_job(seed, kt, train_gb, own_train, slack, size, prune):
+    """`refusal_codes` is `may_take`'s filter (the policy uses one for the other), with a reason."""
+    from rollmux.core.group_index import JobNeeds
+    d = IndexedGroups(CFG)
+    policy = RollMuxPlacement(CFG)
+    for job in synthetic_trace(np.random.default_rng(seed), 25):
+        v, _ = views(*d.values())
+        plan = policy.place(job, v)
+        d[plan.group.group_id] = plan.group
+    need = JobNeeds(kt, train_gb, own_train, slack, size, 2048.0 + 1e-9, prune)
+    codes = d.index.refusal_codes(need)
+    assert np.array_equal(codes < 0, d.index.may_take(need))
+    assert set(codes[codes >= 0].tolist()) <= {1, 2, 3, 4, 5, 6}  # never member_slo: budgets are not indexed
