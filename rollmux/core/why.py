@@ -21,13 +21,15 @@ period bound proves that the tightest budget is broken, not by how much, so the 
 gives the same answer whether the index or the exact checks refused the group.
 
 A group is tried with 0..k new rollout nodes; it is attributed the reason its last (most-scaled)
-try failed for, the try that asks least of the group. With k new nodes the job shares no rollout
-node, and an isolated group needs k new rollout nodes too, so whenever a job is isolated that
-try was made: rollout-node DRAM can change which nodes a job shares, never isolate it. Groups the group index (core/group_index.py)
-excludes in bulk are attributed the same way: each of its bounds is a proof of one of these
-reasons (a structural bound is that check itself; a period bound is a lower bound of the exact
-period, so exceeding a budget proves the SLO reason), so no "pruned" reason is needed; how many
-groups the index excluded is kept apart (`by_index`).
+try failed for, the try that asks least of the group. With k new nodes the job shares no
+rollout node, and an isolated group needs k new rollout nodes too, so whenever a job is
+isolated that try was made: rollout-node DRAM can change which nodes a job shares, never
+isolate it. Groups the group index (core/group_index.py) excludes in bulk are attributed the
+same way: each of its bounds is a proof of one of these reasons (a structural bound is that
+check itself; a period bound is a lower bound of the exact period, so exceeding a budget
+proves an SLO refusal), so no "pruned" reason is needed; how many groups the index excluded
+is kept apart (`by_index`). The policy notes refusals as it makes them and turns them into
+counts only when the job ends up alone.
 
 One placement, one reason (`PlacementWhy.reason`): the nearest miss, i.e. the reason of the
 refused group that got furthest through the order above (a job refused by one group for a member's
