@@ -428,7 +428,7 @@ def demo(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
     png: Path = typer.Option(Path("demo_timeline.png"), "--png", help="Timeline picture of phases on nodes."),
     trl: bool = typer.Option(False, "--trl", help="Add a TRL GRPOTrainer job (rollmux.adapters.trl; "
-                                                  "needs rollmux[trl])."),
+                                                  "needs the trl extra)."),
 ) -> None:
     """Emulated Ray cluster: three real GRPO jobs (with --trl, a TRL job too) multiplexed by the scheduler, then solo."""
     try:
