@@ -130,7 +130,12 @@ class WeightSync:
         self.seconds.append(got[0].seconds)
         return [w for w, _ in got[1:]]
 
-    def close(self) -> None:
-        """Leave the group (every rank at once)."""
-        in_threads(lambda g: g.close(), [self.train, *self.rollout])
+    def close(self, wait: bool = True) -> None:
+        """Leave the group: every rank at once, meeting at a barrier; `wait=False` (after a failure, when a
+        rank may never get there) only releases each rank's process groups."""
+        if wait:
+            in_threads(lambda g: g.close(), [self.train, *self.rollout])
+        else:
+            for g in (self.train, *self.rollout):
+                g.transport.close()
 

@@ -291,6 +291,7 @@ class TRLJob:
         self.sync: WeightSync | None = None
         self._train_cm = None
         self._train_start = 0.0
+        self._tmp: tempfile.TemporaryDirectory | None = None
 
     # -- the shim and its hooks
     def attach(self, job_id: str, client: PermitClient, tail_threshold: float = 0.8) -> JobShim:
@@ -384,20 +385,32 @@ class TRLJob:
             return self._run(iterations, callbacks or [])
 
     def _run(self, iterations: int, callbacks: list) -> TRLRun:
-        with self.phase("init"):
-            self._build(iterations, callbacks)
-        t0 = time.perf_counter()
+        self.rewards, self.losses, self.train_intervals = [], [], []  # a run measures only itself
+        clean = False
         try:
-            self.trainer.train()
-        except BaseException as exc:
-            if self._train_cm is not None:  # a failed step still releases its permit
-                cm, self._train_cm = self._train_cm, None
-                cm.__exit__(type(exc), exc, exc.__traceback__)
-            raise
+            with self.phase("init"):
+                self._build(iterations, callbacks)
+            t0 = time.perf_counter()
+            try:
+                self.trainer.train()
+            except BaseException as exc:
+                if self._train_cm is not None:  # a failed step still releases its permit
+                    cm, self._train_cm = self._train_cm, None
+                    cm.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            iter_s = (time.perf_counter() - t0) / iterations
+            clean = True
         finally:
-            self.engine.close()
-            self.sync.close()
-            self._tmp.cleanup()
+            self._close(clean)
         return TRLRun(list(self.rewards), list(self.losses),
                       {k: v.detach().clone() for k, v in self.state.state_dict().items()},
-                      list(self.sync.seconds), self.engine.aborted, (time.perf_counter() - t0) / iterations)
+                      list(self.sync.seconds), self.engine.aborted, iter_s)
+
+    def _close(self, clean: bool) -> None:
+        """Stop the slots' threads and leave the sync group (without waiting for peers after a failure)."""
+        if self.engine is not None:
+            self.engine.close()
+        if self.sync is not None:
+            self.sync.close(wait=clean)
+        if self._tmp is not None:
+            self._tmp.cleanup()

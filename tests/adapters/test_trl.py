@@ -178,3 +178,37 @@ def test_a_bad_config_names_the_field():
         TRLJobConfig(num_generations=1)
     with pytest.raises(ValueError, match="iterations"):
         TRLJob().run(0)
+
+
+class _Granting:
+    """A permit client that grants every phase at once and records what was asked and released."""
+
+    def __init__(self) -> None:
+        self.acquired: list[str] = []
+        self.released: list[str] = []
+
+    def acquire(self, job_id, phase):
+        from rollmux.core.group_controller import Grant
+        self.acquired.append(phase)
+        return Grant(0, job_id, phase, "rollout" if phase == "rollout" else "train", (0,), 0.0, 0.0, 0.0, units=2)
+
+    def tail_started(self, job_id):
+        pass
+
+    def release(self, timings):
+        self.released.append(timings.phase)
+
+
+class _FailSecondStep(TrainerCallback):
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            raise RuntimeError("optimizer blew up")
+
+
+def test_a_failing_step_releases_its_permit_and_the_error_propagates():
+    client = _Granting()
+    job = TRLJob(CFG)
+    job.attach("a", client)
+    with pytest.raises(RuntimeError, match="optimizer blew up"):
+        job.run(3, callbacks=[_FailSecondStep()])
+    assert client.acquired == client.released == ["init", "rollout", "train", "sync", "rollout", "train"]
