@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 
 import pytest
 
@@ -65,22 +66,17 @@ def _grpo_example(shim: JobShim, iterations: int, log: list, lock: threading.Loc
     weights = None
     for it in range(iterations):
         with shim.phase("rollout") as g:
-            t = _now()
+            t = time.perf_counter()
             batch = job.rollout(weights, it)
             with lock:
-                log.append(("b", "rollout", g.slots(0), t, _now()))
+                log.append(("b", "rollout", g.slots(0), t, time.perf_counter()))
         with shim.phase("train"):
-            t = _now()
+            t = time.perf_counter()
             job.train(batch, it)
             with lock:
-                log.append(("b", "train", (0,), t, _now()))
+                log.append(("b", "train", (0,), t, time.perf_counter()))
         with shim.phase("sync"):
             weights = job.sync()
-
-
-def _now() -> float:
-    import time
-    return time.perf_counter()
 
 
 @pytest.fixture(scope="module")
