@@ -45,10 +45,13 @@ class PhaseEstimate:
     def observe(self, rollout_s: float, train_s: float) -> None:
         """One finished iteration's measured rollout and training seconds."""
         d = self.job.rollout_s
-        self.logs.append(math.log(max(rollout_s, 1e-9) / d.median))
-        while len(self.logs) > self.window:
-            self.logs.popleft()
-        self.over_max = max(self.over_max, rollout_s / d.max)
+        logs = self.logs
+        logs.append(math.log(max(rollout_s, 1e-9) / d.median))
+        if len(logs) > self.window:
+            logs.popleft()  # one in, one out: the window never holds more
+        over = rollout_s / d.max
+        if over > self.over_max:
+            self.over_max = over
         self.train_ratio = train_s / self.job.train_time(rollout_s)
         self.count += 1
         self.solo_done_s += rollout_s + train_s + self.job.sync_s

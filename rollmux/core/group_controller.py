@@ -108,8 +108,10 @@ class GroupController:
         # request can be granted; a new request then needs only its own check.
         self._settled = False
         self._depth = 0                    # dispatches in progress (a grant's callback may re-enter)
+        self._freed = 0                    # releases, tails and withdrawals so far (see _dispatch)
         self._inits: dict[str, set[int]] = {ROLLOUT: set(), TRAIN: set()}  # nodes a pending init waits for
         self.units, self._keep_n = worker_slots(cfg)  # worker slots per node; a tail keeps these
+        self._all_kept = tuple(range(self.units))[:self._keep_n]  # what a tail keeps of a whole node
         # Called once before the next membership change (the simulator's lone-member fast path
         # brings this controller up to date there; see `advance`).
         self.before_change: Callable[[], None] | None = None
@@ -227,8 +229,18 @@ class GroupController:
             self._inits[ROLLOUT].update(member.rollout_nodes)
             self._inits[TRAIN].update(member.train_nodes)
         self._pending[(job_id, phase)] = on_grant
-        if self._settled and not self._depth and phase != INIT and not self._grantable_now(job_id, phase):
-            return  # every other request was already blocked and nothing else changed
+        if self._settled and not self._depth and phase != INIT:
+            # Every other request was already blocked and nothing else changed, and a grant
+            # never unblocks another request (it only takes nodes): only this one can run.
+            if self._grantable_now(job_id, phase):
+                # Still settled afterwards unless the callback changed something (every
+                # change clears the flag).
+                self._depth += 1
+                try:
+                    self._grant(job_id, phase, on_grant)
+                finally:
+                    self._depth -= 1
+            return
         self._dispatch()
 
     def tail_started(self, job_id: str) -> None:
@@ -242,6 +254,7 @@ class GroupController:
                 node.kept[job_id] = self._kept_slots(node.slots)
                 node.slots = None
         self._migrating.add(job_id)
+        self._freed += 1
         self._dispatch()
 
     def release(self, job_id: str, phase: str) -> None:
@@ -258,6 +271,7 @@ class GroupController:
                 if node.holder == job_id:
                     node.holder = None
         self._migrating.discard(job_id)
+        self._freed += 1
         self._dispatch()
 
     def withdraw(self, job_id: str) -> None:
@@ -272,6 +286,7 @@ class GroupController:
                 if node.holder == job_id:
                     node.holder = None
         self._migrating.discard(job_id)
+        self._freed += 1
         self._dispatch()
 
     def export_state(self) -> dict:
@@ -298,6 +313,11 @@ class GroupController:
                 node.slots = None if slots is None else tuple(slots)
                 node.kept = {j: tuple(k) for j, k in st.get("kept", {}).items()}
 
+    def any_tails(self, idxs: tuple[int, ...]) -> bool:
+        """True when a migrated tail still runs on one of these rollout nodes."""
+        nodes = self.nodes[ROLLOUT]
+        return any(nodes[i].tails for i in idxs)
+
     def tails_on(self, idx: int) -> dict[str, float]:
         """Migrated tails still running on rollout node `idx`."""
         return dict(self.nodes[ROLLOUT][idx].tails)
@@ -305,7 +325,7 @@ class GroupController:
     # -- internals --------------------------------------------------------------------
     def _kept_slots(self, held: tuple[int, ...] | None) -> tuple[int, ...]:
         """The worker slots a tail keeps: the lowest `tail_worker_frac * units` of those it held."""
-        return (tuple(range(self.units)) if held is None else held)[:self._keep_n]
+        return self._all_kept if held is None else held[:self._keep_n]
 
     def _free_slots(self, node: _NodeState) -> tuple[int, ...]:
         """The worker slots of a rollout node that no migrated tail keeps."""
@@ -382,8 +402,9 @@ class GroupController:
         return True
 
     def _dispatch(self) -> None:
-        # Grants every pending request that can run, in request order, until a pass grants
-        # nothing (a grant's callback may ask again).
+        # Grants every pending request that can run, in request order. A grant only takes
+        # nodes, so it never unblocks another request; a pass is repeated only when a
+        # callback freed something meanwhile (a release, a tail, a withdrawal).
         pending = self._pending
         self._settled = False
         if not pending:
@@ -391,40 +412,41 @@ class GroupController:
             return
         self._depth += 1
         try:
-            progressed = True
-            while progressed:
-                progressed = False
+            again = True
+            while again:
+                freed = self._freed
                 for (job_id, phase), cb in list(pending.items()):
                     if phase == INIT:
                         if self._init_ready(job_id):
                             self._grant_init(job_id, cb)
-                            progressed = True
-                        continue
-                    if not self._grantable_now(job_id, phase):
-                        continue
-                    member = self._members[job_id]
-                    pool = ROLLOUT if phase == ROLLOUT else TRAIN
-                    idxs = member.rollout_nodes if pool == ROLLOUT else member.train_nodes
-                    nodes = [self.nodes[pool][i] for i in idxs]
-                    switch = self.cfg.warm_switch_s if any(n.last not in (None, job_id) for n in nodes) else 0.0
-                    if pool == ROLLOUT and job_id in self._cold:
-                        switch = self._cold.pop(job_id)
-                    shared = pool == ROLLOUT and any(len(n.pinned) > 1 for n in nodes)
-                    for n in nodes:
-                        n.holder = job_id
-                        n.last = job_id
-                        n.turn = _UNKNOWN  # its key moves on
-                    self._meta[pool][job_id] += 1
-                    del pending[(job_id, phase)]
-                    share = tail_share(member.job, shared, self.cfg) if pool == ROLLOUT else 0.0
-                    if pool == ROLLOUT:
-                        cb(self._rollout_grant(job_id, idxs, nodes, switch, share))
-                    else:
-                        cb(Grant(self.group.group_id, job_id, phase, pool, idxs, switch, self.env.now(), share))
-                    progressed = True
+                    elif self._grantable_now(job_id, phase):
+                        self._grant(job_id, phase, cb)
+                again = self._freed != freed
         finally:
             self._depth -= 1
         self._settled = not self._depth
+
+    def _grant(self, job_id: str, phase: str, cb: Callable[[Grant], None]) -> None:
+        """Grant a pending rollout or training request that `_grantable_now` allows."""
+        member = self._members[job_id]
+        pool = ROLLOUT if phase == ROLLOUT else TRAIN
+        idxs = member.rollout_nodes if pool == ROLLOUT else member.train_nodes
+        pool_nodes = self.nodes[pool]
+        nodes = [pool_nodes[i] for i in idxs]
+        switch = self.cfg.warm_switch_s if any(n.last not in (None, job_id) for n in nodes) else 0.0
+        if pool == ROLLOUT and job_id in self._cold:
+            switch = self._cold.pop(job_id)
+        shared = pool == ROLLOUT and any(len(n.pinned) > 1 for n in nodes)
+        for n in nodes:
+            n.holder = job_id
+            n.last = job_id
+            n.turn = _UNKNOWN  # its key moves on
+        self._meta[pool][job_id] += 1
+        del self._pending[(job_id, phase)]
+        if pool == ROLLOUT:
+            cb(self._rollout_grant(job_id, idxs, nodes, switch, tail_share(member.job, shared, self.cfg)))
+        else:
+            cb(Grant(self.group.group_id, job_id, phase, pool, idxs, switch, self.env.now(), 0.0))
 
     def _rollout_grant(self, job_id: str, idxs: tuple[int, ...], nodes: list[_NodeState], switch: float,
                        share: float) -> Grant:

@@ -261,8 +261,12 @@ class Simulation:
         run.rollout_s, run.train_s = r, b * run.job.train_time(base)
         run.solo_s += run.rollout_s + run.train_s + run.job.sync_s
         ctl = self.state.controllers[g.group_id]
-        tails = [[(self.tail_end[j], f) for j, f in ctl.tails_on(n).items()] for n in g.nodes]
-        head = head_finish(tails, now + g.switch_s, (1.0 - g.tail_share) * r)
+        work = (1.0 - g.tail_share) * r
+        if ctl.any_tails(g.nodes):
+            tails = [[(self.tail_end[j], f) for j, f in ctl.tails_on(n).items()] for n in g.nodes]
+            head = head_finish(tails, now + g.switch_s, work)
+        else:  # nobody's tail slows its head (head_finish's own answer, without the lists)
+            head = now + g.switch_s + work if work > 0 else now + g.switch_s
         gpus = run.job.rollout_gpus
         idle = 0.0
         if run.moving_since is not None:  # this permit carried its migration: held, not working
