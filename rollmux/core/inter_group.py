@@ -109,7 +109,8 @@ class _Refusals:
         self.slack_new, self.progress = slack_new, progress
         self.exact: dict[int, tuple[Refusal | None, Group]] = {}
         # (index, the index's refusal codes per view position, view slots, positions failing
-        # the budget pass, view positions checked exactly instead); None: no index was used.
+        # the budget pass and whether a member's budget bound is under the newcomer's there,
+        # view positions checked exactly instead); None: no index was used.
         self.pruned: tuple | None = None
 
     def result(self) -> PlacementWhy:
@@ -125,16 +126,18 @@ class _Refusals:
             counts[CODE[reason]] += 1
         by_index = 0
         if self.pruned is not None:
-            idx, codes, slots, fail_pos, exact_pos = self.pruned  # codes: per view position, a copy
-            codes[fail_pos] = _SLO  # passed the index's own bounds, not the members' budgets
-            codes[exact_pos] = -1   # tentatively changed groups: the exact checks noted them
-            slo = np.flatnonzero(codes == _SLO)
+            idx, codes, slots, fail_pos, fail_tight, exact_pos = self.pruned  # codes: a copy, per view position
+            slo = np.flatnonzero(codes == _SLO)  # the index's own period bounds broke a budget
             if len(slo):
                 tight = idx.budget_bounds(slots[slo], progress) < slack_new
                 codes[slo[tight]] = CODE[Refusal.MEMBER_SLO]
-            pruned = np.bincount(codes[codes >= 0], minlength=len(REFUSALS))
+            # Passed the index's bounds, not the members' budgets (their bounds, in hand).
+            codes[fail_pos] = np.where(fail_tight, CODE[Refusal.MEMBER_SLO], _SLO)
+            if exact_pos:
+                codes[exact_pos] = -1  # tentatively changed groups: the exact checks noted them
+            pruned = np.bincount(codes.astype(np.intp) + 1, minlength=len(REFUSALS) + 1)[1:]
             by_index = int(pruned.sum())
-            counts = [c + int(p) for c, p in zip(counts, pruned)]
+            counts = [c + p for c, p in zip(counts, pruned.tolist())]
         return PlacementWhy(tuple(counts), by_index)
 
 
@@ -356,11 +359,13 @@ class RollMuxPlacement(PlacementPolicy):
         fixed = np.maximum(idx.lb[sel], idx.train0_sw[sel] + own.train)
         # The members' budgets (bounded from above), vectorized: the exact loop recomputes
         # them for the few left.
-        slack = np.minimum(idx.budget_bounds(sel, view.progress), slack_new) * (1 + MARGIN)
+        bb = idx.budget_bounds(sel, view.progress)
+        slack = np.minimum(bb, slack_new) * (1 + MARGIN)
         own_cycle = own.rollout + own.train + own.sync
         ok = (own_cycle <= slack) & (fixed <= slack * (1 + 1e-9))
         if why is not None:
-            why.pruned = (idx, codes[slots], slots, pos[~ok], [])
+            bad = ~ok
+            why.pruned = (idx, codes[slots], slots, pos[bad], bb[bad] < slack_new, [])
         pos, sel, fixed = pos[ok], sel[ok], fixed[ok].tolist()
         roll = (idx.rollout_min_sw[sel] + own.rollout).tolist()
         groups = view.groups
