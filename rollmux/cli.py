@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.trace_io import dump_jobs, load_cluster, load_jobs, parse_jobs
-from rollmux.errors import InputError, require_extra
+from rollmux.errors import InputError, has_extra, require_extra
 from rollmux.sim.report import comparison_table
 from rollmux.sim.runner import DEFAULT_POLICIES, compare
 from rollmux.sim.simulator import SimConfig
@@ -427,14 +427,19 @@ def demo(
     iterations: int = typer.Option(20, "--iterations", min=1, help="GRPO iterations per job."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
     png: Path = typer.Option(Path("demo_timeline.png"), "--png", help="Timeline picture of phases on nodes."),
-    trl: bool = typer.Option(False, "--trl", help="Add a TRL GRPOTrainer job (rollmux.adapters.trl; "
-                                                  "needs the trl extra)."),
+    trl: Optional[bool] = typer.Option(None, "--trl/--no-trl",
+                                       help="Add a TRL GRPOTrainer job (rollmux.adapters.trl). Default: "
+                                            "added when the trl extra is installed; --trl requires it."),
 ) -> None:
-    """Emulated Ray cluster: three real GRPO jobs (with --trl, a TRL job too) multiplexed by the scheduler, then solo."""
+    """Emulated Ray cluster: three real GRPO jobs and a TRL job (with the trl extra) multiplexed, then solo."""
     try:
         require_extra("demo", "demo")  # the jobs are torch models: say so before Ray starts
         if trl:
             require_extra("demo --trl", "trl")
+        elif trl is None:
+            trl = has_extra("trl")
+            if not trl:
+                err.print("note: the TRL job is left out: pip install 'rollmux\\[trl]' adds it", highlight=False)
         from rollmux.live.demo import run_demo
         result = run_demo(iterations=iterations, json_out=json_out, png_out=png, trl=trl)
         out.print_json(json.dumps(result))

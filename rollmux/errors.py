@@ -49,10 +49,15 @@ class MissingExtra(InputError):
         return (type(self), (self.command, self.extra))
 
 
-def require_extra(command: str, extra: str) -> None:
-    """Raise MissingExtra unless every module of `extra` is importable (found, not imported: stays cheap)."""
+def has_extra(extra: str) -> bool:
+    """True when every module of `extra` is importable (found, not imported: stays cheap)."""
     import importlib.util
-    if any(importlib.util.find_spec(m) is None for m in EXTRA_MODULES[extra]):
+    return all(importlib.util.find_spec(m) is not None for m in EXTRA_MODULES[extra])
+
+
+def require_extra(command: str, extra: str) -> None:
+    """Raise MissingExtra unless every module of `extra` is importable."""
+    if not has_extra(extra):
         raise MissingExtra(command, extra)
 
 

@@ -125,5 +125,8 @@ def test_a_fresh_venv_runs_simulate_without_extras_and_the_demo_with_demo(wheel,
     demo = json.loads((work / "demo.json").read_text())
     assert demo["on_policy_identical"] is True and demo["double_grants"] == 0
     assert [j["iterations"] for j in demo["jobs"]] and all(j["iterations"] == 2 for j in demo["jobs"])
+    # Without [trl] the TRL job is left out, and the demo says so (stderr, one note).
+    assert {j["framework"] for j in demo["jobs"]} == {"grpo-example"}
+    assert "the TRL job is left out: pip install 'rollmux[trl]' adds it" in res.stderr
     assert (work / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     steps.done("rollmux demo --iterations 2 with the extra")

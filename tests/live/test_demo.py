@@ -1,16 +1,13 @@
 """`rollmux demo` end to end: emulated Ray cluster, three real GRPO jobs (one heavy-tailed), multiplexed vs solo:
-long-tail migration, worker-level double grants, weight sync through rollmux.weightsync. With TRL installed (the
-test extra pins it) the run is `rollmux demo --trl`: a TRL GRPOTrainer job joins the GRPO jobs' group."""
+long-tail migration, worker-level double grants, weight sync through rollmux.weightsync, and a TRL GRPOTrainer job
+(the test extra installs trl) that joins the GRPO jobs' group."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
 from rollmux.live.demo import run_demo
-
-TRL = importlib.util.find_spec("trl") is not None  # one demo run covers both: --trl adds a job, changes nothing else
 
 KEYS = {"jobs", "idle_share", "on_policy_identical", "warm_switch_s", "cold_switch_s", "timeline_png",
         "long_tail_migrations", "double_grants", "sync"}
@@ -20,12 +17,12 @@ JOB_KEYS = {"job_id", "framework", "group_id", "iterations", "final_reward", "me
 
 def test_demo_multiplexes_without_changing_what_jobs_learn(tmp_path):
     out, png = tmp_path / "demo.json", tmp_path / "timeline.png"
-    result = run_demo(iterations=12, json_out=out, png_out=png, quiet=True, trl=TRL)
+    result = run_demo(iterations=12, json_out=out, png_out=png, quiet=True, trl=True)
     assert json.loads(out.read_text()) == result
     assert set(result) == KEYS
     assert set(result["idle_share"]) == {"solo", "mux"}
     assert all(set(v) == {"rollout", "train"} for v in result["idle_share"].values())
-    assert [j["job_id"] for j in result["jobs"]] == ["heavy", "large", "small"] + (["trl"] if TRL else [])
+    assert [j["job_id"] for j in result["jobs"]] == ["heavy", "large", "small"] + ["trl"]
     assert all(set(j) == JOB_KEYS and j["iterations"] == 12 for j in result["jobs"])
     assert all(len(j["reward_curve"]) == len(j["loss_curve"]) == 12 for j in result["jobs"])
     assert all(math.isfinite(x) for j in result["jobs"] for x in j["reward_curve"] + j["loss_curve"])
@@ -38,8 +35,7 @@ def test_demo_multiplexes_without_changing_what_jobs_learn(tmp_path):
     # recomputed where it kept, with no two jobs on one worker (from the phase log) and no drift.
     assert result["long_tail_migrations"] >= 1
     assert result["double_grants"] == 0
-    if TRL:
-        _trl_checks(result)
+    _trl_checks(result)
     assert result["sync"]["strategy"] == "topology" and result["sync"]["mean_s"] > 0
     for j in result["jobs"]:  # every job within its SLO, measured against its own solo run
         assert j["mean_iter_s_mux"] <= j["slo"] * j["mean_iter_s_solo"], j
