@@ -126,7 +126,8 @@ class _Refusals:
             counts[CODE[reason]] += 1
         by_index = 0
         if self.pruned is not None:
-            idx, codes, slots, fail_pos, fail_tight, exact_pos = self.pruned  # codes: a copy, per view position
+            idx, codes, slots, fail_pos, fail_tight, exact_pos = self.pruned  # codes: per view position
+            codes = codes.copy()  # (result() may be asked twice)
             slo = np.flatnonzero(codes == _SLO)  # the index's own period bounds broke a budget
             if len(slo):
                 tight = idx.budget_bounds(slots[slo], progress) < slack_new
