@@ -1,7 +1,8 @@
 """Study section: why arrivals get a group of their own (issue 14, item 1).
 
-The default RollMux policy runs on the embedded default trace (what `rollmux simulate`
-runs) and on the study's Philly-driven traces (paper and catalog profiles). For every
+The default RollMux policy runs on the study's Philly-driven traces (paper and catalog
+profiles; at the study's default sizes the catalog one is the embedded default trace that
+`rollmux simulate` runs). For every
 arrival it isolates, the policy says why each existing group refused it (core/why.py); the
 section tabulates one reason per isolated placement (its nearest miss) and the groups each
 reason refused. Rows are planning variants: the worst case (the default) and the median
@@ -14,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.core.trace_io import load_jobs
 from rollmux.core.why import REASON_NAMES
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
@@ -23,7 +23,6 @@ from rollmux.study.sweep import Pmap
 
 # (label, rollout quantile the SLO admission plans with)
 ROWS = (("worst case (default)", 1.0), ("median (--plan-quantile 0.5)", 0.5))
-DEFAULT_TRACE = "default"  # the embedded trace of `rollmux simulate`
 
 
 def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
@@ -38,9 +37,8 @@ def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, s
 
 
 def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap) -> dict:
-    """Every row on the default trace (full study only) and both Philly-driven traces."""
-    sets = [] if sc.is_quick else [(DEFAULT_TRACE, load_jobs(None).jobs)]
-    sets += [(f"philly {mode}", philly_jobs(sc, traces, mode)) for mode in MODES]
+    """Every row on both Philly-driven traces."""
+    sets = [(f"philly {mode}", philly_jobs(sc, traces, mode)) for mode in MODES]
     tasks = [(name, label, jobs, cluster, sc.seed) for name, jobs in sets for label, _ in ROWS]
     return {"quick": sc.is_quick, "vc": sc.philly_vc, "runs": pmap(why_run, tasks)}
 
@@ -60,7 +58,8 @@ def render(data: dict) -> str:
         "(`newcomer_slo`) or a member's (`member_slo`); a group failing several checks counts for the "
         "first. Each isolated placement counts once, for its nearest miss (the reason of the refused "
         "group that got furthest through that order; `no_groups`: none existed). Reasons never seen "
-        f"are left out. Philly VC {data['vc']}; the default trace is `rollmux simulate`'s.",
+        f"are left out. Philly VC {data['vc']}; at the default sizes the catalog trace is "
+        "`rollmux simulate`'s embedded default trace.",
         "",
         f"| trace | planning | jobs | isolated | {head} | cost $ | SLO met |",
         "|---|---|---|---|" + "---|" * len(shown) + "---|---|",
