@@ -1,7 +1,8 @@
 """The wheel as a new user gets it: built from this tree, installed into a fresh venv, run from there.
 
 Without extras, `rollmux simulate` works and `rollmux demo` names the extra in one line (exit 2); with
-`[demo]` the demo runs. The venv has no system site packages and never sees the source tree (every
+`[demo]` the demo's GRPO job runs and `demo --trl` names the trl extra; with `[trl]` the demo runs, TRL job
+included, and its JSON passes every check of tests/demo_checks.py (the suite's one demo run). The venv has no system site packages and never sees the source tree (every
 command runs elsewhere, without PYTHONPATH). Its dependencies come through pip as configured on the
 machine (the package index, its local mirrors and the pip cache); nothing is faked. This is the slow
 test of the suite: it prints each step's seconds (run with -s to see them).
@@ -19,9 +20,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from demo_checks import check_demo
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_HINT = "error: rollmux demo needs the demo extra: pip install 'rollmux[demo]'"
+TRL_HINT = "error: rollmux demo --trl needs the trl extra: pip install 'rollmux[trl]'"
 
 
 def _run(cmd: list, cwd: Path, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -81,7 +84,7 @@ def test_the_wheel_carries_the_demo_jobs_data_and_dashboard(wheel):
     assert not any(n.startswith(("tests/", "examples/")) for n in names)
 
 
-def test_a_fresh_venv_runs_simulate_without_extras_and_the_demo_with_demo(wheel, tmp_path):
+def test_a_fresh_venv_runs_simulate_without_extras_and_the_demo_with_its_extras(wheel, tmp_path):
     steps = Steps()
     venv, env, work = tmp_path / "venv", _clean_env(), tmp_path / "work"
     work.mkdir()
@@ -118,15 +121,29 @@ def test_a_fresh_venv_runs_simulate_without_extras_and_the_demo_with_demo(wheel,
     res = _run([*pip, f"{wheel}[demo]"], work, 900, env)
     assert res.returncode == 0, res.stdout + res.stderr
     steps.done("pip install the wheel's [demo] extra (torch)")
+    # [demo] alone: the demo's GRPO job runs from the package (profiled through the shim), and the
+    # TRL job asked for by name needs the trl extra: one line, before any cluster starts.
+    res = _run([rollmux, "profile", "rollmux.jobs.grpo", "--preset", "small", "--runs", "1",
+                "-o", work / "job.yaml"], work, 600, env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "rollout_s" in (work / "job.yaml").read_text()
+    res = _run([rollmux, "demo", "--trl"], work, 120, env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert [ln for ln in res.stderr.splitlines() if ln.strip()] == [TRL_HINT], res.stderr
+    steps.done("[demo] only: rollmux profile rollmux.jobs.grpo, rollmux demo --trl")
 
-    res = _run([rollmux, "demo", "--iterations", "2", "--json", work / "demo.json", "--png", work / "demo.png"],
+    res = _run([*pip, f"{wheel}[trl]"], work, 900, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    steps.done("pip install the wheel's [trl] extra (trl, transformers)")
+    # --no-compile left the bytecode to the first import; do that import once, as any earlier command
+    # would, or the demo's Ray workers all compile torch and transformers at once (2x its time here).
+    res = _run([py, "-c", "import rollmux.live.demo, rollmux.live.demo_jobs, rollmux.adapters.trl"], work, 600, env)
+    assert res.returncode == 0, res.stderr
+    steps.done("first import of the demo's modules")
+    # The one demo run of the suite: with [trl] the TRL job is in it by default.
+    res = _run([rollmux, "demo", "--iterations", "12", "--json", work / "demo.json", "--png", work / "demo.png"],
                work, 1200, env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    demo = json.loads((work / "demo.json").read_text())
-    assert demo["on_policy_identical"] is True and demo["double_grants"] == 0
-    assert [j["iterations"] for j in demo["jobs"]] and all(j["iterations"] == 2 for j in demo["jobs"])
-    # Without [trl] the TRL job is left out, and the demo says so (stderr, one note).
-    assert {j["framework"] for j in demo["jobs"]} == {"grpo-example"}
-    assert "the TRL job is left out: pip install 'rollmux[trl]' adds it" in res.stderr
+    check_demo(json.loads((work / "demo.json").read_text()), 12)
     assert (work / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    steps.done("rollmux demo --iterations 2 with the extra")
+    steps.done("rollmux demo --iterations 12 with [trl]")
