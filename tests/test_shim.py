@@ -198,19 +198,20 @@ def test_the_tail_hook_runs_before_the_scheduler_hands_the_slots_on():
 
 
 def _stuck_then_respond(job, stop: threading.Event):
-    """A straggler: does nothing until told to stop, then (aborted at once) returns None."""
+    """A straggler: does nothing until its slot is told to stop (`stop`, set when the tail gives the
+    slot up), then (aborted at once) returns None."""
     def respond(it, b, abort):
         stop.wait(30)
         return job.respond(it, b, abort=abort)
     return respond
 
 
-def _rollout(shim, respond, it: int, n: int, tails: list, hook: dict) -> list:
+def _rollout(shim, respond, it: int, n: int, tails: list, hook: dict, stop: dict[int, threading.Event]) -> list:
     """The demo's rollout loop with threads as workers: responses dealt to the permit's slots;
-    on a tail, the slots given up stop and their responses are recomputed on the kept slots."""
+    on a tail, the slots given up stop (their `stop` event is set) and their responses are
+    recomputed on the kept slots."""
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
     active, queue, busy, done = list(shim.grant.slots(0)), list(range(n)), {}, {}
-    stop = {s: threading.Event() for s in active}
     pools = {s: ThreadPoolExecutor(1) for s in active}
 
     def give_up(grant):
@@ -254,11 +255,11 @@ def test_a_migrated_tail_is_recomputed_and_the_weights_match_a_solo_run():
     shim, tails, b_slots = JobShim("a", client, on_tail=lambda g: hook["on_tail"](g)), [], []
     try:
         for it in range(2):
-            stop = threading.Event()
-            respond = [workers[0].respond, _stuck_then_respond(workers[1], stop)]
+            stop = {0: threading.Event(), 1: threading.Event()}  # per worker slot
+            respond = [workers[0].respond, _stuck_then_respond(workers[1], stop[1])]
             with shim.phase("rollout"):
                 # slot 1 is stuck on its response until the tail migrates and stops it
-                parts = _rollout(shim, respond, it, cfg.prompts_per_batch, tails, hook)
+                parts = _rollout(shim, respond, it, cfg.prompts_per_batch, tails, hook, stop)
                 b = JobShim("b", client)
                 with b.phase("rollout") as g:  # b runs beside a's tail, on the slot a gave up
                     b_slots.append(g.slots(0))
