@@ -318,6 +318,16 @@ class LocalPermitClient:
         self.env.call_at(self.env.now(), self.controllers[timings.job_id].release, timings.job_id, timings.phase)
 
 
+def slots_given_up(grant: Grant, active: list[int], who: str) -> list[int]:
+    """The worker slots (of the permit's first node) a migrating tail gives up, of those `active`;
+    a tail that would keep none of them is a misconfiguration (RuntimeError naming `who`)."""
+    keep = set(grant.kept(0))
+    if not keep & set(active):
+        raise RuntimeError(f"{who}: the tail would keep no worker slot (kept {sorted(keep)}, running on "
+                           f"{active}); tail_worker_frac * slots must be >= 1")
+    return [s for s in active if s not in keep]
+
+
 def tensor_bytes(tree: Any) -> int:
     """Bytes of the tensors in a nested dict / list / tuple, each storage counted once."""
     seen: dict[int, int] = {}

@@ -57,7 +57,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rollmux.adapters.state import Offloadable, WeightSync
 from rollmux.adapters.trl_tiny import TARGET, TRLJobConfig, build_dataset, build_model, build_tokenizer, target_reward
-from rollmux.shim import JobShim, PermitClient
+from rollmux.shim import JobShim, PermitClient, slots_given_up
 
 __all__ = ["Engine", "ShimGRPOTrainer", "TRLJob", "TRLJobConfig", "TRLRun", "build_model", "build_tokenizer"]
 log = logging.getLogger("rollmux.adapters.trl")
@@ -196,11 +196,7 @@ class _Rollout:
 
     def give_up(self, grant: Any) -> None:
         """The tail migrates: stop the units on the slots given up, offload those copies, keep the rest."""
-        keep = set(grant.kept(0))
-        if not keep & set(self.active):
-            raise RuntimeError(f"trl: the tail would keep no generator slot (kept {sorted(keep)}, "
-                               f"running on {self.active}); tail_worker_frac * slots must be >= 1")
-        gone = [s for s in self.active if s not in keep]
+        gone = slots_given_up(grant, self.active, "trl")
         for s in gone:
             self.stop[s].set()
         for s in gone:
@@ -214,7 +210,7 @@ class _Rollout:
                     self.done[b] = part
         self.engine.offload(gone)
         self._segment()
-        self.active = [s for s in self.active if s in keep]
+        self.active = [s for s in self.active if s not in gone]
 
     def _segment(self) -> None:
         now = time.perf_counter()

@@ -34,7 +34,7 @@ from typing import Any
 
 import ray
 
-from rollmux.shim import JobShim
+from rollmux.shim import JobShim, slots_given_up
 
 SYNC_STRATEGY = "topology"  # rollmux.weightsync: each training rank sends 1/N, rollout ranks all-gather
 
@@ -182,11 +182,7 @@ class _Rollout:
 
     def give_up(self, grant) -> None:
         """The tail migrates: stop the responses on the slots given up, offload them, keep the rest."""
-        keep = set(grant.kept(0))
-        if not keep & set(self.active):
-            raise RuntimeError(f"{self.job_id}: the tail would keep no worker (slots {sorted(keep)}, "
-                               f"running on {self.active}); tail_worker_frac * slots must be >= 1")
-        gone = [s for s in self.active if s not in keep]
+        gone = slots_given_up(grant, self.active, self.job_id)
         for s in gone:
             if s in self.busy:
                 ray.cancel(self.busy[s][0])
@@ -201,7 +197,7 @@ class _Rollout:
         ray.get([self.actors.rollout[s].offload.remote() for s in gone])
         self.onloaded.difference_update(gone)
         self._segment()
-        self.active = [s for s in self.active if s in keep]
+        self.active = [s for s in self.active if s not in gone]
 
     def _segment(self) -> None:
         """Log the interval the current slots ran since the last change."""
