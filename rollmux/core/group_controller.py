@@ -416,6 +416,8 @@ class GroupController:
             while again:
                 freed = self._freed
                 for (job_id, phase), cb in list(pending.items()):
+                    if pending.get((job_id, phase)) is not cb:
+                        continue  # a callback's own dispatch already granted it (this pass's list is stale)
                     if phase == INIT:
                         if self._init_ready(job_id):
                             self._grant_init(job_id, cb)
