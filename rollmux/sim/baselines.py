@@ -1,98 +1,27 @@
 """Closed forms and the co-located (veRL) baseline (DESIGN §6).
 
-veRL model (co-located, one job per GPU set): a job runs every phase on its
-own G = max(rollout_gpus, train_gpus) training-type (H800) GPUs, rounded up to
-whole nodes for billing. Each iteration:
-  rollout_colo = rollout * k_r(rho) * (rollout_gpus / G) * hw / speed
-  train_colo   = train_time(rollout) * k_t(rho) / speed
-  + two warm offload/onload switches (rollout -> train -> rollout) from host memory;
-  no cross-cluster sync (weights are resharded in place; folded into the switches).
-The job holds its nodes from arrival until its last iteration ends; there is no
-sharing, so node caps are not modelled for this baseline.
-
-Calibration (k_r, k_t). The paper measured two jobs both ways (DESIGN §7,
-seconds per iteration, disaggregated H20+H800 -> co-located H800):
-  8B-32k  rollout 888 -> 608 (k_r = 608/888 = 0.685), train 560 -> 560 (k_t = 1.000)
-  32B-8k  rollout 268 -> 277 (k_r = 277/268 = 1.034), train 362 -> 271 (k_t = 271/362 = 0.749)
-Co-located rollout on H800 beat the H20 rollout by a third for the long-cap,
-rollout-heavy job, and co-located training beat the training cluster by a
-quarter for the train-heavy job: far from the HBM-bandwidth ratio (H800 3.35 vs
-H20 4.0 TB/s, i.e. rollouts 1.19x slower) this module used before. Two pairs
-cannot separate the features that differ between them (model size, response
-cap, phase balance), so the factors are interpolated over the one feature every
-profile has, the phase balance rho = rollout_s.median / train_s
-(8B-32k: 888/560 = 1.586; 32B-8k: 268/362 = 0.740): log k is linear in log rho
-between the two anchors and constant beyond them. E.g. a balanced job (rho = 1)
-gets w = ln(1/0.740) / ln(1.586/0.740) = 0.395 of the way to the 8B anchor:
-k_r = 1.034^0.605 * 0.685^0.395 = 0.878 and k_t = 0.749^0.605 * 1.0^0.395 = 0.839.
-The anchors reproduce the paper's pairs exactly (tests/sim/test_baselines.py
-checks 1%). The catalog gives both anchor jobs G = rollout_gpus (16 H800 for
-16 H20), so the measured factors are read as per-GPU-set factors; a job with
-rollout_gpus < G rolls out on all G GPUs, proportionally faster. hw rescales
-for other hardware: (bw_rollout / bw_train) / (4.0 / 3.35), 1 on the paper's
-cluster. `speed` is the sensitivity knob: co-located phases run `speed` times
-as fast as calibrated (0.8 = 25% slower, 1.2 = 17% faster).
+The co-located execution model itself (G = max(rollout_gpus, train_gpus) H800 GPUs per
+job, the calibration of k_r and k_t to the paper's co-located pairs) lives in
+core/colo_model.py, shared with RollMux's per-job co-located mode; its names are
+re-exported here. The veRL baseline runs every job that way: the job holds its nodes
+from arrival until its last iteration ends; there is no sharing, so node caps are not
+modelled for this baseline.
 """
 
 from __future__ import annotations
 
-import math
-
 from rollmux.core.accounting import Ledger
+from rollmux.core.colo_model import (  # noqa: F401  (re-exported: the model's names, as before)
+    PAPER_COLOCATED_PAIRS,
+    check_colo_speed,
+    colocated_factors,
+    colocated_iter_s,
+    verl_rollout_scale,
+    verl_train_scale,
+)
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.errors import InputError
 from rollmux.sim.draws import rollout_draws, solo_seconds
 from rollmux.sim.metrics import JobOutcome, PolicyResult
-
-# The paper's co-located pairs (DESIGN §7): name -> ((disagg rollout, disagg train),
-# (co-located rollout, co-located train)), seconds per iteration.
-PAPER_COLOCATED_PAIRS: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
-    "qwen3-8b-32k": ((888.0, 560.0), (608.0, 560.0)),
-    "qwen2.5-32b-8k": ((268.0, 362.0), (277.0, 271.0)),
-}
-# The paper's hardware: H20 (rollout) and H800 (train) HBM bandwidth, TB/s.
-_PAPER_BW_RATIO = 4.0 / 3.35
-
-
-def _anchors() -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-    """(log rho, log k_r, log k_t) of the train-heavier and the rollout-heavier anchor."""
-    pts = sorted((math.log(d[0] / d[1]), math.log(c[0] / d[0]), math.log(c[1] / d[1]))
-                 for d, c in PAPER_COLOCATED_PAIRS.values())
-    return pts[0], pts[-1]
-
-
-def colocated_factors(job: JobSpec) -> tuple[float, float]:
-    """Calibrated (k_r, k_t): co-located / disaggregated phase time at the job's phase balance."""
-    lo, hi = _anchors()
-    x = math.log(job.rollout_s.median / job.train_s)
-    w = min(1.0, max(0.0, (x - lo[0]) / (hi[0] - lo[0])))
-    return (math.exp(lo[1] + w * (hi[1] - lo[1])), math.exp(lo[2] + w * (hi[2] - lo[2])))
-
-
-def check_colo_speed(speed: float) -> None:
-    """InputError unless the co-located speed factor is a finite number > 0."""
-    if not (math.isfinite(speed) and speed > 0):
-        raise InputError("colo_speed", f"must be a number > 0, got {speed!r}")
-
-
-def verl_rollout_scale(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0) -> float:
-    """Factor by which a rollout's time changes when co-located on the job's G training GPUs."""
-    check_colo_speed(speed)
-    g = max(job.rollout_gpus, job.train_gpus)
-    hw = cluster.pools.rollout.bandwidth_tbs() / cluster.pools.train.bandwidth_tbs() / _PAPER_BW_RATIO
-    return colocated_factors(job)[0] * job.rollout_gpus / g * hw / speed
-
-
-def verl_train_scale(job: JobSpec, speed: float = 1.0) -> float:
-    """Factor by which a training step's time changes when co-located."""
-    check_colo_speed(speed)
-    return colocated_factors(job)[1] / speed
-
-
-def colocated_iter_s(job: JobSpec, cluster: ClusterSpec, rollout: float, speed: float = 1.0) -> float:
-    """Co-located iteration time for a (disaggregated) rollout of `rollout` seconds."""
-    return (rollout * verl_rollout_scale(job, cluster, speed)
-            + job.train_time(rollout) * verl_train_scale(job, speed) + 2 * cluster.warm_switch_s)
 
 
 def solo_d_cost(jobs: list[JobSpec], cluster: ClusterSpec) -> float:
