@@ -21,7 +21,7 @@ from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
 from rollmux.core.group_index import IndexedGroups, IndexSnapshot, progress_rows
-from rollmux.core.inter_group import period_budget
+from rollmux.core.inter_group import group_fits
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
 from rollmux.core.regroup import Move, Regroup, dissolve_decision, migration_seconds, plan_moves, shrink
@@ -309,7 +309,7 @@ class ClusterState:
         while len(staying) > 1:
             rest = plan_group(shrink(Group(g.group_id, g.n_rollout, g.n_train, tuple(staying)))[0],
                               self.cfg.intra)
-            if rest.shape.period_s <= min(period_budget(m.job, progress) for m in staying) * (1 + 1e-9):
+            if group_fits(rest, progress, self.cfg.intra):  # the policy's own SLO admission test
                 break
             victim = max(staying, key=lambda m: m.job.solo_iter_s)
             charges = {victim.job_id: migration_seconds(victim.job, self.cluster, self.cfg.migration_scale)}

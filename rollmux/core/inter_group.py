@@ -5,7 +5,9 @@ size is tried with direct packing (Δ = 0), then rollout scaling (Δ = price of
 the added rollout nodes); isolated provisioning is the always-valid fallback.
 A candidate is valid when residency holds and, under the planning estimate
 (worst-case rollout by default), every member's co-execution iteration time
-stays within its SLO: planned period <= min_j slo_j * solo_iter_j.
+stays within its SLO: planned period <= min_j slo_j * solo_iter_j ("worst"),
+or every member's sampled mean period plus a confidence term over its remaining
+iterations within its budget ("mean", core/admission.py: `group_fits`).
 Candidates are tried in order of increasing Δ, so the first valid one is the
 cheapest and ties go to the first found. An isolated plan says why no group took the
 job (`PlacementPlan.why`, core/why.py): the checks below note each refusal as they make it.
@@ -18,14 +20,16 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from rollmux.core.admission import admits
 from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import MARGIN, JobNeeds, group_bounds, progress_rows
 from rollmux.core.intra_group import (
     IntraConfig,
     PhaseTimes,
+    group_period_stats,
     group_planning_times,
+    job_planning_times,
     plan_group,
-    planning_times,
     t_cycle,
     t_load,
 )
@@ -80,6 +84,20 @@ def period_budget(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> fl
     budget = job.slo * job.solo_iter_s * job.iterations - elapsed
     # A live job may run past its declared iterations: it then has one to go, whatever its count.
     return budget / (max(job.iterations - done, 0) + 1)
+
+
+def group_fits(g: Group, progress: Mapping[str, tuple[int, float]], cfg: IntraConfig) -> bool:
+    """The SLO admission test of a planned group: its planned period within every member's
+    period budget ("worst"), or every member's confident mean period within its budget over
+    its remaining iterations ("mean", core/admission.py)."""
+    if cfg.plan == "worst":
+        return g.shape.period_s <= min(period_budget(m.job, progress) for m in g.members) * (1 + 1e-9)
+    budgets, remaining = [], []
+    for m in g.members:
+        budgets.append(period_budget(m.job, progress))
+        remaining.append(max(m.job.iterations - progress.get(m.job_id, (0, 0.0))[0], 0) + 1)
+    stats = group_period_stats(g.members, g.n_rollout, g.n_train, cfg)
+    return admits(stats, budgets, remaining, cfg.plan_z)
 
 
 def isolated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig,
@@ -175,7 +193,8 @@ def _fit_score(g: Group, slack: float, how: str) -> float:
 
 
 class RollMuxPlacement(PlacementPolicy):
-    """Algorithm 1 with worst-case (or quantile) SLO admission."""
+    """Algorithm 1 with SLO admission at the worst case (or a quantile), or by the mean with
+    confidence (`IntraConfig.plan`, core/admission.py)."""
 
     name = "rollmux"
     regroups = True  # its SLO admission makes departure-time re-placement safe
@@ -212,7 +231,7 @@ class RollMuxPlacement(PlacementPolicy):
         q = self.cfg.plan_quantile
         k = view.cluster.pools.rollout.nodes_for(job.rollout_gpus)
         slack_new = period_budget(job, view.progress)  # a migrating job brings its past
-        own = planning_times(job, q)
+        own = job_planning_times(job, self.cfg)
         own_cycle = own.rollout + own.train + own.sync
         candidates = self._candidates(job, view, slack_new, own, why)
         for new_nodes in range(0, k + 1):
@@ -282,12 +301,12 @@ class RollMuxPlacement(PlacementPolicy):
     def _join_features(self, jobs: Sequence[JobSpec], train) -> tuple[np.ndarray, ...]:
         """Per job: training nodes, training host GB, planned rollout + train + sync, planned
         training, SLO time budget and iterations (cached per job spec)."""
-        cache, q = self._features, self.cfg.plan_quantile
+        cache = self._features
         rows = []
         for job in jobs:
             hit = cache.get(job.job_id)
             if hit is None or hit[0] is not job:
-                own = planning_times(job, q)
+                own = job_planning_times(job, self.cfg)
                 hit = cache[job.job_id] = (job, (train.nodes_for(job.train_gpus), job.host_gb.train,
                                                  own.rollout + own.train + own.sync, own.train,
                                                  job.slo * job.solo_iter_s * job.iterations, job.iterations))
@@ -409,7 +428,8 @@ class RollMuxPlacement(PlacementPolicy):
                 why.exact[g.group_id] = (None, g)
             return None
         cand = plan_group(cand, self.cfg)
-        if cand.shape.period_s > slack * (1 + 1e-9):
+        if cand.shape.period_s > slack * (1 + 1e-9) or (
+                self.cfg.plan == "mean" and not group_fits(cand, view.progress, self.cfg)):
             if why is not None:
                 why.exact[g.group_id] = (None, g)
             return None

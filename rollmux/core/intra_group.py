@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from rollmux.core.admission import PeriodStats, mean_rollout, period_stats
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.spec import JobSpec
 
@@ -34,8 +35,15 @@ class IntraConfig:
     tail_worker_frac: float = 0.25   # share of a node's workers a migrated tail keeps
     start_ratio: float = 0.5         # a rollout starts when this share of workers is free
     migration_overhead_s: float = 1.0  # stragglers are aborted and recomputed
-    plan_quantile: float = 1.0       # 1.0 = worst case (every response at the cap)
+    plan_quantile: float = 1.0       # 1.0 = worst case (every response at the cap); plan="worst" only
     best_order_max: int = 6          # search the best cyclic order up to this size
+    # SLO admission (core/admission.py): "worst" plans every rollout at plan_quantile;
+    # "mean" admits when each member's mean iteration time stays within its budget with
+    # confidence z over its remaining iterations, from plan_chains x plan_length seeded draws.
+    plan: str = "worst"
+    plan_z: float = 3.09             # one-sided ~99.9%
+    plan_chains: int = 32
+    plan_length: int = 16
 
     def __post_init__(self) -> None:
         checks = [
@@ -45,6 +53,10 @@ class IntraConfig:
             (self.migration_overhead_s >= 0, "migration_overhead_s must be >= 0"),
             (0 < self.plan_quantile <= 1, "plan_quantile must be in (0, 1]"),
             (self.best_order_max >= 0, "best_order_max must be >= 0"),
+            (self.plan in ("worst", "mean"), f"plan must be 'worst' or 'mean', not {self.plan!r}"),
+            (self.plan == "worst" or self.plan_quantile == 1.0, "plan_quantile applies to plan='worst' only"),
+            (self.plan_z >= 0, "plan_z must be >= 0"),
+            (self.plan_chains >= 2 and self.plan_length >= 1, "plan_chains must be >= 2, plan_length >= 1"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -80,22 +92,43 @@ def planning_times(job: JobSpec, quantile: float) -> PhaseTimes:
     return PhaseTimes(r, job.train_time(r), job.sync_s)
 
 
+def job_planning_times(job: JobSpec, cfg: "IntraConfig") -> PhaseTimes:
+    """Phase durations the configuration plans `job` with: its rollout at plan_quantile
+    ("worst") or the mean of its seeded planning sample ("mean", core/admission.py)."""
+    if cfg.plan == "worst":
+        return planning_times(job, cfg.plan_quantile)
+    r = mean_rollout(job, cfg.plan_chains, cfg.plan_length)
+    return PhaseTimes(r, job.train_time(r), job.sync_s)
+
+
 def group_planning_times(members: Sequence[Member], cfg: "IntraConfig") -> list[PhaseTimes]:
     """Planning durations of a group's members.
 
     Migration only ever lets the next rollout start earlier, except that the
     migrating job pays the straggler recompute: that overhead is added to the
     planned rollout of every member that may migrate, so the plan stays an
-    upper bound of the run.
+    upper bound of the run ("worst"; "mean": of the sampled run's mean).
     """
     shared = _shared_rollout_nodes(members)
     out = []
     for m in members:
-        pt = planning_times(m.job, cfg.plan_quantile)
+        pt = job_planning_times(m.job, cfg)
         if tail_share(m.job, any(i in shared for i in m.rollout_nodes), cfg) > 0:
             pt = PhaseTimes(pt.rollout + cfg.migration_overhead_s, pt.train, pt.sync)
         out.append(pt)
     return out
+
+
+def group_period_stats(members: Sequence[Member], n_rollout: int, n_train: int,
+                       cfg: "IntraConfig") -> PeriodStats:
+    """The sampled period of the members in this cyclic order (core/admission.py), each
+    rollout that may migrate lengthened by the straggler overhead as in `group_planning_times`."""
+    shared = _shared_rollout_nodes(members)
+    over = [cfg.migration_overhead_s if tail_share(m.job, any(i in shared for i in m.rollout_nodes), cfg) > 0
+            else 0.0 for m in members]
+    return period_stats([m.job for m in members], [m.rollout_nodes for m in members],
+                        [m.train_nodes for m in members], over, n_rollout, n_train, cfg.warm_switch_s,
+                        cfg.plan_chains, cfg.plan_length)
 
 
 def _shared_rollout_nodes(members: Sequence[Member]) -> set[int]:
@@ -339,6 +372,8 @@ def plan_group(group: Group, cfg: IntraConfig, reorder: bool = True) -> Group:
         order, per = tuple(range(len(members))), period(members, group.n_rollout, group.n_train, times, plan_cfg)
     members = tuple(members[i] for i in order)
     times = [times[i] for i in order]
+    if cfg.plan == "mean":  # the sampled mean period in the chosen order (core/admission.py)
+        per = group_period_stats(members, group.n_rollout, group.n_train, cfg).mean
     shape = GroupShape(
         period_s=per,
         t_cycle_s=t_cycle(members, times),
