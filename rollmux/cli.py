@@ -86,6 +86,10 @@ def simulate(
     consolidate: int = typer.Option(2, "--consolidate", min=0,
                                     help="On any departure, also try to dissolve groups of at most N members."),
     static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup --no-repair."),
+    train_scaling: bool = typer.Option(False, "--train-scaling/--no-train-scaling",
+                                       help="A job may join a group by adding the training nodes it lacks (core/shapes.py)."),
+    elastic_rollout: bool = typer.Option(False, "--elastic-rollout/--no-elastic-rollout",
+                                         help="A job may roll out on fewer or more rollout nodes than nominal (core/elastic.py)."),
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:
@@ -100,7 +104,8 @@ def simulate(
                         shrink=shrink and not static, regroup=regroup and not static,
                         repair=repair and not static,
                         migration_scale=migration_scale, regroup_margin=regroup_margin,
-                        flat_sync=flat_sync, consolidate=consolidate)
+                        flat_sync=flat_sync, consolidate=consolidate,
+                        train_scaling=train_scaling, elastic_rollout=elastic_rollout)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:

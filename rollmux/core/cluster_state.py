@@ -46,6 +46,8 @@ class SchedulerConfig:
     flat_sync: bool = False       # weight sync sends one copy per rollout node across the link (ablation)
     batch_order: bool = True      # jobs arriving together are placed shortest cycle first (beyond the paper)
     consolidate: int = 2          # on any departure, also try to dissolve groups of at most this many members
+    train_scaling: bool = False   # a job may join a group by adding training nodes (core/shapes.py)
+    elastic_rollout: bool = False  # a job may roll out on fewer/more rollout nodes (core/elastic.py)
 
 
 class ClusterState:
@@ -291,7 +293,7 @@ class ClusterState:
             return []
         t0 = time.perf_counter()
         self.planned[job_id] = spec
-        members = tuple(Member(spec, m.rollout_nodes, m.train_nodes) if m.job_id == job_id else m
+        members = tuple(Member(spec, m.rollout_nodes, m.train_nodes, m.rollout_factor) if m.job_id == job_id else m
                         for m in g.members)
         g = plan_group(Group(g.group_id, g.n_rollout, g.n_train, members), self.cfg.intra)
         self.groups[group_id] = g

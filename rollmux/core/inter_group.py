@@ -36,6 +36,8 @@ from rollmux.core.intra_group import (
 
 NO_BOUND = float("-inf")  # a candidate without index bounds: only the exact checks decide
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
+from rollmux.core.shapes import ShapeConfig, ShapeStats, least_cycles
+from rollmux.core.shapes import place as place_shapes
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.why import CODE, REFUSALS, PlacementWhy, Refusal
 
@@ -44,7 +46,7 @@ def rollout_node_loads(group: Group, quantile: float) -> list[float]:
     """Planned rollout seconds per meta-iteration on each of the group's rollout nodes."""
     loads = [0.0] * group.n_rollout
     for m in group.members:
-        r = m.job.rollout_s.quantile(quantile)
+        r = m.job.rollout_s.quantile(quantile) * m.rollout_factor
         for n in m.rollout_nodes:
             loads[n] += r
     return loads
@@ -199,6 +201,9 @@ class RollMuxPlacement(PlacementPolicy):
     name = "rollmux"
     regroups = True  # its SLO admission makes departure-time re-placement safe
     explains = True  # its isolated plans say why no group took the job (PlacementPlan.why)
+    # Flexible group shapes (core/shapes.py): training scaling, elastic rollout parallelism;
+    # both off (the default): Algorithm 1 as written. Set by the runner from SchedulerConfig.
+    shapes: ShapeConfig = ShapeConfig()
 
     def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,
                  best_fit: str = "") -> None:
@@ -210,6 +215,7 @@ class RollMuxPlacement(PlacementPolicy):
         self.prune_saturated = prune_saturated
         self._features: dict[str, tuple[JobSpec, tuple]] = {}  # join_matrix's per-job constants
         self.best_fit = best_fit
+        self.shape_stats = ShapeStats()  # what the flexible shapes chose, per placed arrival
 
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
         """The cheapest valid placement for `job`; isolated if nothing else fits (the plan
@@ -224,10 +230,14 @@ class RollMuxPlacement(PlacementPolicy):
         Departure-time re-placement only wants these (an isolated plan makes a move
         pointless), so it skips planning the isolated group. A subclass that overrides
         `place` should override this too."""
+        if self.shapes.on:
+            return place_shapes(self, job, view, None, joined_only=True)
         return self._place_joined(job, view, None)
 
     def _place_joined(self, job: JobSpec, view: ClusterView, why: _Refusals | None) -> PlacementPlan | None:
         """`place_joined`, noting every refusal in `why` when given."""
+        if self.shapes.on:  # (only `place` gets here: a fewer-node new group is an option too)
+            return place_shapes(self, job, view, why, joined_only=False)
         q = self.cfg.plan_quantile
         k = view.cluster.pools.rollout.nodes_for(job.rollout_gpus)
         slack_new = period_budget(job, view.progress)  # a migrating job brings its past
@@ -280,6 +290,8 @@ class RollMuxPlacement(PlacementPolicy):
         train = view.cluster.pools.train
         t_cap = train.host_gb_per_node + 1e-9
         kt, host, own_sum, own_train, S, iters = self._join_features(jobs, train)
+        if self.shapes.elastic_rollout:
+            own_sum = least_cycles(jobs, own_sum, own_train, view.cluster, self.shapes)
         done, elapsed = np.nan_to_num(progress_rows(view.progress, [j.job_id for j in jobs]), nan=0.0).T
         slack = (S - elapsed) / (np.maximum(iters - done, 0.0) + 1.0)
         for k, g in enumerate(targets):
@@ -290,7 +302,7 @@ class RollMuxPlacement(PlacementPolicy):
             members_slack = min((period_budget(m.job, view.progress) for m in g.members), default=math.inf)
             b = group_bounds(g, self.cfg)
             prefix = np.maximum.accumulate(np.array((0.0,) + tuple(g.train_gb[:g.n_train]), float))
-            fits = kt <= g.n_train
+            fits = (kt <= g.n_train) | self.shapes.train_scaling
             k_of = np.minimum(kt, g.n_train).astype(int)
             least = np.minimum(slack, members_slack)
             out[:, k] = (fits & (shape.t_cycle_s <= slack) & ((kt == 0) | (prefix[k_of] + host <= t_cap))

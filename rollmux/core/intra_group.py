@@ -113,6 +113,8 @@ def group_planning_times(members: Sequence[Member], cfg: "IntraConfig") -> list[
     out = []
     for m in members:
         pt = job_planning_times(m.job, cfg)
+        if m.rollout_factor != 1.0:  # elastic rollout parallelism (core/elastic.py); training keeps its time
+            pt = PhaseTimes(pt.rollout * m.rollout_factor, pt.train, pt.sync)
         if tail_share(m.job, any(i in shared for i in m.rollout_nodes), cfg) > 0:
             pt = PhaseTimes(pt.rollout + cfg.migration_overhead_s, pt.train, pt.sync)
         out.append(pt)

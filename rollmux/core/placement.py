@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, residency_ok
 from rollmux.core.group_index import IndexSnapshot, rows_by_entry
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -27,6 +28,7 @@ class Case(str, Enum):
     DIRECT = "direct_packing"
     SCALING = "rollout_scaling"
     ISOLATED = "isolated"
+    TRAIN_SCALING = "train_scaling"  # joined by adding training nodes (core/shapes.py)
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,11 @@ def validate_plan(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
 
     Invariants:
       I1 the job is a member exactly once; no other member was added, removed or re-pinned;
-      I2 an existing group keeps its training nodes and only gains rollout nodes;
-      I3 the job is pinned to as many distinct rollout nodes as it needs, to the group's
-         first training nodes, and all pins name real nodes;
+      I2 an existing group keeps its nodes and gains only those the plan adds: rollout nodes,
+         and training nodes only up to what the job needs (training scaling);
+      I3 the job is pinned to as many distinct rollout nodes as it needs (or an elastic count
+         with the rollout factor core/elastic.py gives it), to the group's first training
+         nodes, and all pins name real nodes;
       I4 residency: every node's pinned members fit in its host DRAM;
       I5 the group has at most max_group_size members;
       I6 added nodes fit in the pools' node caps;
@@ -140,8 +144,9 @@ def validate_plan(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
     before = {m.job_id: m for m in old.members} if old else {}
     if others != before:
         raise PlanInvalid(f"I1: plan changes other members of group {g.group_id}")
-    if old is not None and (g.n_train != old.n_train or g.n_rollout != old.n_rollout + plan.added_rollout_nodes
-                            or plan.added_train_nodes):
+    if old is not None and (g.n_train != old.n_train + plan.added_train_nodes
+                            or g.n_rollout != old.n_rollout + plan.added_rollout_nodes
+                            or (plan.added_train_nodes and g.n_train != cluster.pools.train.nodes_for(job.train_gpus))):
         raise PlanInvalid(f"I2: group {g.group_id} node counts changed inconsistently")
     if old is None and (g.n_rollout != plan.added_rollout_nodes or g.n_train != plan.added_train_nodes):
         raise PlanInvalid(f"I2: new group {g.group_id} must be provisioned by the plan")
@@ -164,8 +169,11 @@ def _check_pins(g: Group, job: JobSpec, cluster: ClusterSpec) -> None:
     m = g.member(job.job_id)
     need_r = cluster.pools.rollout.nodes_for(job.rollout_gpus)
     need_t = cluster.pools.train.nodes_for(job.train_gpus)
-    if len(set(m.rollout_nodes)) != need_r or len(m.rollout_nodes) != need_r:
-        raise PlanInvalid(f"I3: {job.job_id} needs {need_r} distinct rollout nodes, got {m.rollout_nodes}")
+    k = len(m.rollout_nodes)  # elastic rollout (core/elastic.py): another count, at its model's factor
+    want = 1.0 if k == need_r else allowed_factor(job, cluster, k)
+    if len(set(m.rollout_nodes)) != k or want is None or abs(m.rollout_factor - want) > 1e-9:
+        raise PlanInvalid(f"I3: {job.job_id} needs {need_r} distinct rollout nodes (or an elastic count at "
+                          f"its rollout factor), got {m.rollout_nodes} at factor {m.rollout_factor:g}")
     if not all(0 <= n < g.n_rollout for n in m.rollout_nodes):
         raise PlanInvalid(f"I3: {job.job_id} pinned to a rollout node the group lacks")
     if m.train_nodes != tuple(range(need_t)) or need_t > g.n_train:

@@ -39,7 +39,7 @@ def shrink(group: Group) -> tuple[Group, dict[int, int], int, int]:
     used = sorted({n for m in group.members for n in m.rollout_nodes})
     remap = {old: new for new, old in enumerate(used)}
     n_train = max((len(m.train_nodes) for m in group.members), default=0)
-    members = tuple(Member(m.job, tuple(remap[n] for n in m.rollout_nodes), m.train_nodes)
+    members = tuple(Member(m.job, tuple(remap[n] for n in m.rollout_nodes), m.train_nodes, m.rollout_factor)
                     for m in group.members)
     shrunk = Group(group.group_id, len(used), n_train, members)
     return shrunk, remap, group.n_rollout - len(used), group.n_train - n_train

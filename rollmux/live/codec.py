@@ -33,12 +33,16 @@ def group_to_dict(group: Group) -> dict:
     """A group (members in cyclic order, their pins) as JSON-native data."""
     return {"group_id": group.group_id, "n_rollout": group.n_rollout, "n_train": group.n_train,
             "members": [{"job": job_to_dict(m.job), "rollout_nodes": list(m.rollout_nodes),
-                         "train_nodes": list(m.train_nodes)} for m in group.members]}
+                         "train_nodes": list(m.train_nodes),
+                         # elastic rollout (core/elastic.py) only: records without it read 1.0
+                         **({"rollout_factor": m.rollout_factor} if m.rollout_factor != 1.0 else {})}
+                        for m in group.members]}
 
 
 def group_from_dict(d: dict, cfg: IntraConfig) -> Group:
     """Rebuild a group in its recorded order and recompute its planning shape."""
-    members = tuple(Member(JobSpec.model_validate(m["job"]), tuple(m["rollout_nodes"]), tuple(m["train_nodes"]))
+    members = tuple(Member(JobSpec.model_validate(m["job"]), tuple(m["rollout_nodes"]), tuple(m["train_nodes"]),
+                           float(m.get("rollout_factor", 1.0)))
                     for m in d["members"])
     return plan_group(Group(d["group_id"], d["n_rollout"], d["n_train"], members), cfg, reorder=False)
 

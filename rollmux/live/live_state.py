@@ -210,7 +210,7 @@ class LiveState:
         member = g.member(job_id)
         spec = self.counted(member.job)
         if spec is not member.job:
-            g = replace(g, members=tuple(Member(spec, m.rollout_nodes, m.train_nodes) if m.job_id == job_id else m
+            g = replace(g, members=tuple(Member(spec, m.rollout_nodes, m.train_nodes, m.rollout_factor) if m.job_id == job_id else m
                                          for m in g.members))
             cs.groups[gid] = g
             cs.controllers[gid].update_group(g)

@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
 from rollmux.sim.baseline_policies import GreedyPlacement, RandomPlacement, SoloPlacement
@@ -33,6 +34,7 @@ def run_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimCon
         return result
     if name == "rollmux":
         policy = RollMuxPlacement(cfg.intra)
+        policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
     elif name == "solo-d":
         policy = SoloPlacement(cfg.intra)
     elif name == "random":

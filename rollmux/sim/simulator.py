@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.elastic import member_rollout_gpus
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import ROLLOUT, TRAIN, Grant
 from rollmux.core.intra_group import head_finish
@@ -51,6 +52,9 @@ class _JobRun:
     # train switch); None when it runs phase by phase through its controller.
     fast: tuple[float, float, float, float, float] | None = None
     fast_token: int = 0
+    # Its member's rollout shape this iteration (core/elastic.py): time factor and GPUs held.
+    r_factor: float = 1.0
+    r_gpus: float = 0.0
 
 
 class _Progress(ProgressView):
@@ -203,8 +207,8 @@ class Simulation:
         jid, now = run.job.job_id, self.env.now()
         a, b = drift_scales(run.job, now - run.start_s)
         base = float(run.rollouts[run.done])
-        run.rollout_s, run.train_s = a * base, b * run.job.train_time(base)
-        run.solo_s += run.rollout_s + run.train_s + run.job.sync_s
+        run.rollout_s, run.train_s = a * base * self._rollout_shape(run, ctl.group), b * run.job.train_time(base)
+        run.solo_s += a * base + run.train_s + run.job.sync_s  # solo: on its nominal rollout nodes
         sw_t = ctl.switch_for(jid, TRAIN)
         t1 = (now + ctl.switch_for(jid, ROLLOUT)) + run.rollout_s
         t2 = t1 + (sw_t + run.train_s)
@@ -224,7 +228,7 @@ class Simulation:
         ctl.before_change = None
         ctl.advance(jid, ROLLOUT, holding=False)
         ctl.advance(jid, TRAIN, holding=False)
-        self.ledger.busy("rollout", run.job.rollout_gpus, t1 - t0)
+        self.ledger.busy("rollout", run.r_gpus, t1 - t0)
         self.ledger.busy("train", run.job.train_gpus, sw_t + run.train_s)
         self._sync_done(jid)
 
@@ -234,7 +238,7 @@ class Simulation:
         t0, t1, t2, t3, sw_t = run.fast
         run.fast = None
         ctl, now = self.state.controllers[run.group_id], self.env.now()
-        self.ledger.busy("rollout", run.job.rollout_gpus, t1 - t0)
+        self.ledger.busy("rollout", run.r_gpus, t1 - t0)
         if now < t1:
             ctl.advance(jid, ROLLOUT, holding=True)
             self.env.call_at(t1, self._rollout_done, jid)
@@ -249,6 +253,13 @@ class Simulation:
         run.sync_parts = 1
         self.env.call_at(t3, self._sync_part_done, jid)
 
+    def _rollout_shape(self, run: _JobRun, group) -> float:
+        """Note the member's rollout factor and GPUs (core/elastic.py) on `run`; return the factor."""
+        m = group.member(run.job.job_id)
+        run.r_factor = m.rollout_factor
+        run.r_gpus = run.job.rollout_gpus if m.rollout_factor == 1.0 else member_rollout_gpus(m, self.cluster)
+        return m.rollout_factor
+
     def _request(self, jid: str, phase: str) -> None:
         ctl = self.state.controllers[self.runs[jid].group_id]
         ctl.request(jid, phase, self._on_rollout_grant if phase == ROLLOUT else self._on_train_grant)
@@ -257,17 +268,17 @@ class Simulation:
         run, now = self.runs[g.job_id], self.env.now()
         a, b = drift_scales(run.job, now - run.start_s)
         base = float(run.rollouts[run.done])
-        r = a * base
-        run.rollout_s, run.train_s = r, b * run.job.train_time(base)
-        run.solo_s += run.rollout_s + run.train_s + run.job.sync_s
         ctl = self.state.controllers[g.group_id]
+        r = a * base * self._rollout_shape(run, ctl.group)
+        run.rollout_s, run.train_s = r, b * run.job.train_time(base)
+        run.solo_s += a * base + run.train_s + run.job.sync_s  # solo: on its nominal rollout nodes
         work = (1.0 - g.tail_share) * r
         if ctl.any_tails(g.nodes):
             tails = [[(self.tail_end[j], f) for j, f in ctl.tails_on(n).items()] for n in g.nodes]
             head = head_finish(tails, now + g.switch_s, work)
         else:  # nobody's tail slows its head (head_finish's own answer, without the lists)
             head = now + g.switch_s + work if work > 0 else now + g.switch_s
-        gpus = run.job.rollout_gpus
+        gpus = run.r_gpus
         idle = 0.0
         if run.moving_since is not None:  # this permit carried its migration: held, not working
             self.moves.stall_s += now + g.switch_s - run.moving_since
@@ -327,7 +338,9 @@ class Simulation:
 
     def _observe(self, run: _JobRun) -> None:
         """Hand the iteration's measured times to the scheduler (drift repair may evict members)."""
-        self.state.observe(run.job.job_id, run.group_id, run.rollout_s, run.train_s, self.progress())
+        # Measured against the profile: an elastic member's rollout is first brought back to its
+        # nominal nodes (the model's factor), else it would read as drift.
+        self.state.observe(run.job.job_id, run.group_id, run.rollout_s / run.r_factor, run.train_s, self.progress())
 
     def _migrate(self, run: _JobRun) -> None:
         """At its boundary a mover leaves its old group and takes its reserved slot."""

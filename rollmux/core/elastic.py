@@ -1,0 +1,76 @@
+"""Rollout time vs rollout nodes: the model behind elastic rollout parallelism (core/shapes.py).
+
+A rollout's batch is split evenly over its data-parallel engines; decoding is memory-bandwidth
+bound (workload/perf.py: each decode step reads the weight shard and the KV cache of every live
+response on the GPU). Of one iteration's rollout time
+
+* the fixed part (prefill, reward scoring, batch setup: perf.ROLLOUT_FIXED_S, plus the
+  environment latency of a multi-turn job's turns) does not shrink with more engines;
+* the long tail (the profile's `tail_frac`: the last responses decoding nearly alone, each step
+  costing the weight read whatever the batch) does not shrink either: the longest response
+  decodes on one engine at the same speed however many engines share the rest;
+* the rest is batch-bound: per-GPU batch, KV reads and (past KV capacity) decode steps scale
+  with responses per GPU, i.e. as k0 / k on k rollout nodes instead of the nominal k0.
+
+So t(k) = t(k0) * (c + (1 - c) * k0 / k), with the non-scaling share
+c = min(0.9, tail_frac + fixed_s / median). The same factor multiplies every draw, hence the
+median, the planning quantile and the cap: a proportional model of a share that is exact at
+the median, kept simple on purpose. Training time depends on the tokens generated, not on the
+rollout nodes, so it stays the profile's, and the SLO stays judged against the nominal solo
+run. The planner (group_planning_times) and the simulator both read the factor from the member
+(`Member.rollout_factor`), so what is planned is what is simulated.
+
+Range: from ceil(k0 * MIN_SHARE) to floor(k0 * MAX_SCALE) nodes. Fewer than half the nominal
+would double the per-GPU batch again and push the KV cache past what the perf model calibrates;
+beyond twice the nominal the batch-bound share left is small (diminishing returns).
+"""
+
+from __future__ import annotations
+
+import math
+
+from rollmux.core.group import Member
+from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.workload.perf import ENV_LATENCY_S, ROLLOUT_FIXED_S, TURNS
+
+MAX_NONSCALING = 0.9  # the batch-bound part is never modelled below a tenth of the rollout
+MIN_SHARE = 0.5       # fewest rollout nodes: ceil(k0 * MIN_SHARE)
+MAX_SCALE = 2.0       # most rollout nodes: floor(k0 * MAX_SCALE)
+
+
+def nonscaling_share(job: JobSpec) -> float:
+    """Share c of the job's rollout time that more rollout nodes do not shorten (fixed part + tail)."""
+    fixed = ROLLOUT_FIXED_S + (TURNS * ENV_LATENCY_S if (job.model or "").endswith("-mt") else 0.0)
+    return min(MAX_NONSCALING, job.tail_frac + fixed / job.rollout_s.median)
+
+
+def rollout_factor(job: JobSpec, nominal: int, nodes: int) -> float:
+    """Rollout time on `nodes` rollout nodes over the time on its `nominal` ones."""
+    if nodes == nominal:
+        return 1.0
+    c = nonscaling_share(job)
+    return c + (1.0 - c) * nominal / nodes
+
+
+def node_counts(nominal: int, elastic: bool, min_share: float = MIN_SHARE, max_scale: float = MAX_SCALE) -> range:
+    """Rollout-node counts a job may use: its nominal alone, or the elastic range."""
+    if not elastic:
+        return range(nominal, nominal + 1)
+    return range(max(1, math.ceil(nominal * min_share)), max(nominal, math.floor(nominal * max_scale)) + 1)
+
+
+def allowed_factor(job: JobSpec, cluster: ClusterSpec, nodes: int) -> float | None:
+    """The factor a member of `job` on `nodes` rollout nodes must carry; None when no elastic
+    shape allows that count (validate_plan's I3)."""
+    k0 = cluster.pools.rollout.nodes_for(job.rollout_gpus)
+    if nodes not in node_counts(k0, True):
+        return None
+    return rollout_factor(job, k0, nodes)
+
+
+def member_rollout_gpus(member: Member, cluster: ClusterSpec) -> float:
+    """GPUs the member's rollout occupies: its profile's, scaled by its node count."""
+    job = member.job
+    k0 = cluster.pools.rollout.nodes_for(job.rollout_gpus)
+    k = len(member.rollout_nodes)
+    return job.rollout_gpus if k == k0 else job.rollout_gpus * k / k0

@@ -1,0 +1,262 @@
+"""Flexible group shapes (issue 14, item 4): training scaling and elastic rollout parallelism.
+
+Algorithm 1 (core/inter_group.py) lets a job join a group only on the group's existing
+training nodes and on exactly its nominal number of rollout nodes. Two switches relax that:
+
+* **Training scaling** (`train_scaling`): a job that needs more training nodes than a group
+  has joins by adding the missing ones (the group's training nodes 0..n_train-1 are shared as
+  before, the added ones hold only the newcomer, so residency there always holds). Priced like
+  rollout scaling: Δ is the price of every added node, rollout and training (Case.TRAIN_SCALING).
+* **Elastic rollout parallelism** (`elastic_rollout`): a job may roll out on fewer or more
+  rollout nodes than nominal, its rollout time scaled by the model of core/elastic.py.
+
+With either on, the policy's joined placement (`place`) enumerates every option: each candidate
+group x rollout-node count x new rollout nodes (x the training nodes it must add). Options are
+tried in increasing Δ, nominal shape before elastic ones at equal Δ (then more nodes before
+fewer), and the first whose exact schedule keeps every member within its SLO wins. For an
+arrival, a new group on fewer rollout nodes than nominal is an option too, valid when the job's
+own planned cycle meets its period budget; it comes after every joined option, as an isolated
+group does in Algorithm 1, and the nominal isolated group stays the always-valid fallback.
+The index's exclusion stays sound: it is asked with the job's training need taken as one node
+when training scaling may add the rest and with the newcomer at its fastest shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rollmux.core.elastic import MAX_SCALE, MIN_SHARE, node_counts, rollout_factor
+from rollmux.core.group import Group, Member
+from rollmux.core.group_index import MARGIN
+from rollmux.core.intra_group import PhaseTimes, group_planning_times, plan_group, t_cycle, t_load
+from rollmux.core.placement import Case, ClusterView, PlacementPlan
+from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.why import Refusal
+
+if TYPE_CHECKING:
+    from rollmux.core.inter_group import RollMuxPlacement, _Refusals
+
+_ISOLATED = 1 << 30   # an option's position for a new group: after every joined one at equal Δ
+
+
+@dataclass(frozen=True)
+class ShapeConfig:
+    """The flexible-shape switches and the elastic range."""
+
+    train_scaling: bool = False
+    elastic_rollout: bool = False
+    min_share: float = MIN_SHARE   # fewest rollout nodes: ceil(k0 * min_share)
+    max_scale: float = MAX_SCALE   # most rollout nodes: floor(k0 * max_scale)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_share <= 1:
+            raise ValueError("ShapeConfig: min_share must be in (0, 1]")
+        if self.max_scale < 1:
+            raise ValueError("ShapeConfig: max_scale must be >= 1")
+
+    @property
+    def on(self) -> bool:
+        """Either mechanism is on (else Algorithm 1 runs unchanged)."""
+        return self.train_scaling or self.elastic_rollout
+
+
+def isolated_shape(group_id: int, job: JobSpec, cluster: ClusterSpec, nodes: int) -> Group:
+    """A new group for `job` alone on `nodes` rollout nodes (unplanned)."""
+    k0 = cluster.pools.rollout.nodes_for(job.rollout_gpus)
+    kt = cluster.pools.train.nodes_for(job.train_gpus)
+    member = Member(job, tuple(range(nodes)), tuple(range(kt)), rollout_factor(job, k0, nodes))
+    return Group(group_id, nodes, kt, (member,))
+
+
+def pin_shape(group: Group, job: JobSpec, cluster: ClusterSpec, nodes: int, factor: float, new_r: int,
+              new_t: int, node_order: list[int]) -> Group | None:
+    """`group` with `job` appended on `nodes` rollout nodes (`new_r` of them fresh, the rest the
+    first of `node_order` with room) and its training nodes (`new_t` fresh ones appended);
+    None if residency rules it out."""
+    kt = cluster.pools.train.nodes_for(job.train_gpus)
+    t_used = group.train_gb
+    t_cap = cluster.pools.train.host_gb_per_node
+    if any(t_used[n] + job.host_gb.train > t_cap + 1e-9 for n in range(min(kt, group.n_train))):
+        return None  # (an added training node holds only the newcomer: it always fits)
+    r_used = group.rollout_host_gb()
+    r_cap = cluster.pools.rollout.host_gb_per_node
+    fits = [n for n in node_order if r_used[n] + job.host_gb.rollout <= r_cap + 1e-9]
+    if len(fits) < nodes - new_r:
+        return None
+    pins = tuple(sorted(fits[:nodes - new_r])) + tuple(range(group.n_rollout, group.n_rollout + new_r))
+    member = Member(job, pins, tuple(range(kt)), factor)
+    return Group(group.group_id, group.n_rollout + new_r, group.n_train + new_t, group.members + (member,))
+
+
+@dataclass
+class ShapeStats:
+    """What the flexible placement chose, per arrival it placed (for the benchmark)."""
+
+    train_scaled: int = 0      # joined a group by adding training nodes
+    fewer_nodes: int = 0       # rolled out on fewer rollout nodes than nominal (joined)
+    more_nodes: int = 0        # on more (joined)
+    isolated_fewer: int = 0    # an isolated group with fewer rollout nodes than nominal
+
+    def count(self, plan: PlacementPlan, k0: int) -> None:
+        """Note one arrival's plan."""
+        m = plan.group.member(plan.job_id)
+        k = len(m.rollout_nodes)
+        if plan.case == Case.ISOLATED:
+            self.isolated_fewer += k < k0
+            return
+        self.train_scaled += plan.added_train_nodes > 0
+        self.fewer_nodes += k < k0
+        self.more_nodes += k > k0
+
+
+def place(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Refusals | None",
+          joined_only: bool) -> PlacementPlan | None:
+    """The cheapest valid plan over every shape option (module docstring); with `joined_only`
+    only plans into existing groups (None if there is none)."""
+    from rollmux.core.inter_group import _first_refusal, period_budget
+
+    cfg, shapes, cluster = policy.cfg, policy.shapes, view.cluster
+    pools = cluster.pools
+    pr, pt = pools.rollout.node_price_per_hour, pools.train.node_price_per_hour
+    k0, kt = pools.rollout.nodes_for(job.rollout_gpus), pools.train.nodes_for(job.train_gpus)
+    slack_new = period_budget(job, view.progress)
+    own = group_planning_times((Member(job, (), ()),), cfg)[0]  # the newcomer's planning times
+    # The "mean" plan samples each job's own draws (core/admission.py) without the factor: nominal only.
+    elastic = shapes.elastic_rollout and getattr(cfg, "plan", "worst") == "worst"
+    counts = list(node_counts(k0, elastic, shapes.min_share, shapes.max_scale))
+    factor = {k: rollout_factor(job, k0, k) for k in counts}
+    own_cycle = {k: own.rollout * f + own.train + own.sync for k, f in factor.items()}
+    least = PhaseTimes(own.rollout * min(factor.values()), own.train, own.sync)
+    free_r, free_t = view.free_rollout_nodes, view.free_train_nodes
+    iso_delta = k0 * pr + kt * pt
+
+    # Candidate groups: the index's sound exclusion (training need taken as one node when
+    # training scaling may add the rest; the newcomer at its fastest shape), then the
+    # structural checks of `_candidates` for this job's shape.
+    t_cap, need = pools.train.host_gb_per_node + 1e-9, job.host_gb.train
+    pool = policy._indexed(job, view, slack_new, least, 1 if shapes.train_scaling else kt, t_cap, why)
+    if pool is None:
+        pool = [(g, float("-inf"), float("-inf")) for g in view.groups]
+    max_size, prune = view.max_group_size, policy.prune_saturated
+    options = []  # (Δ, added training nodes, elastic rank, new rollout nodes, position, ...)
+    cands = []
+    for g, fixed_lb, rollout_lb in pool:
+        shape = g.shape
+        kt_in = min(kt, g.n_train) if shapes.train_scaling else kt
+        if (len(g.members) >= max_size or shape is None or shape.t_cycle_s > slack_new
+                or kt_in > g.n_train or (prune and shape.status != "unsaturated")):
+            if why is not None:
+                why.exact[g.group_id] = (_first_refusal(g, max_size, prune, kt_in, need, t_cap), g)
+            continue
+        if kt_in and any(u + need > t_cap for u in g.train_gb[:kt_in]):
+            if why is not None:
+                why.exact[g.group_id] = (Refusal.RESIDENCY, g)
+            continue
+        slack = min([slack_new] + [period_budget(m.job, view.progress) for m in g.members])
+        if fixed_lb > slack * (1 + 1e-9) * (1 + MARGIN):
+            if why is not None:
+                why.exact[g.group_id] = (None, g)
+            continue
+        pos = len(cands)
+        cands.append((g, slack, rollout_lb - least.rollout))  # (the least-loaded node's bound)
+        new_t = max(0, kt - g.n_train)
+        if new_t and free_t is not None and new_t > free_t:
+            continue
+        for k in counts:
+            for new_r in range(max(0, k - g.n_rollout), k + 1):
+                if free_r is not None and new_r > free_r:
+                    break
+                delta = new_r * pr + new_t * pt
+                if delta < iso_delta:
+                    options.append((delta, new_t, k != k0, -k, new_r, pos, k))
+    options.sort()
+    if not joined_only:  # fewer-node isolated groups, valid only within the job's own budget
+        for k in counts:
+            if k < k0 and own_cycle[k] <= slack_new * (1 + 1e-9):
+                options.append((k * pr + kt * pt, 0, True, -k, k, _ISOLATED, k))
+        options.sort()
+    for delta, new_t, _, _, new_r, pos, k in options:
+        if pos == _ISOLATED:
+            if (free_r is not None and k > free_r) or (free_t is not None and kt > free_t):
+                continue
+            g = plan_group(isolated_shape(view.next_group_id, job, cluster, k), cfg)
+            plan = PlacementPlan(job.job_id, Case.ISOLATED, g, k, kt, g.cost_per_hour(cluster),
+                                 why.result() if why is not None else None)
+            return _counted(policy, plan, k0, joined_only)
+        g, slack, rollout_min = cands[pos]
+        if own_cycle[k] > slack:
+            if why is not None:
+                why.exact[g.group_id] = (None, g)
+            continue  # the newcomer alone on this shape already breaks someone's SLO
+        if new_r < k and rollout_min + own.rollout * factor[k] > slack * (1 + 1e-9) * (1 + MARGIN):
+            if why is not None:
+                why.exact[g.group_id] = (None, g)
+            continue  # an existing rollout node takes it: already over budget there
+        plan = _try(policy, g, job, k, factor[k], new_r, new_t, slack, view, why)
+        if plan is not None:
+            return _counted(policy, plan, k0, joined_only)
+    return None  # (the caller falls back to the nominal isolated group)
+
+
+def _counted(policy: "RollMuxPlacement", plan: PlacementPlan, k0: int, joined_only: bool) -> PlacementPlan:
+    if not joined_only:
+        policy.shape_stats.count(plan, k0)
+    return plan
+
+
+def _admits(g: Group, view: ClusterView, cfg) -> bool:
+    """The policy's admission beyond the planned period (the "mean" plan's, where it exists)."""
+    from rollmux.core import inter_group
+
+    fits = getattr(inter_group, "group_fits", None)
+    return fits is None or getattr(cfg, "plan", "worst") != "mean" or fits(g, view.progress, cfg)
+
+
+def _try(policy: "RollMuxPlacement", g: Group, job: JobSpec, k: int, factor: float, new_r: int, new_t: int,
+         slack: float, view: ClusterView, why: "_Refusals | None") -> PlacementPlan | None:
+    """`job` in `g` on this shape, if every member's SLO holds under the exact schedule."""
+    from rollmux.core.inter_group import joined_plan, rollout_node_loads
+
+    cfg = policy.cfg
+    loads = rollout_node_loads(g, cfg.plan_quantile)
+    order = sorted(range(g.n_rollout), key=lambda n: (loads[n], n))
+    cand = pin_shape(g, job, view.cluster, k, factor, new_r, new_t, order)
+    if cand is None:
+        if why is not None:
+            why.exact[g.group_id] = (Refusal.RESIDENCY, g)
+        return None
+    times = group_planning_times(cand.members, cfg)
+    bound = max(t_cycle(cand.members, times),
+                t_load(cand.members, cand.n_rollout, cand.n_train, times, cfg.warm_switch_s))
+    if bound > slack * (1 + 1e-9):
+        if why is not None:
+            why.exact[g.group_id] = (None, g)
+        return None
+    cand = plan_group(cand, cfg)
+    if cand.shape.period_s > slack * (1 + 1e-9) or not _admits(cand, view, cfg):
+        if why is not None:
+            why.exact[g.group_id] = (None, g)
+        return None
+    plan = joined_plan(g, cand, new_r, job, view)
+    if new_t:
+        pools = view.cluster.pools
+        delta = new_r * pools.rollout.node_price_per_hour + new_t * pools.train.node_price_per_hour
+        plan = PlacementPlan(job.job_id, Case.TRAIN_SCALING, cand, new_r, new_t, delta)
+    return plan
+
+
+def least_cycles(jobs, own_sum, own_train, cluster: ClusterSpec, cfg: ShapeConfig):
+    """Per job, its planned rollout + train + sync (`own_sum`) at its fastest allowed shape
+    (join_matrix's necessary condition stays necessary with elastic rollout)."""
+    import numpy as np
+
+    out = np.array(own_sum, float)
+    if not cfg.elastic_rollout:
+        return out
+    for i, job in enumerate(jobs):
+        k0 = cluster.pools.rollout.nodes_for(job.rollout_gpus)
+        f = min(rollout_factor(job, k0, k) for k in node_counts(k0, True, cfg.min_share, cfg.max_scale))
+        rollout = own_sum[i] - own_train[i] - job.sync_s
+        out[i] = own_sum[i] - (1.0 - f) * rollout
+    return out
