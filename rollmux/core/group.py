@@ -37,6 +37,14 @@ class GroupShape:
     period_s: float          # planned co-execution iteration time of every member
     t_cycle_s: float         # slowest member alone (planning durations)
     t_load_s: float          # busiest node's total work per meta-iteration
+    # Under the SLO order (core/slo_order.py): one meta-iteration's sequence of member
+    # indices, a member appearing once per iteration it runs there; () = each member once
+    # in cyclic order (round robin). period_s is then the meta-iteration's.
+    slots: tuple[int, ...] = ()
+
+    def member_period(self, i: int) -> float:
+        """Planned long-run iteration time of the `i`-th member (cyclic order)."""
+        return self.period_s / self.slots.count(i) if self.slots else self.period_s
 
     @property
     def status(self) -> str:

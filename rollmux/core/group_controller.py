@@ -89,8 +89,17 @@ def worker_slots(cfg: IntraConfig) -> tuple[int, int]:
     return share.denominator, share.numerator
 
 
+def _recount(count: int, old_rate: int, new_rate: int) -> int:
+    """A member's phase count when its rate changes: the same meta-iteration, the same
+    occurrence in it where the new rate has one (else its last)."""
+    if old_rate == new_rate:
+        return count
+    return (count // old_rate) * new_rate + min(count % old_rate, new_rate - 1)
+
+
 class GroupController:
-    """Round-robin permit controller of one group (DESIGN §4, §8)."""
+    """Round-robin permit controller of one group (DESIGN §4, §8); weighted by the group's
+    planned rates under the SLO order (core/slo_order.py)."""
 
     def __init__(self, env: Environment, group: Group, cfg: IntraConfig) -> None:
         self.env = env
@@ -102,6 +111,9 @@ class GroupController:
         self._migrating: set[str] = set()
         self._meta: dict[str, dict[str, int]] = {ROLLOUT: {}, TRAIN: {}}
         self._pos: dict[str, int] = {}
+        self._rate: dict[str, int] = {}    # iterations per meta-iteration (SLO order; 1 = round robin)
+        self._slots: dict[str, tuple[int, ...]] = {}  # each member's slots in a meta-iteration
+        self._weighted = False             # some rate > 1
         self._held: set[str] = set()       # reserved for migrants that have not arrived
         self._cold: dict[str, float] = {}  # arrived migrants: switch time of their first rollout
         # Settled: a dispatch ran to the end since the state last changed, so no pending
@@ -122,7 +134,10 @@ class GroupController:
     # (meta-iteration, position in the cyclic order). In steady state this is
     # round-robin; because one total order is shared by every node and each job's
     # own phases have increasing keys, the smallest pending key can always run,
-    # so joins, departures and re-orderings can never deadlock the group.
+    # so joins, departures and re-orderings can never deadlock the group. Under the
+    # SLO order a member's c-th phase of a pool has key (c // rate, its (c % rate)-th
+    # slot in the planned `GroupShape.slots`), as in `intra_group.schedule`: the same
+    # argument holds.
     def update_group(self, group: Group, rollout_map: dict[int, int] | None = None) -> None:
         """Adopt a new member list/order; newcomers start at the current meta-iteration.
 
@@ -141,12 +156,21 @@ class GroupController:
                 self.nodes[pool].append(_NodeState())
         # A newcomer joins the meta-iteration in progress (the earliest any member
         # has not finished), at its position in the new order.
-        meta_t = self._meta[TRAIN]
-        current = min((meta_t[j] for j in meta_t if j not in self._held), default=0)
+        meta_t, old_rate = self._meta[TRAIN], self._rate
+        current = min((meta_t[j] // old_rate.get(j, 1) for j in meta_t if j not in self._held), default=0)
         ids = [m.job_id for m in group.members]
         self._held &= set(ids)
+        seq = group.shape.slots if group.shape is not None else ()
+        if seq and sorted(set(seq)) != list(range(len(ids))):
+            seq = ()  # (slots planned for another member list: round robin)
+        rate = {j: seq.count(i) if seq else 1 for i, j in enumerate(ids)}
         for pool in (ROLLOUT, TRAIN):
-            self._meta[pool] = {j: self._meta[pool].get(j, current) for j in ids}
+            old = self._meta[pool]
+            self._meta[pool] = {j: _recount(old[j], old_rate.get(j, 1), rate[j]) if j in old else current * rate[j]
+                                for j in ids}
+        seq = seq or tuple(range(len(ids)))
+        self._rate, self._weighted = rate, any(r > 1 for r in rate.values())
+        self._slots = {j: tuple(s for s, k in enumerate(seq) if k == i) for i, j in enumerate(ids)}
         self._pos = {j: i for i, j in enumerate(ids)}
         self.group = group
         self._members = {m.job_id: m for m in group.members}  # Group.member scans: this is hot
@@ -206,11 +230,18 @@ class GroupController:
     def _pins(member, pool: str) -> tuple[int, ...]:
         return member.rollout_nodes if pool == ROLLOUT else member.train_nodes
 
+    def _key(self, meta: dict[str, int]) -> Callable[[str], tuple[int, int]]:
+        """A member's turn key on a pool whose phase counts are `meta` (see update_group)."""
+        if not self._weighted:
+            pos = self._pos
+            return lambda j: (meta[j], pos[j])
+        rate, slots = self._rate, self._slots
+        return lambda j: (meta[j] // rate[j], slots[j][meta[j] % rate[j]])
+
     def _turn(self, pool: str, node: _NodeState) -> str | None:
         if not node.pinned:
             return None
-        meta = self._meta[pool]
-        return min(node.pinned, key=lambda j: (meta[j], self._pos[j]))
+        return min(node.pinned, key=self._key(self._meta[pool]))
 
     def whose_turn(self) -> dict[str, list[str | None]]:
         """For each pool, the job whose turn it is on each node (None if no member)."""
@@ -375,7 +406,7 @@ class GroupController:
             pool, idxs = ROLLOUT, member.rollout_nodes
         else:
             pool, idxs = TRAIN, member.train_nodes
-        pool_nodes, meta, pos = self.nodes[pool], self._meta[phase], self._pos
+        pool_nodes, meta = self.nodes[pool], self._meta[phase]
         inits = self._inits[pool]
         if inits and not inits.isdisjoint(idxs):
             return False  # an init waits for these nodes
@@ -394,7 +425,7 @@ class GroupController:
                 # the granted job's key on its own nodes; membership changes reset every node).
                 turn = node.turn
                 if turn is _UNKNOWN:
-                    turn = node.turn = min(pinned, key=lambda j: (meta[j], pos[j]))
+                    turn = node.turn = min(pinned, key=self._key(meta))
                 if turn != job_id:
                     return False
             if pool == ROLLOUT and node.tails and sum(node.tails.values()) > 1.0 - self.cfg.start_ratio + 1e-12:

@@ -44,6 +44,10 @@ class IntraConfig:
     plan_z: float = 3.09             # one-sided ~99.9%
     plan_chains: int = 32
     plan_length: int = 16
+    # Order inside a group (core/slo_order.py): "rr" round robin, every member once per
+    # meta-iteration; "slo" weighted round robin, a tight member up to max_rate times.
+    order: str = "rr"
+    max_rate: int = 4
 
     def __post_init__(self) -> None:
         checks = [
@@ -57,6 +61,9 @@ class IntraConfig:
             (self.plan == "worst" or self.plan_quantile == 1.0, "plan_quantile applies to plan='worst' only"),
             (self.plan_z >= 0, "plan_z must be >= 0"),
             (self.plan_chains >= 2 and self.plan_length >= 1, "plan_chains must be >= 2, plan_length >= 1"),
+            (self.order in ("rr", "slo"), f"order must be 'rr' or 'slo', not {self.order!r}"),
+            (self.order == "rr" or self.plan == "worst", "order='slo' plans with plan='worst' only"),
+            (self.max_rate >= 1, "max_rate must be >= 1"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -183,11 +190,16 @@ def tail_share(job: JobSpec, shared: bool, cfg: "IntraConfig") -> float:
 
 def schedule(members: Sequence[Member], n_rollout: int, n_train: int,
              times: Sequence[Sequence[PhaseTimes]], cfg: IntraConfig,
-             record: bool = False) -> tuple[list[list[float]], list[PhaseRecord]]:
+             record: bool = False, slots: Sequence[int] = ()
+             ) -> tuple[list[list[float]], list[PhaseRecord]]:
     """Run meta-iterations; times[m][j] are member j's durations in meta-iteration m.
 
-    Returns each meta-iteration's sync-end time per member and, if asked, every phase.
+    A meta-iteration runs the members in cyclic order, or with `slots` (the SLO order,
+    core/slo_order.py) in that sequence of member indices, where member j may appear
+    several times, each time with times[m][j]. Returns each meta-iteration's sync-end
+    time per member (of its last iteration there) and, if asked, every phase.
     """
+    slots = tuple(slots) or tuple(range(len(members)))
     rnodes = [_Node() for _ in range(n_rollout)]
     tnodes = [_Node() for _ in range(n_train)]
     ready = [0.0] * len(members)
@@ -200,7 +212,8 @@ def schedule(members: Sequence[Member], n_rollout: int, n_train: int,
             pinned[i] += 1
     shared = [c > 1 for c in pinned]
     for m, row in enumerate(times):
-        for j, (mem, pt) in enumerate(zip(members, row)):
+        for j in slots:
+            mem, pt = members[j], row[j]
             jid = mem.job_id
             tail = tail_share(mem.job, any(shared[i] for i in mem.rollout_nodes), cfg)
             rn = [rnodes[i] for i in mem.rollout_nodes]
@@ -261,8 +274,10 @@ def t_load(members: Sequence[Member], n_rollout: int, n_train: int,
 
 
 def meta_matrix(members: Sequence[Member], n_rollout: int, n_train: int,
-                times: Sequence[PhaseTimes], warm_switch_s: float) -> np.ndarray:
-    """Max-plus matrix A of one steady-state meta-iteration without migration.
+                times: Sequence[PhaseTimes], warm_switch_s: float,
+                slots: Sequence[int] = ()) -> np.ndarray:
+    """Max-plus matrix A of one steady-state meta-iteration without migration (in the
+    order of `slots` if given: a switch on every shared node, so then an upper bound).
 
     State x = (ready time of each member, free time of each rollout node, of each
     training node); one meta-iteration maps x to A (x) x, with A[i, k] the longest
@@ -276,7 +291,8 @@ def meta_matrix(members: Sequence[Member], n_rollout: int, n_train: int,
     r0, t0 = n, n + n_rollout
     r_count = np.bincount([i for m in members for i in m.rollout_nodes], minlength=n_rollout)
     t_count = np.bincount([i for m in members for i in m.train_nodes], minlength=n_train)
-    for j, (mem, pt) in enumerate(zip(members, times)):
+    for j in tuple(slots) or range(n):
+        mem, pt = members[j], times[j]
         sw = warm_switch_s if any(r_count[i] > 1 for i in mem.rollout_nodes) else 0.0
         start = var[j]
         for i in mem.rollout_nodes:
@@ -312,15 +328,15 @@ def max_cycle_mean(a: np.ndarray) -> float:
 
 
 def period(members: Sequence[Member], n_rollout: int, n_train: int,
-           times: Sequence[PhaseTimes], cfg: IntraConfig) -> float:
+           times: Sequence[PhaseTimes], cfg: IntraConfig, slots: Sequence[int] = ()) -> float:
     """Exact steady-state meta-iteration time for fixed durations (no migration).
 
-    Every member runs once per meta-iteration, so this is every member's
-    co-execution iteration time in the long run.
+    Every member runs once per meta-iteration (as often as it appears in `slots` if
+    given), so this over that count is each member's iteration time in the long run.
     """
     if not members:
         return 0.0
-    return max_cycle_mean(meta_matrix(members, n_rollout, n_train, times, cfg.warm_switch_s))
+    return max_cycle_mean(meta_matrix(members, n_rollout, n_train, times, cfg.warm_switch_s, slots))
 
 
 def _lower_bound(members: Sequence[Member], n_rollout: int, n_train: int,
@@ -376,9 +392,14 @@ def plan_group(group: Group, cfg: IntraConfig, reorder: bool = True) -> Group:
     times = [times[i] for i in order]
     if cfg.plan == "mean":  # the sampled mean period in the chosen order (core/admission.py)
         per = group_period_stats(members, group.n_rollout, group.n_train, cfg).mean
+    slots: tuple[int, ...] = ()
+    if cfg.order == "slo":  # a tight member may run more often (core/slo_order.py)
+        from rollmux.core.slo_order import choose_slots  # (it builds on this module)
+        slots, per = choose_slots(members, group.n_rollout, group.n_train, times, plan_cfg, per)
     shape = GroupShape(
         period_s=per,
         t_cycle_s=t_cycle(members, times),
         t_load_s=t_load(members, group.n_rollout, group.n_train, times, cfg.warm_switch_s),
+        slots=slots,
     )
     return Group(group.group_id, group.n_rollout, group.n_train, members, shape)
