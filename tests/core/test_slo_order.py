@@ -1,0 +1,120 @@
+"""SLO-aware order inside a group (core/slo_order.py): weighted round robin, schedule = controller."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollmux.core.group import Group, GroupShape
+from rollmux.core.intra_group import IntraConfig, period, plan_group, schedule
+from rollmux.core.slo_order import choose_slots, fresh_budget, spread
+from tests.core.test_group_controller import Driver
+from tests.factories import any_configs, fixed_times, groups, make_group, make_job
+
+
+def with_slots(g: Group, slots: tuple[int, ...]) -> Group:
+    """`g` with a planning shape that carries `slots` (the controller reads only those)."""
+    return dataclasses.replace(g, shape=GroupShape(1.0, 1.0, 1.0, slots=slots))
+
+
+@st.composite
+def rated_groups(draw):
+    g = draw(groups(max_members=4))
+    rates = [draw(st.integers(1, 3)) for _ in g.members]
+    rates[draw(st.integers(0, len(rates) - 1))] = 1  # some member runs once per meta-iteration
+    return g, tuple(rates)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gr=rated_groups(), cfg=any_configs())
+def test_controller_matches_schedule_under_slo_order(gr, cfg):
+    """Every iteration's sync end is the same in `schedule` and the event-driven controller."""
+    g, rates = gr
+    slots = spread(rates)
+    meta = 4
+    _, recs = schedule(g.members, g.n_rollout, g.n_train, [fixed_times(g)] * meta, cfg, record=True,
+                       slots=slots)
+    d = Driver(with_slots(g, slots), cfg, {m.job_id: meta * r for m, r in zip(g.members, rates)}, leave=False)
+    for m in g.members:
+        d.start(m.job_id)
+    d.env.run()
+    for m in g.members:
+        expect = [r.end + m.job.sync_s for r in recs if r.job_id == m.job_id and r.phase == "train"]
+        assert len(expect) == len(d.sync_ends[m.job_id])
+        assert d.sync_ends[m.job_id] == pytest.approx(expect, rel=1e-9, abs=1e-9)
+
+
+def test_spread_places_each_member_its_rate_and_is_round_robin_at_ones():
+    assert spread((1, 1, 1)) == (0, 1, 2)
+    assert spread((2, 1, 1)) == (0, 1, 0, 2)
+    for rates in [(3, 1, 1), (3, 2, 1), (1, 4), (2, 2, 1)]:
+        s = spread(rates)
+        assert [s.count(j) for j in range(len(rates))] == list(rates)
+
+
+def tight_and_loose() -> Group:
+    """A fast job with a tight SLO and two loose ones on one rollout and one training node:
+    round robin runs the fast job at the group's load, beyond its budget."""
+    a = make_job("a", rollout=150, train=60, sync=10, slo=1.3)
+    b = make_job("b", rollout=80, train=60, sync=10, slo=4.0)
+    c = make_job("c", rollout=80, train=60, sync=10, slo=4.0)
+    return make_group([(a, (0,)), (b, (0,)), (c, (0,))], 1)
+
+
+def test_slo_order_gives_the_tight_member_a_shorter_period_within_every_budget():
+    g = tight_and_loose()
+    rr = plan_group(g, IntraConfig(migration=False))
+    slo = plan_group(g, IntraConfig(migration=False, order="slo"))
+    budgets = [fresh_budget(m.job) for m in rr.members]
+    assert rr.shape.period_s > budgets[0]  # round robin breaks the tight member's budget
+    assert slo.shape.slots and slo.shape.slots.count(0) == 2
+    per = [slo.shape.member_period(i) for i in range(3)]
+    assert all(p <= b for p, b in zip(per, budgets))
+    assert per[0] == pytest.approx(slo.shape.period_s / 2)
+    # The planned period is the schedule's long-run meta-iteration time.
+    ends, _ = schedule(slo.members, 1, 1, [fixed_times(slo)] * 200, IntraConfig(migration=False),
+                       slots=slo.shape.slots)
+    assert (ends[-1][1] - ends[99][1]) / 100 <= slo.shape.period_s + 1e-6
+
+
+def test_slo_order_is_round_robin_where_round_robin_fits():
+    """Theorem 1's case: an unsaturated group whose period is T_cycle within every budget."""
+    g = make_group([(make_job(f"j{i}", rollout=60, train=60, sync=5, slo=2.0), (i,)) for i in range(2)], 2)
+    rr = plan_group(g, IntraConfig())
+    slo = plan_group(g, IntraConfig(order="slo"))
+    assert slo.shape.slots == () and slo.shape == rr.shape and slo.members == rr.members
+
+
+def test_choose_slots_never_worsens_the_worst_pressure():
+    g = tight_and_loose()
+    cfg = IntraConfig(migration=False)
+    times = fixed_times(g)
+    rr = period(g.members, 1, 1, times, cfg)
+    slots, per = choose_slots(g.members, 1, 1, times, cfg, rr)
+    budgets = [fresh_budget(m.job) for m in g.members]
+    worst = max(per / slots.count(j) / b for j, b in enumerate(budgets))
+    assert worst < max(rr / b for b in budgets)
+    assert min(slots.count(j) for j in range(3)) == 1
+
+
+def test_rate_change_mid_run_completes_every_iteration():
+    """A newcomer joins and the rates change: no deadlock, every job runs all its iterations."""
+    g = tight_and_loose()
+    first = Group(0, 1, 1, g.members[:2])
+    cfg = IntraConfig(migration=False, order="slo")
+    d = Driver(plan_group(first, cfg, reorder=False), cfg, {"a": 9, "b": 4}, leave=True)
+    d.start("a")
+    d.start("b")
+    d.env.call_at(500.0, d.join, plan_group(g, cfg, reorder=False), "c", 3)
+    d.env.run()
+    assert {j: len(v) for j, v in d.sync_ends.items()} == {"a": 9, "b": 4, "c": 3}
+
+
+def test_config_rejects_unknown_order_and_slo_with_mean_planning():
+    with pytest.raises(ValueError, match="order"):
+        IntraConfig(order="edf")
+    with pytest.raises(ValueError, match="plan='worst'"):
+        IntraConfig(order="slo", plan="mean")
