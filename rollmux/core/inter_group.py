@@ -92,8 +92,9 @@ def group_fits(g: Group, progress: Mapping[str, tuple[int, float]], cfg: IntraCo
     """The SLO admission test of a planned group: its planned period within every member's
     period budget ("worst"), or every member's confident mean period within its budget over
     its remaining iterations ("mean", core/admission.py)."""
-    if cfg.plan == "worst":
-        return g.shape.period_s <= min(period_budget(m.job, progress) for m in g.members) * (1 + 1e-9)
+    if cfg.plan == "worst":  # each member's own planned period (they differ under the SLO order)
+        return all(g.shape.member_period(i) <= period_budget(m.job, progress) * (1 + 1e-9)
+                   for i, m in enumerate(g.members))
     budgets, remaining = [], []
     for m in g.members:
         budgets.append(period_budget(m.job, progress))
@@ -299,14 +300,16 @@ class RollMuxPlacement(PlacementPolicy):
             if len(g.members) >= view.max_group_size or shape is None or (
                     self.prune_saturated and shape.status != "unsaturated"):
                 continue
-            members_slack = min((period_budget(m.job, view.progress) for m in g.members), default=math.inf)
+            members_slack = (max if slo else min)((period_budget(m.job, view.progress) for m in g.members),
+                                                  default=-math.inf if slo else math.inf)
             b = group_bounds(g, self.cfg)
+        slo = self.cfg.order == "slo"  # bounds as in `_candidates`
             prefix = np.maximum.accumulate(np.array((0.0,) + tuple(g.train_gb[:g.n_train]), float))
             fits = (kt <= g.n_train) | self.shapes.train_scaling
             k_of = np.minimum(kt, g.n_train).astype(int)
-            least = np.minimum(slack, members_slack)
-            out[:, k] = (fits & (shape.t_cycle_s <= slack) & ((kt == 0) | (prefix[k_of] + host <= t_cap))
-                         & (own_sum <= least)
+            least = (np.maximum if slo else np.minimum)(slack, members_slack)  # (slo: the loosest)
+            out[:, k] = (fits & (shape.t_cycle_s <= (least if slo else slack))
+                         & ((kt == 0) | (prefix[k_of] + host <= t_cap)) & (own_sum <= (slack if slo else least))
                          & (np.maximum(b.lb_s, b.train0_sw + own_train) <= least * (1 + 1e-9) * (1 + MARGIN)))
         return out
 
@@ -346,7 +349,11 @@ class RollMuxPlacement(PlacementPolicy):
         out = []
         for g, fixed_lb, rollout_lb in pool:
             shape = g.shape
-            if (len(g.members) >= max_size or shape is None or shape.t_cycle_s > slack_new
+            if (len(g.members) >= max_size or shape is None or (shape.t_cycle_s > slack_new and not slo)
+        # Under the SLO order (core/slo_order.py) a tight member may run more often than the
+        # group's slowest one, but some member runs once per meta-iteration: the loosest
+        # budget (`slack`) bounds the meta-iteration period, each member's own cycle its own.
+        slo = self.cfg.order == "slo"
                     or kt > g.n_train or (prune and shape.status != "unsaturated")):
                 if why is not None:
                     why.exact[g.group_id] = (_first_refusal(g, max_size, prune, kt, need, t_cap), g)
@@ -358,9 +365,9 @@ class RollMuxPlacement(PlacementPolicy):
             slack = slack_new
             for m in g.members:
                 b = period_budget(m.job, progress)
-                if b < slack:
+                if (b > slack) if slo else (b < slack):
                     slack = b
-            if fixed_lb > slack * (1 + 1e-9) * (1 + MARGIN):
+            if max(fixed_lb, shape.t_cycle_s if slo else NO_BOUND) > slack * (1 + 1e-9) * (1 + MARGIN):
                 if why is not None:
                     why.exact[g.group_id] = (None, g)
                 continue  # over budget whatever the plan: `_try` would refuse it
@@ -378,8 +385,9 @@ class RollMuxPlacement(PlacementPolicy):
         if snap is None or not snap.current or snap.index.intra != self.cfg:
             return None
         idx, base = snap.index, snap.groups
-        needs = JobNeeds(kt, job.host_gb.train, own.train, slack_new, view.max_group_size, t_cap,
-                         self.prune_saturated)
+        slo = self.cfg.order == "slo"  # its period bounds compare with the newcomer's budget: not then
+        needs = JobNeeds(kt, job.host_gb.train, own.train, math.inf if slo else slack_new, view.max_group_size,
+                         t_cap, self.prune_saturated)
         slots = snap.slots
         if why is None:
             may = idx.may_take(needs)
@@ -402,6 +410,8 @@ class RollMuxPlacement(PlacementPolicy):
         roll = (idx.rollout_min_sw[sel] + own.rollout).tolist()
         groups = view.groups
         if groups is base:
+        if slo:  # (`_candidates` checks `fixed` against the loosest budget)
+            ok = np.full(len(sel), own_cycle <= slack_new * (1 + MARGIN))
             return [(base[p], f, r) for p, f, r in zip(pos.tolist(), fixed, roll)]
         if len(groups) < len(base):
             if why is not None:
@@ -441,7 +451,8 @@ class RollMuxPlacement(PlacementPolicy):
             return None
         cand = plan_group(cand, self.cfg)
         if cand.shape.period_s > slack * (1 + 1e-9) or (
-                self.cfg.plan == "mean" and not group_fits(cand, view.progress, self.cfg)):
+                (self.cfg.plan == "mean" or self.cfg.order == "slo")
+                and not group_fits(cand, view.progress, self.cfg)):
             if why is not None:
                 why.exact[g.group_id] = (None, g)
             return None
