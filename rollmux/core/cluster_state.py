@@ -23,7 +23,7 @@ from rollmux.core.group_controller import GroupController
 from rollmux.core.group_index import IndexedGroups, IndexSnapshot, progress_rows
 from rollmux.core.inter_group import group_fits
 from rollmux.core.intra_group import IntraConfig, plan_group
-from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
+from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
 from rollmux.core.regroup import Move, Regroup, dissolve_decision, migration_seconds, plan_moves, shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.why import WhyTally
@@ -48,6 +48,8 @@ class SchedulerConfig:
     consolidate: int = 2          # on any departure, also try to dissolve groups of at most this many members
     train_scaling: bool = False   # a job may join a group by adding training nodes (core/shapes.py)
     elastic_rollout: bool = False  # a job may roll out on fewer/more rollout nodes (core/elastic.py)
+    colocate: bool = False        # an arrival may run co-located on training nodes, veRL mode (core/colocate.py)
+    colo_speed: float = 1.0       # co-located phases run this many times as fast as calibrated
 
 
 class ClusterState:
@@ -72,6 +74,11 @@ class ClusterState:
         self.estimates: dict[str, PhaseEstimate] = {}
         self.planned: dict[str, JobSpec] = {}  # measured profiles that replaced declared ones
         self._next_gid = 0
+        # Co-located jobs' own placements (core/colocate.py), apart from the groups: never a
+        # candidate, never re-planned or dissolved. A policy with the mode on counts them.
+        self.colocated: dict[int, Group] = {}
+        if getattr(policy, "colocate", False):
+            self.cases[Case.COLOCATED.value] = 0
 
     def view(self, progress: Progress) -> ClusterView:
         """A frozen snapshot for the policy (groups being dissolved are not offered).
@@ -128,6 +135,10 @@ class ClusterState:
             self.cases[plan.case.value] = self.cases.get(plan.case.value, 0) + 1
             if plan.why is not None:
                 self.why.add(plan.why)
+        if plan.case == Case.COLOCATED:  # its training nodes, no group, no controller
+            self.colocated[g.group_id] = g
+            self._next_gid = max(self._next_gid, g.group_id + 1)
+            return
         self.groups[g.group_id] = g
         self._next_gid = max(self._next_gid, g.group_id + 1)
         ctl = self.controllers.get(g.group_id)
@@ -168,6 +179,9 @@ class ClusterState:
 
     def leave(self, job_id: str, group_id: int) -> Group | None:
         """Remove the job from its group; return what is left (None if the group is gone)."""
+        if group_id in self.colocated:  # a co-located job gives its training nodes back
+            self.ledger.release("train", self.colocated.pop(group_id).n_train, self.env.now())
+            return None
         now, old = self.env.now(), self.groups[group_id]
         rest = Group(old.group_id, old.n_rollout, old.n_train,
                      tuple(m for m in old.members if m.job_id != job_id))
@@ -278,6 +292,8 @@ class ClusterState:
         not. Returns the evicted jobs (they migrate at their next boundary)."""
         if not (self.cfg.repair and getattr(self.policy, "regroups", False)) or group_id in self.dissolving:
             return []  # only a policy with SLO admission repairs (baselines never check SLOs)
+        if group_id in self.colocated:
+            return []  # a co-located job shares nothing: no group to re-plan
         g = self.groups[group_id]
         member = g.member(job_id)
         est = self.estimates.get(job_id)

@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from rollmux.core.colo_model import colocated_gpus
 from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, residency_ok
 from rollmux.core.group_index import IndexSnapshot, rows_by_entry
@@ -29,6 +30,7 @@ class Case(str, Enum):
     SCALING = "rollout_scaling"
     ISOLATED = "isolated"
     TRAIN_SCALING = "train_scaling"  # joined by adding training nodes (core/shapes.py)
+    COLOCATED = "colocated"  # the job alone on training nodes, veRL mode (core/colocate.py)
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,9 @@ def validate_plan(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
       I6 added nodes fit in the pools' node caps;
       I7 the recorded Δ equals the price of the added nodes.
     """
+    if plan.case == Case.COLOCATED:
+        _check_colocated(plan, job, view)
+        return
     g, cluster = plan.group, view.cluster
     old = view.group(g.group_id)
     ids = [m.job_id for m in g.members]
@@ -163,6 +168,26 @@ def validate_plan(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
              + plan.added_train_nodes * cluster.pools.train.node_price_per_hour)
     if abs(delta - plan.delta_cost_per_hour) > 1e-6 * max(1.0, delta):
         raise PlanInvalid(f"I7: Δ {plan.delta_cost_per_hour} != price of added nodes {delta}")
+
+
+def _check_colocated(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
+    """A co-located plan's invariants (core/colocate.py): C1 the job alone, in a new group;
+    C2 no rollout nodes, the job's G GPUs' worth of new training nodes, all pinned;
+    C3 its rollout and training host state fit one training node; C4 node cap; C5 Δ = their price."""
+    g, pool = plan.group, view.cluster.pools.train
+    if plan.job_id != job.job_id or g.job_ids() != (job.job_id,) or view.group(g.group_id) is not None:
+        raise PlanInvalid(f"C1: co-located job {job.job_id} must be alone in a new group")
+    nt = pool.nodes_for(colocated_gpus(job))
+    m = g.members[0]
+    if (g.n_rollout or plan.added_rollout_nodes or g.n_train != nt or plan.added_train_nodes != nt
+            or m.rollout_nodes or m.train_nodes != tuple(range(nt))):
+        raise PlanInvalid(f"C2: co-located job {job.job_id} must hold exactly its {nt} training nodes")
+    if job.host_gb.rollout + job.host_gb.train > pool.host_gb_per_node + 1e-9:
+        raise PlanInvalid(f"C3: co-located job {job.job_id}'s host state exceeds a training node")
+    if view.free_train_nodes is not None and nt > view.free_train_nodes:
+        raise PlanInvalid(f"C4: {nt} new train nodes exceed the {view.free_train_nodes} left")
+    if abs(nt * pool.node_price_per_hour - plan.delta_cost_per_hour) > 1e-6 * max(1.0, plan.delta_cost_per_hour):
+        raise PlanInvalid(f"C5: Δ {plan.delta_cost_per_hour} != price of {nt} training nodes")
 
 
 def _check_pins(g: Group, job: JobSpec, cluster: ClusterSpec) -> None:

@@ -114,7 +114,10 @@ class PolicyResult:
         if self.placements is None:
             return None
         total = sum(self.placements.values()) or 1
-        return {c.value: self.placements.get(c.value, 0) / total for c in Case}
+        # Co-located placements (core/colocate.py) are listed where the mode was on (the executor
+        # then counts them, if only as 0), so a run without it keeps its JSON.
+        return {c.value: self.placements.get(c.value, 0) / total for c in Case
+                if c is not Case.COLOCATED or c.value in self.placements}
 
     def decision_percentiles(self) -> dict[str, dict[str, float]]:
         """p50/p99 (ms) of the decisions of each kind that has any."""

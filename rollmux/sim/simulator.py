@@ -25,6 +25,7 @@ from rollmux.core.placement import PlacementPolicy, ProgressView
 from rollmux.core.regroup import slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
+from rollmux.sim.colocated import colocated_iteration
 from rollmux.sim.draws import drift_scales, rollout_draws, solo_seconds
 from rollmux.sim.link import SharedLink
 from rollmux.sim.metrics import JobOutcome, PolicyResult
@@ -191,6 +192,9 @@ class Simulation:
     def _next_iteration(self, jid: str) -> None:
         """Start the job's next iteration: in one step if it is alone in its group, else by permits."""
         run = self.runs[jid]
+        if run.group_id in self.state.colocated:
+            colocated_iteration(self, run)  # its own training nodes, no permits (sim/colocated.py)
+            return
         ctl = self.state.controllers[run.group_id]
         if (self.lone_fast_path and run.moving_since is None
                 and (self.link is None or run.job.weights_gb is None) and ctl.solo_ready(jid)):

@@ -1,0 +1,127 @@
+"""A per-job execution mode: co-located on training nodes (the veRL mode), chosen by placement.
+
+A co-located job runs rollout and training time-shared on its own G = max(rollout_gpus,
+train_gpus) training-pool (H800) GPUs, with no inter-pool sync; its phase times come from
+the veRL model (core/colo_model.py, calibrated to the paper's co-located pairs). It is a
+placement of its own (`Case.COLOCATED`): a one-member "group" with no rollout nodes and
+`colocated_nodes` training nodes, which the executor keeps apart from the co-execution
+groups (never a candidate for another job, never dissolved or re-planned).
+
+When RollMux's placement (core/inter_group.py, `RollMuxPlacement(colocate=True)`) has its
+disaggregated answer for an arrival, the cheapest valid group placement or else an isolated
+group, `choose` sets the co-located option against it:
+
+* valid when the job is an arrival (a job that already ran, i.e. a migrant, stays
+  disaggregated: moving a job between modes would need a priced migration of its own),
+  its training nodes fit the pool's cap, its rollout and training host state fit one
+  training node together (both phases' state stay resident there), and its co-located
+  iteration time meets its SLO (`colocated_slo_ok`);
+* chosen when it costs less per iteration than the disaggregated answer (`iteration_cost`).
+
+Like for like. A group placement's Δ is the $/h it adds while the job runs and the job runs
+one iteration per planned group period, so what it adds per iteration is Δ x period; an
+isolated group adds its whole rate x its planned period; a co-located job its training
+nodes' rate x its co-located iteration time. All three at the same planning estimate (the
+rollout at the placement's plan quantile), so the comparison is the cost of finishing the
+job's remaining work (iterations x cost per iteration) in each mode. Direct packing (Δ = 0)
+always wins; co-location competes with rollout scaling and isolated groups. What this does
+not price: an isolated group may later host other jobs at Δ = 0 (a co-located job never
+does), and a direct-packed job may keep its group's nodes held longer; `margin` < 1 asks
+co-location to be that much cheaper before it is chosen.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rollmux.core.colo_model import (
+    colocated_gpus,
+    colocated_iter_s,
+    colocated_nodes,
+    verl_rollout_scale,
+    verl_train_scale,
+)
+from rollmux.core.group import Group, GroupShape, Member
+from rollmux.core.placement import Case, ClusterView, PlacementPlan
+from rollmux.core.spec import ClusterSpec, JobSpec
+
+__all__ = ["choose", "colocated_group", "colocated_option", "colocated_phases", "colocated_slo_ok",
+           "iteration_cost", "colocated_gpus", "colocated_nodes"]
+
+
+def colocated_group(group_id: int, job: JobSpec, cluster: ClusterSpec, planned_s: float) -> Group:
+    """The co-located job's own placement: no rollout nodes, pinned to all its training nodes;
+    its shape is its planned co-located iteration time."""
+    nt = colocated_nodes(job, cluster)
+    return Group(group_id, 0, nt, (Member(job, (), tuple(range(nt))),),
+                 GroupShape(period_s=planned_s, t_cycle_s=planned_s, t_load_s=planned_s))
+
+
+def colocated_slo_ok(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0) -> bool:
+    """True when the job's mean co-located iteration time meets its SLO on any draws.
+
+    The SLO bounds the mean iteration time by slo x max(solo_iter_s, the realized solo mean)
+    (sim/metrics.py). Both the co-located and the solo iteration are affine in the rollout r
+    (training scales with it), so their means over a run are the iteration times at the mean
+    draw r̄, and the ratio colo(r) / solo(r) is monotone in r. Checked at r = the expected
+    rollout (covers r̄ below it: colo(r̄) <= colo(mean) <= slo x solo_iter_s) and at the cap
+    (with the first, covers every r̄ up to the cap, which no draw exceeds)."""
+    for r in (job.mean_rollout_s, job.rollout_s.max):
+        solo = r + job.train_time(r) + job.sync_s
+        if colocated_iter_s(job, cluster, r, speed) > job.slo * solo * (1 + 1e-9):
+            return False
+    return True
+
+
+def colocated_option(job: JobSpec, view: ClusterView, quantile: float,
+                     speed: float = 1.0) -> PlacementPlan | None:
+    """The co-located plan for an arriving `job`, or None when it is not valid (see the module)."""
+    cluster = view.cluster
+    if view.progress.get(job.job_id) is not None:
+        return None  # a migrant: it brings a disaggregated past; moves stay between groups
+    pool = cluster.pools.train
+    nt = colocated_nodes(job, cluster)
+    if view.free_train_nodes is not None and nt > view.free_train_nodes:
+        return None
+    if job.host_gb.rollout + job.host_gb.train > pool.host_gb_per_node + 1e-9:
+        return None
+    if not colocated_slo_ok(job, cluster, speed):
+        return None
+    planned = colocated_iter_s(job, cluster, job.rollout_s.quantile(quantile), speed)
+    g = colocated_group(view.next_group_id, job, cluster, planned)
+    return PlacementPlan(job.job_id, Case.COLOCATED, g, 0, nt, nt * pool.node_price_per_hour)
+
+
+def iteration_cost(plan: PlacementPlan) -> float:
+    """$ the plan adds per iteration of its job: its Δ ($/h) over the job's planned iteration
+    time (the group's period; a new group's or a co-located job's Δ is its whole rate)."""
+    return plan.delta_cost_per_hour * plan.group.shape.period_s / 3600
+
+
+def choose(job: JobSpec, view: ClusterView, disagg: PlacementPlan | None,
+           isolated: Callable[[], PlacementPlan | None], quantile: float, speed: float = 1.0,
+           margin: float = 1.0) -> PlacementPlan | None:
+    """The cheaper of the co-located option and the disaggregated answer.
+
+    `disagg`: the cheapest valid group placement (None: no group takes the job);
+    `isolated()`: the isolated plan, asked only when no group does. A co-located plan
+    is taken when its `iteration_cost` is below `margin` x the other's."""
+    other = disagg
+    if other is not None and other.delta_cost_per_hour <= 0:
+        return other  # direct packing adds nothing: nothing is cheaper
+    colo = colocated_option(job, view, quantile, speed)
+    if other is None:
+        other = isolated()
+    if colo is None:
+        return other
+    if other is None or iteration_cost(colo) < margin * iteration_cost(other) * (1 - 1e-12):
+        return colo
+    return other
+
+
+def colocated_phases(job: JobSpec, cluster: ClusterSpec, rollout: float, train: float,
+                     speed: float = 1.0) -> tuple[float, float, float]:
+    """(rollout, training, switches) seconds of one co-located iteration whose disaggregated
+    phases would take `rollout` and `train` seconds (drift already applied to both)."""
+    return (rollout * verl_rollout_scale(job, cluster, speed), train * verl_train_scale(job, speed),
+            2 * cluster.warm_switch_s)

@@ -1,0 +1,32 @@
+"""The simulator's side of the co-located execution mode (core/colocate.py).
+
+A co-located job needs no permits: it time-shares its own training nodes with nobody, so
+each iteration is one event. Its phase times are the veRL model's (core/colo_model.py) on
+the job's own seeded draws, with its drift applied first, exactly as the veRL baseline
+draws them (sim/baselines.py); busy time is booked the same way: the rollout and both
+switches on all G GPUs, training on its training GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rollmux.core.colocate import colocated_gpus, colocated_phases
+from rollmux.sim.draws import drift_scales
+
+if TYPE_CHECKING:
+    from rollmux.sim.simulator import Simulation, _JobRun
+
+
+def colocated_iteration(sim: Simulation, run: _JobRun) -> None:
+    """Play the co-located job's next iteration; it ends in the simulator's `_sync_done`."""
+    job, now = run.job, sim.env.now()
+    a, b = drift_scales(job, now - run.start_s)
+    base = float(run.rollouts[run.done])
+    run.rollout_s, run.train_s = a * base, b * job.train_time(base)
+    run.solo_s += run.rollout_s + run.train_s + job.sync_s  # the same iteration run solo, disaggregated
+    roll, train, switches = colocated_phases(job, sim.cluster, run.rollout_s, run.train_s, sim.cfg.colo_speed)
+    g = colocated_gpus(job)
+    sim.ledger.busy("train", g, roll + switches)
+    sim.ledger.busy("train", job.train_gpus, train)
+    sim.env.call_at(now + roll + train + switches, sim._sync_done, job.job_id)
