@@ -35,6 +35,7 @@ from rollmux.core.intra_group import (
 )
 
 NO_BOUND = float("-inf")  # a candidate without index bounds: only the exact checks decide
+from rollmux.core.colocate import choose
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.shapes import ShapeConfig, ShapeStats, least_cycles
 from rollmux.core.shapes import place as place_shapes
@@ -207,12 +208,15 @@ class RollMuxPlacement(PlacementPolicy):
     shapes: ShapeConfig = ShapeConfig()
 
     def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,
-                 best_fit: str = "") -> None:
+                 best_fit: str = "", colocate: bool = False, colo_speed: float = 1.0) -> None:
         """`prune_saturated`: the paper's pruning of saturated/full groups (off: the exact
         SLO check decides, which also lets rollout scaling relieve a saturated group);
         `best_fit` ("util" or "slo"): among equal-Δ candidates take the tightest instead
-        of the first found (the paper)."""
+        of the first found (the paper); `colocate`: an arrival may run co-located on
+        training nodes when that is cheaper at its SLO (core/colocate.py), with co-located
+        phases `colo_speed` times as fast as calibrated."""
         self.cfg = cfg or IntraConfig()
+        self.colocate, self.colo_speed = colocate, colo_speed
         self.prune_saturated = prune_saturated
         self._features: dict[str, tuple[JobSpec, tuple]] = {}  # join_matrix's per-job constants
         self.best_fit = best_fit
@@ -223,6 +227,9 @@ class RollMuxPlacement(PlacementPolicy):
         then says why each group refused it)."""
         why = _Refusals(period_budget(job, view.progress), view.progress)
         plan = self._place_joined(job, view, why)
+        if self.colocate:  # the co-located mode against the disaggregated answer (core/colocate.py)
+            return choose(job, view, plan, lambda: isolated_plan(job, view, self.cfg, why.result()),
+                          self.cfg.plan_quantile, self.colo_speed)
         return plan if plan is not None else isolated_plan(job, view, self.cfg, why.result())
 
     def place_joined(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
