@@ -1,0 +1,54 @@
+"""The simulator runs flexible group shapes (core/shapes.py) as planned: elastic draws, added nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollmux.core.elastic import rollout_factor
+from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.shapes import ShapeConfig
+from rollmux.sim.simulator import SimConfig, Simulation
+from tests.factories import make_cluster, make_job
+
+CLUSTER = make_cluster()
+
+
+def _run(jobs, train_scaling=False, elastic=False) -> Simulation:
+    cfg = SimConfig(train_scaling=train_scaling, elastic_rollout=elastic)
+    policy = RollMuxPlacement(cfg.intra)
+    policy.shapes = ShapeConfig(train_scaling, elastic)
+    sim = Simulation(jobs, CLUSTER, policy, cfg)
+    sim.result = sim.run()
+    return sim
+
+
+def test_an_elastic_isolated_job_rolls_out_slower_on_fewer_nodes_and_is_judged_against_its_nominal_solo():
+    job = make_job("b", rollout=100.0, train=100.0, sync=5.0, rollout_gpus=16, slo=2.0, duration=2050.0)
+    f = rollout_factor(job, 2, 1)
+    sim = _run([job], elastic=True)
+    (out,) = sim.outcomes
+    assert out.iterations == 10
+    assert (out.finish_s - out.start_s) / out.iterations == pytest.approx(100.0 * f + 105.0)
+    assert out.solo_s == pytest.approx(10 * 205.0)  # nominal nodes, same draws
+    # One rollout node's 8 GPUs were busy for the slower rollouts.
+    assert sim.ledger.busy_gpu_seconds["rollout"] == pytest.approx(8 * 10 * 100.0 * f)
+    assert sim.result.slo_attainment == 1.0
+    assert not sim.state.planned  # drift repair measured it against its nominal nodes: no drift seen
+
+
+def test_a_job_joining_by_added_training_nodes_runs_and_its_nodes_are_paid_for():
+    a = make_job("a", duration=20_000.0)
+    b = make_job("b", train_gpus=16, arrival=10.0, duration=10_000.0)
+    sim = _run([a, b], train_scaling=True)
+    assert sim.result.placements["train_scaling"] == 1
+    assert sim.result.slo_attainment == 1.0
+    assert {o.job_id for o in sim.outcomes} == {"a", "b"}
+
+
+def test_with_both_switches_off_the_run_is_unchanged():
+    jobs = [make_job(f"j{i}", rollout=60.0 + 20 * i, rollout_gpus=8 * (1 + i % 2), train_gpus=8 * (1 + (i // 2) % 2),
+                     arrival=30.0 * i, duration=5_000.0, sigma=0.2, rollout_max=200.0, tail_frac=0.3)
+             for i in range(6)]
+    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig()).run()
+    off = _run(jobs).result
+    assert off.cost_usd == plain.cost_usd and off.placements == plain.placements
