@@ -302,6 +302,7 @@ class RollMuxPlacement(PlacementPolicy):
             own_sum = least_cycles(jobs, own_sum, own_train, view.cluster, self.shapes)
         done, elapsed = np.nan_to_num(progress_rows(view.progress, [j.job_id for j in jobs]), nan=0.0).T
         slack = (S - elapsed) / (np.maximum(iters - done, 0.0) + 1.0)
+        slo = self.cfg.order == "slo"  # bounds as in `_candidates`
         for k, g in enumerate(targets):
             shape = g.shape
             if len(g.members) >= view.max_group_size or shape is None or (
@@ -310,7 +311,6 @@ class RollMuxPlacement(PlacementPolicy):
             members_slack = (max if slo else min)((period_budget(m.job, view.progress) for m in g.members),
                                                   default=-math.inf if slo else math.inf)
             b = group_bounds(g, self.cfg)
-        slo = self.cfg.order == "slo"  # bounds as in `_candidates`
             prefix = np.maximum.accumulate(np.array((0.0,) + tuple(g.train_gb[:g.n_train]), float))
             fits = (kt <= g.n_train) | self.shapes.train_scaling
             k_of = np.minimum(kt, g.n_train).astype(int)
@@ -350,6 +350,10 @@ class RollMuxPlacement(PlacementPolicy):
         kt = view.cluster.pools.train.nodes_for(job.train_gpus)
         t_cap, need = view.cluster.pools.train.host_gb_per_node + 1e-9, job.host_gb.train
         progress = view.progress
+        # Under the SLO order (core/slo_order.py) a tight member may run more often than the
+        # group's slowest one, but some member runs once per meta-iteration: the loosest
+        # budget (`slack`) bounds the meta-iteration period, each member's own cycle its own.
+        slo = self.cfg.order == "slo"
         pool = self._indexed(job, view, slack_new, own, kt, t_cap, why)
         if pool is None:
             pool = [(g, NO_BOUND, NO_BOUND) for g in view.groups]  # no usable index: every group
@@ -357,10 +361,6 @@ class RollMuxPlacement(PlacementPolicy):
         for g, fixed_lb, rollout_lb in pool:
             shape = g.shape
             if (len(g.members) >= max_size or shape is None or (shape.t_cycle_s > slack_new and not slo)
-        # Under the SLO order (core/slo_order.py) a tight member may run more often than the
-        # group's slowest one, but some member runs once per meta-iteration: the loosest
-        # budget (`slack`) bounds the meta-iteration period, each member's own cycle its own.
-        slo = self.cfg.order == "slo"
                     or kt > g.n_train or (prune and shape.status != "unsaturated")):
                 if why is not None:
                     why.exact[g.group_id] = (_first_refusal(g, max_size, prune, kt, need, t_cap), g)
@@ -410,6 +410,8 @@ class RollMuxPlacement(PlacementPolicy):
         slack = np.minimum(bb, slack_new) * (1 + MARGIN)
         own_cycle = own.rollout + own.train + own.sync
         ok = (own_cycle <= slack) & (fixed <= slack * (1 + 1e-9))
+        if slo:  # (`_candidates` checks `fixed` against the loosest budget)
+            ok = np.full(len(sel), own_cycle <= slack_new * (1 + MARGIN))
         if why is not None:
             bad = ~ok
             why.pruned = (idx, codes[slots], slots, pos[bad], bb[bad] < slack_new, [])
@@ -417,8 +419,6 @@ class RollMuxPlacement(PlacementPolicy):
         roll = (idx.rollout_min_sw[sel] + own.rollout).tolist()
         groups = view.groups
         if groups is base:
-        if slo:  # (`_candidates` checks `fixed` against the loosest budget)
-            ok = np.full(len(sel), own_cycle <= slack_new * (1 + MARGIN))
             return [(base[p], f, r) for p, f, r in zip(pos.tolist(), fixed, roll)]
         if len(groups) < len(base):
             if why is not None:
