@@ -90,9 +90,14 @@ def simulate(
                                        help="A job may join a group by adding the training nodes it lacks (core/shapes.py)."),
     elastic_rollout: bool = typer.Option(False, "--elastic-rollout/--no-elastic-rollout",
                                          help="A job may roll out on fewer or more rollout nodes than nominal (core/elastic.py)."),
+    order: str = typer.Option("rr", "--order",
+                              help="Order inside a group: rr (round robin) or slo (a tight member may run "
+                                   "more often per meta-iteration, core/slo_order.py)."),
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:
+        if order not in ("rr", "slo"):
+            raise InputError("--order", f"expected rr or slo, got {order!r}")
         trace = load_jobs(jobs)
         spec, warnings = load_cluster(cluster)
         for w in trace.warnings + warnings:
@@ -100,7 +105,7 @@ def simulate(
         job_list = _drop_unplaceable(trace.jobs, spec, skip_unplaceable)
         cfg = SimConfig(seed=seed, max_group_size=max_group_size,
                         intra=IntraConfig(warm_switch_s=spec.warm_switch_s, migration=migration,
-                                          plan_quantile=plan_quantile),
+                                          plan_quantile=plan_quantile, order=order),
                         shrink=shrink and not static, regroup=regroup and not static,
                         repair=repair and not static,
                         migration_scale=migration_scale, regroup_margin=regroup_margin,
