@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from rollmux.core.accounting import Ledger
+from rollmux.core.colocate import COLO_MARGIN
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
@@ -50,6 +51,7 @@ class SchedulerConfig:
     elastic_rollout: bool = False  # a job may roll out on fewer/more rollout nodes (core/elastic.py)
     colocate: bool = False        # an arrival may run co-located on training nodes, veRL mode (core/colocate.py)
     colo_speed: float = 1.0       # co-located phases run this many times as fast as calibrated
+    colo_margin: float = COLO_MARGIN  # co-located only when below this share of the disaggregated cost
 
 
 class ClusterState:
@@ -299,7 +301,9 @@ class ClusterState:
         est = self.estimates.get(job_id)
         if est is None:
             est = self.estimates[job_id] = PhaseEstimate(member.job)  # the declared profile
-        est.observe(rollout_s, train_s)
+        # Measured against the profile: an elastic member's rollout (core/elastic.py) is brought
+        # back to its nominal nodes first, else its factor would read as drift (either executor).
+        est.observe(rollout_s / member.rollout_factor, train_s)
         scales = est.scales()
         if est.accepted is not None and est.accepted[0] == scales and est.accepted[1] is member.job:
             return []

@@ -35,7 +35,7 @@ from rollmux.core.intra_group import (
 )
 
 NO_BOUND = float("-inf")  # a candidate without index bounds: only the exact checks decide
-from rollmux.core.colocate import choose
+from rollmux.core.colocate import COLO_MARGIN, choose
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.shapes import ShapeConfig, ShapeStats, least_cycles
 from rollmux.core.shapes import place as place_shapes
@@ -208,15 +208,17 @@ class RollMuxPlacement(PlacementPolicy):
     shapes: ShapeConfig = ShapeConfig()
 
     def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,
-                 best_fit: str = "", colocate: bool = False, colo_speed: float = 1.0) -> None:
+                 best_fit: str = "", colocate: bool = False, colo_speed: float = 1.0,
+                 colo_margin: float = COLO_MARGIN) -> None:
         """`prune_saturated`: the paper's pruning of saturated/full groups (off: the exact
         SLO check decides, which also lets rollout scaling relieve a saturated group);
         `best_fit` ("util" or "slo"): among equal-Δ candidates take the tightest instead
         of the first found (the paper); `colocate`: an arrival may run co-located on
         training nodes when that is cheaper at its SLO (core/colocate.py), with co-located
-        phases `colo_speed` times as fast as calibrated."""
+        phases `colo_speed` times as fast as calibrated, chosen when it costs less than
+        `colo_margin` x the disaggregated answer."""
         self.cfg = cfg or IntraConfig()
-        self.colocate, self.colo_speed = colocate, colo_speed
+        self.colocate, self.colo_speed, self.colo_margin = colocate, colo_speed, colo_margin
         self.prune_saturated = prune_saturated
         self._features: dict[str, tuple[JobSpec, tuple]] = {}  # join_matrix's per-job constants
         self.best_fit = best_fit
@@ -229,7 +231,7 @@ class RollMuxPlacement(PlacementPolicy):
         plan = self._place_joined(job, view, why)
         if self.colocate:  # the co-located mode against the disaggregated answer (core/colocate.py)
             return choose(job, view, plan, lambda: isolated_plan(job, view, self.cfg, why.result()),
-                          self.cfg.plan_quantile, self.colo_speed)
+                          self.cfg.plan_quantile, self.colo_speed, self.colo_margin)
         return plan if plan is not None else isolated_plan(job, view, self.cfg, why.result())
 
     def place_joined(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:

@@ -33,7 +33,8 @@ def run_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimCon
             progress(len(jobs), len(jobs))
         return result
     if name == "rollmux":
-        policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed)
+        policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed,
+                                  colo_margin=cfg.colo_margin)
         policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
     elif name == "solo-d":
         policy = SoloPlacement(cfg.intra)
