@@ -6,6 +6,7 @@ Bad input of any kind exits with status 2 and one line naming the place.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Optional
@@ -93,11 +94,20 @@ def simulate(
     order: str = typer.Option("rr", "--order",
                               help="Order inside a group: rr (round robin) or slo (a tight member may run "
                                    "more often per meta-iteration, core/slo_order.py)."),
+    colocate: bool = typer.Option(False, "--colocate/--no-colocate",
+                                  help="An arrival may run co-located on training nodes (veRL mode) when that is "
+                                       "cheaper at its SLO (core/colocate.py)."),
+    colo_margin: float = typer.Option(0.8, "--colo-margin", min=0.0,
+                                      help="Co-located only when below this share of the disaggregated cost."),
+    colo_speed: float = typer.Option(1.0, "--colo-speed",
+                                     help="Co-located phases run this many times as fast as calibrated (sensitivity)."),
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:
         if order not in ("rr", "slo"):
             raise InputError("--order", f"expected rr or slo, got {order!r}")
+        if not (math.isfinite(colo_speed) and colo_speed > 0):
+            raise InputError("--colo-speed", f"must be a number > 0, got {colo_speed!r}")
         trace = load_jobs(jobs)
         spec, warnings = load_cluster(cluster)
         for w in trace.warnings + warnings:
@@ -110,7 +120,8 @@ def simulate(
                         repair=repair and not static,
                         migration_scale=migration_scale, regroup_margin=regroup_margin,
                         flat_sync=flat_sync, consolidate=consolidate,
-                        train_scaling=train_scaling, elastic_rollout=elastic_rollout)
+                        train_scaling=train_scaling, elastic_rollout=elastic_rollout,
+                        colocate=colocate, colo_margin=colo_margin, colo_speed=colo_speed)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:
