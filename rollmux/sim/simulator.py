@@ -351,9 +351,7 @@ class Simulation:
 
     def _observe(self, run: _JobRun) -> None:
         """Hand the iteration's measured times to the scheduler (drift repair may evict members)."""
-        # Measured against the profile: an elastic member's rollout is first brought back to its
-        # nominal nodes (the model's factor), else it would read as drift.
-        self.state.observe(run.job.job_id, run.group_id, run.rollout_s / run.r_factor, run.train_s, self.progress())
+        self.state.observe(run.job.job_id, run.group_id, run.rollout_s, run.train_s, self.progress())
 
     def _migrate(self, run: _JobRun) -> None:
         """At its boundary a mover leaves its old group and takes its reserved slot."""
