@@ -41,6 +41,7 @@ from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.regroup import Regroup
 from rollmux.core.spec import ClusterSpec, HostGB, JobSpec
 from rollmux.core.why import WhyTally
+from rollmux.errors import InputError
 from rollmux.live.codec import (
     group_from_dict,
     group_to_dict,
@@ -102,6 +103,9 @@ class LiveState:
     """Jobs plus the shared `ClusterState`; changed only through `apply`."""
 
     def __init__(self, env: Environment, cluster: ClusterSpec, cfg: SchedulerConfig) -> None:
+        if cfg.colocate:  # no co-located execution here (no permits, no shim for it): refuse, never ignore
+            raise InputError("colocate", "the co-located mode (core/colocate.py) is simulator-only; "
+                                         "the live service places jobs in groups")
         self.cfg = cfg
         self.cluster = ClusterState(env, cluster, RollMuxPlacement(cfg.intra), cfg)
         self.jobs: dict[str, LiveJob] = {}
