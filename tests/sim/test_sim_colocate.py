@@ -1,0 +1,83 @@
+"""The simulator executing co-located jobs (core/colocate.py, sim/colocated.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.sim.baselines import simulate_verl
+from rollmux.sim.runner import run_policy
+from rollmux.sim.simulator import SimConfig, Simulation, simulate
+from tests.factories import make_cluster, make_job, synthetic_trace
+
+CLUSTER = make_cluster()
+ON = SimConfig(colocate=True)
+
+
+def rollout_heavy(job_id: str, arrival: float = 0.0, **kw):
+    return make_job(job_id, rollout=888.0, train=560.0, sync=10.0, sigma=0.2, rollout_max=1800.0,
+                    rollout_gpus=16, train_gpus=16, arrival=arrival, duration=30_000.0, **kw)
+
+
+def test_a_colocated_job_runs_exactly_as_the_verl_baseline_runs_it():
+    jobs = [rollout_heavy("a"), rollout_heavy("b", arrival=5000.0)]
+    res = run_policy("rollmux", jobs, CLUSTER, ON)
+    verl = simulate_verl(jobs, CLUSTER, seed=0)
+    assert res.placements == {"colocated": 2}
+    assert res.cost_usd == pytest.approx(verl.cost_usd, rel=1e-9)
+    assert res.idle_share == pytest.approx(verl.idle_share)
+    assert res.peak_gpus == verl.peak_gpus == {"rollout": 0, "train": 32}
+    ours = {o.job_id: o for o in res.outcomes}
+    for o in verl.outcomes:
+        assert ours[o.job_id].finish_s == pytest.approx(o.finish_s, rel=1e-12)
+        assert ours[o.job_id].slo_met
+    assert res.to_json()["placements"]["colocated"] == 1.0
+
+
+def test_off_no_colocated_key_and_the_old_result():
+    jobs = [rollout_heavy("a")]
+    off = run_policy("rollmux", jobs, CLUSTER, SimConfig())
+    assert "colocated" not in off.placements and "colocated" not in off.to_json()["placements"]
+    assert off.placements == {"isolated": 1}
+
+
+def test_a_mixed_trace_meets_every_slo_and_its_counts_add_up():
+    jobs = synthetic_trace(np.random.default_rng(7), 30, sigma=0.2, gpus=(8, 16))
+    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(colocate=True), ON)
+    res = sim.run()
+    assert res.slo_attainment == 1.0 and len(res.outcomes) == len(jobs)
+    cases = res.placements
+    assert cases.get("colocated", 0) > 0 and cases.get("isolated", 0) + cases.get("direct_packing", 0) > 0
+    assert sum(cases.values()) == len(jobs)
+    # A co-located placement is not an isolated one: the reasons add up to the isolated placements.
+    assert sum(res.placements_why["placements"].values()) == cases.get("isolated", 0)
+    assert sim.state.colocated == {} and sim.ledger.nodes == {"rollout": 0, "train": 0}
+    assert res.cost_usd < run_policy("rollmux", jobs, CLUSTER, SimConfig()).cost_usd
+
+
+def test_a_colocated_job_that_drifts_runs_its_drifted_phases():
+    job = rollout_heavy("d", drift={"after_s": 3000.0, "rollout_scale": 2.0, "train_scale": 2.0})
+    plain = run_policy("rollmux", [rollout_heavy("d")], CLUSTER, ON)
+    drifted = run_policy("rollmux", [job], CLUSTER, ON)
+    assert drifted.placements == {"colocated": 1}
+    o, p = drifted.outcomes[0], plain.outcomes[0]
+    assert o.finish_s - o.start_s > 1.5 * (p.finish_s - p.start_s)
+    assert o.slo_met  # judged against the same drifted iterations run solo
+
+
+def test_colo_speed_slows_the_simulated_job_as_planned():
+    jobs = [rollout_heavy("a", slo=3.0)]
+    fast = run_policy("rollmux", jobs, CLUSTER, ON)
+    # (at half speed it is dearer than an isolated group: a generous margin keeps it co-located)
+    slow = run_policy("rollmux", jobs, CLUSTER, replace(ON, colo_speed=0.5, colo_margin=5.0))
+    assert slow.placements == {"colocated": 1}
+    sf, ss = (r.outcomes[0].finish_s - r.outcomes[0].start_s for r in (fast, slow))
+    assert ss > 1.9 * sf  # phases twice as slow; the switches are not scaled
+
+
+def test_the_policy_alone_also_runs_under_plain_simulate():
+    res = simulate([rollout_heavy("a")], CLUSTER, RollMuxPlacement(colocate=True), ON)
+    assert res.placements == {"colocated": 1}
