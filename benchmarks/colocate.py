@@ -1,0 +1,112 @@
+"""Issue 14 item 5, measured alone: the per-job co-located (veRL) mode (core/colocate.py).
+
+Usage: .venv/bin/python benchmarks/colocate.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
+                                               [--modes paper,catalog] [--margins 0.8,1.0] [--drift]
+                                               [--json OUT] [--address HOST:PORT] [--workers N] [--serial]
+For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace (seeds other
+than the study's 0) and runs, as independent tasks (a private local Ray by default): Solo-D,
+RollMux as it is (the mode off), and RollMux with the mode on at each --margins value (a job
+goes co-located when that costs less than margin x its disaggregated placement per
+iteration). Every run keeps the defaults otherwise (priced migrations, regrouping, drift
+repair). The veRL baseline (every job co-located) is computed in closed form alongside (not with --drift). Per
+run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound and migrations,
+then how the arrivals were placed (co-located, isolated, joined a group).
+--drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
+"""
+
+import argparse
+import json
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import replace
+
+from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
+from rollmux.errors import InputError
+from rollmux.sim.baselines import busy_time_bound, simulate_verl
+from rollmux.sim.runner import run_policy
+from rollmux.sim.simulator import SimConfig
+from rollmux.study.sections import summary
+from rollmux.study.sweep import ray_session, serial_map
+from rollmux.workload import find_traces_dir, synthesize_philly
+from rollmux.workload.drift import add_drift
+
+
+def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drift: bool) -> dict:
+    """One row's simulation (a sweep task): "solo-d", "off" or "colo@MARGIN"."""
+    if drift:
+        jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
+    cfg = SimConfig(seed=seed)
+    if run.startswith("colo@"):
+        cfg = replace(cfg, colocate=True, colo_margin=float(run[5:]))
+    res = run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg)
+    return {**summary(res), "counts": dict(res.placements or {})}
+
+
+def main() -> None:
+    """Parse the options, map every simulation, print the ablation side by side."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--traces-spec", default="2869ce:11,b436b2:12,e13805:13")
+    ap.add_argument("--modes", default="paper,catalog")
+    ap.add_argument("--margins", default="0.8,1.0")
+    ap.add_argument("--drift", action="store_true")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--traces", default=None)
+    ap.add_argument("--address", default=None)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--serial", action="store_true")
+    args = ap.parse_args()
+    cluster, traces = default_cluster(), find_traces_dir(args.traces)
+    try:
+        specs = [(vc, int(seed)) for vc, seed in (s.split(":") for s in args.traces_spec.split(","))]
+    except ValueError:
+        sys.exit(f"error: --traces-spec: expected VC:SEED,... (got {args.traces_spec!r})")
+    try:
+        margins = [float(m) for m in args.margins.split(",")]
+    except ValueError:
+        sys.exit(f"error: --margins: expected numbers, e.g. 0.8,1.0 (got {args.margins!r})")
+    if any(not m > 0 for m in margins):
+        sys.exit("error: --margins: every margin must be > 0")
+    runs = ["solo-d", "off"] + [f"colo@{m:g}" for m in margins]
+    try:
+        rows = [(vc, mode, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
+                for vc, seed in specs for mode in args.modes.split(",")]
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
+    tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in runs]
+    t0 = time.perf_counter()
+    with ExitStack() as stack:
+        try:
+            pmap = serial_map if args.serial else stack.enter_context(ray_session(args.address, args.workers))
+        except InputError as exc:
+            sys.exit(f"error: {exc}")
+        results = pmap(one_run, tasks)
+    names = runs[1:] + ([] if args.drift else ["verl"])  # (the veRL closed form has no drift)
+    out = []
+    print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>30}" for r in names))
+    for i, (vc, mode, seed, jobs) in enumerate(rows):
+        res = dict(zip(runs, results[i * len(runs):(i + 1) * len(runs)]))
+        if not args.drift:
+            v = simulate_verl(jobs, cluster, seed)
+            res["verl"] = {"cost_usd": v.cost_usd, "slo": v.slo_attainment,
+                           "migrations": {"count": 0, "stall_hours": 0.0, "cost_usd": 0.0}, "counts": {}}
+        solo, bound = res["solo-d"]["cost_usd"], busy_time_bound(jobs, cluster)
+        cells = [f"{solo / res[r]['cost_usd']:.3f}x {100 * res[r]['slo']:5.1f}% "
+                 f"{res[r]['cost_usd'] / bound:.3f}b {res[r]['migrations']['count']:4d}m" for r in names]
+        print(f"{vc:7} {mode:8} {seed:>4}  " + "  ".join(f"{c:>30}" for c in cells), flush=True)
+        for r in runs[1:]:
+            c = res[r]["counts"]
+            joined = sum(n for k, n in c.items() if k not in ("isolated", "colocated"))
+            print(f"{'':21} {r:>10}: co-located {c.get('colocated', 0)}, isolated {c.get('isolated', 0)}, "
+                  f"joined {joined}")
+        out.append({"vc": vc, "mode": mode, "seed": seed, "busy_time_bound_usd": bound,
+                    "solo_cost_usd": solo, "drift": args.drift, "runs": res})
+    print("# per run: gain over Solo-D, SLO met, cost / busy-time bound, migrations; "
+          f"wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
