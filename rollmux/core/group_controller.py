@@ -164,10 +164,14 @@ class GroupController:
         if seq and sorted(set(seq)) != list(range(len(ids))):
             seq = ()  # (slots planned for another member list: round robin)
         rate = {j: seq.count(i) if seq else 1 for i, j in enumerate(ids)}
-        for pool in (ROLLOUT, TRAIN):
-            old = self._meta[pool]
-            self._meta[pool] = {j: _recount(old[j], old_rate.get(j, 1), rate[j]) if j in old else current * rate[j]
-                                for j in ids}
+        # A rate change recounts the training count; the rollout count keeps its lead of 0 or
+        # 1 over it (a granted rollout whose training has not been granted), else the job's
+        # next training key would precede a rollout it must run first (a deadlock).
+        t_old, r_old = self._meta[TRAIN], self._meta[ROLLOUT]
+        t_new = {j: _recount(t_old[j], old_rate.get(j, 1), rate[j]) if j in t_old else current * rate[j]
+                 for j in ids}
+        self._meta = {TRAIN: t_new, ROLLOUT: {j: t_new[j] + (r_old[j] - t_old[j] if j in t_old else 0)
+                                              for j in ids}}
         seq = seq or tuple(range(len(ids)))
         self._rate, self._weighted = rate, any(r > 1 for r in rate.values())
         self._slots = {j: tuple(s for s, k in enumerate(seq) if k == i) for i, j in enumerate(ids)}

@@ -118,3 +118,25 @@ def test_config_rejects_unknown_order_and_slo_with_mean_planning():
         IntraConfig(order="edf")
     with pytest.raises(ValueError, match="plan='worst'"):
         IntraConfig(order="slo", plan="mean")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gr=rated_groups(), new=st.lists(st.integers(1, 3), min_size=4, max_size=4), at=st.floats(0.0, 900.0),
+       cfg=any_configs())
+def test_rates_changing_at_any_moment_never_deadlock(gr, new, at, cfg):
+    """The rates change mid-run (a replan), whatever each job is doing then: every job still
+    runs all its iterations (a finished job leaves, as in the simulator) (a recount that let a job's next training key precede the rollout
+    it must run first deadlocked the group)."""
+    g, rates = gr
+    new = new[:len(rates)]
+    new[0] = 1
+    d = Driver(with_slots(g, spread(rates)), cfg, {m.job_id: 6 for m in g.members}, leave=True)
+    for m in g.members:
+        d.start(m.job_id)
+
+    def replan() -> None:
+        if len(d.group.members) == len(g.members):  # (nobody left yet)
+            d.ctl.update_group(with_slots(g, spread(new)))
+    d.env.call_at(at, replan)
+    d.env.run()
+    assert all(len(d.sync_ends[m.job_id]) == 6 for m in g.members)
