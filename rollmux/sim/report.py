@@ -76,6 +76,8 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
                                                   ("direct_packing", "rollout_scaling", "isolated"))
         if p is not None and "colocated" in p:  # the co-located mode was on (core/colocate.py)
             places += f" + {100 * p['colocated']:.0f}% colo"
+        if p is not None and "train_scaling" in p:  # joined by adding training nodes (core/shapes.py)
+            places += f" + {100 * p['train_scaling']:.0f}% train-scaled"
         t.add_row(name, f"{r.cost_usd:,.0f}", f"{r.cost_per_hour:,.1f}",
                   f"{cmp.gain_vs_solo(name, solo_cost):.2f}x", _pct(r.slo_attainment),
                   f"{j['mean_slowdown']:.3f}", f"{j['max_slowdown']:.3f}",
