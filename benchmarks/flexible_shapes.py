@@ -10,7 +10,8 @@ and with both. Every run keeps the defaults otherwise (priced migrations, regrou
 repair). Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound and
 migrations, then the isolated placements by reason (core/why.py) and what the shapes chose
 (joined with added training nodes, on fewer or more rollout nodes, isolated on fewer).
---drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
+--drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life);
+the busy-time bound stays the declared (undrifted) trace's, so cost / bound is higher there.
 """
 
 import argparse
