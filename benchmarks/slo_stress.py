@@ -1,6 +1,6 @@
 """SLO stress: RollMux (default config) on many heavy-load synthetic traces; counts SLO misses.
 
-Usage: .venv/bin/python benchmarks/slo_stress.py [--traces 100] [--start 0]
+Usage: .venv/bin/python benchmarks/slo_stress.py [--traces 100] [--start 0] [--order rr|slo]
 Each trace: 30 jobs of the paper's profile classes (tests/factories.synthetic_trace),
 SLO ~ U(1, 1.5), rollout sigma cycling over 0 / 0.1 / 0.3, arrivals every ~60 s or all
 at t=0 (alternating), long-tail migration on for half of the traces. Prints every miss and
@@ -26,6 +26,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--traces", type=int, default=100)
     ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--order", choices=("rr", "slo"), default="rr",
+                    help="order inside a group (IntraConfig.order, core/slo_order.py)")
     args = ap.parse_args()
     cluster = default_cluster()
     bad = shared = 0
@@ -33,7 +35,7 @@ def main() -> None:
         jobs = synthetic_trace(np.random.default_rng(seed), 30, sigma=(0.0, 0.1, 0.3)[seed % 3],
                                mean_gap_s=(60.0, 0.0)[seed % 2], slo_range=(1.0, 1.5),
                                duration_range=(3000.0, 20000.0))
-        policy = RollMuxPlacement(IntraConfig(migration=seed % 4 < 2))
+        policy = RollMuxPlacement(IntraConfig(migration=seed % 4 < 2, order=args.order))
         res = simulate(jobs, cluster, policy, SimConfig(seed=seed))
         shared += len(jobs) - res.placements.get("isolated", 0)
         missed = [o.job_id for o in res.outcomes if not o.slo_met]
