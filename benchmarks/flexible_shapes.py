@@ -7,7 +7,8 @@ For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace (
 than the study's 0) and runs, as independent tasks (a private local Ray by default): Solo-D,
 RollMux as it is (both switches off), with training scaling alone, with elastic rollout alone,
 and with both. Every run keeps the defaults otherwise (priced migrations, regrouping, drift
-repair). Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound and
+repair). Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound (b: at
+nominal shapes; e: every job at its cheapest elastic shape, core/elastic.py) and
 migrations, then the isolated placements by reason (core/why.py) and what the shapes chose
 (joined with added training nodes, on fewer or more rollout nodes, isolated on fewer).
 --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life);
@@ -21,6 +22,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, replace
 
+from rollmux.core.elastic import busy_time_bound_elastic
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
@@ -86,20 +88,24 @@ def main() -> None:
         results = pmap(one_run, tasks)
     names = list(RUNS)[1:]
     out = []
-    print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>30}" for r in names))
+    print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>37}" for r in names))
     for i, (vc, mode, seed, jobs) in enumerate(rows):
         res = dict(zip(RUNS, results[i * len(RUNS):(i + 1) * len(RUNS)]))
         solo, bound = res["solo-d"]["cost_usd"], busy_time_bound(jobs, cluster)
+        bound_el = busy_time_bound_elastic(jobs, cluster)
         cells = [f"{solo / res[r]['cost_usd']:.3f}x {100 * res[r]['slo']:5.1f}% "
-                 f"{res[r]['cost_usd'] / bound:.3f}b {res[r]['migrations']['count']:4d}m" for r in names]
-        print(f"{vc:7} {mode:8} {seed:>4}  " + "  ".join(f"{c:>30}" for c in cells), flush=True)
+                 f"{res[r]['cost_usd'] / bound:.3f}b {res[r]['cost_usd'] / bound_el:.3f}e "
+                 f"{res[r]['migrations']['count']:4d}m" for r in names]
+        print(f"{vc:7} {mode:8} {seed:>4}  " + "  ".join(f"{c:>37}" for c in cells), flush=True)
         for r in names:
             why = " ".join(f"{k} {v}" for k, v in res[r]["why"].items() if v)
             sh = " ".join(f"{k} {v}" for k, v in res[r]["shapes"].items() if v)
             print(f"{'':21} {r:>16}: isolated {sum(res[r]['why'].values())} ({why}); shapes: {sh or '-'}")
         out.append({"vc": vc, "mode": mode, "seed": seed, "busy_time_bound_usd": bound,
+                    "elastic_bound_usd": bound_el,
                     "solo_cost_usd": solo, "runs": res})
-    print("# per run: gain over Solo-D, SLO met, cost / busy-time bound, migrations; "
+    print("# per run: gain over Solo-D, SLO met, cost / busy-time bound (b: nominal shapes, e: every job at "
+          "its cheapest elastic shape), migrations; "
           f"wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as fh:

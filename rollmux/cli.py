@@ -89,7 +89,7 @@ def simulate(
     static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup --no-repair."),
     train_scaling: bool = typer.Option(False, "--train-scaling/--no-train-scaling",
                                        help="A job may join a group by adding the training nodes it lacks (core/shapes.py)."),
-    elastic_rollout: bool = typer.Option(False, "--elastic-rollout/--no-elastic-rollout",
+    elastic_rollout: bool = typer.Option(True, "--elastic-rollout/--no-elastic-rollout",
                                          help="A job may roll out on fewer or more rollout nodes than nominal (core/elastic.py)."),
     order: str = typer.Option("rr", "--order",
                               help="Order inside a group: rr (round robin) or slo (a tight member may run "

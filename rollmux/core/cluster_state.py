@@ -48,7 +48,11 @@ class SchedulerConfig:
     batch_order: bool = True      # jobs arriving together are placed shortest cycle first (beyond the paper)
     consolidate: int = 2          # on any departure, also try to dissolve groups of at most this many members
     train_scaling: bool = False   # a job may join a group by adding training nodes (core/shapes.py)
-    elastic_rollout: bool = False  # a job may roll out on fewer/more rollout nodes (core/elastic.py)
+    # A job may roll out on fewer/more rollout nodes (core/elastic.py). On by default: it paid on
+    # paper-profile and catalog traces (benchmarks/flexible_shapes.py); read by the simulator's and
+    # the study's RollMux (sim/runner.py, study/sections.py). The live plane keeps nominal shapes:
+    # its jobs do not resize their rollout workers.
+    elastic_rollout: bool = True
     colocate: bool = False        # an arrival may run co-located on training nodes, veRL mode (core/colocate.py)
     colo_speed: float = 1.0       # co-located phases run this many times as fast as calibrated
     colo_margin: float = COLO_MARGIN  # co-located only when below this share of the disaggregated cost

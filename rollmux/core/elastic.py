@@ -74,3 +74,17 @@ def member_rollout_gpus(member: Member, cluster: ClusterSpec) -> float:
     k0 = cluster.pools.rollout.nodes_for(job.rollout_gpus)
     k = len(member.rollout_nodes)
     return job.rollout_gpus if k == k0 else job.rollout_gpus * k / k0
+
+
+def busy_time_bound_elastic(jobs, cluster: ClusterSpec) -> float:
+    """The busy-time bound (sim/baselines.busy_time_bound) when every job may roll out at its
+    cheapest elastic shape: rollout GPU-seconds scale as (k / k0) * factor(k), least at the
+    fewest nodes (the non-scaling share then holds fewer GPUs). Training as nominal."""
+    pr = cluster.pools.rollout.price_per_gpu_hour
+    pt = cluster.pools.train.price_per_gpu_hour
+    total = 0.0
+    for j in jobs:
+        k0 = cluster.pools.rollout.nodes_for(j.rollout_gpus)
+        share = min(k / k0 * rollout_factor(j, k0, k) for k in node_counts(k0, True))
+        total += j.iterations * (j.rollout_gpus * j.mean_rollout_s * share * pr + j.train_gpus * j.mean_train_s * pt)
+    return total / 3600

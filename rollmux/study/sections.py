@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.metrics import PolicyResult
@@ -23,6 +24,8 @@ def philly_jobs(sc: StudyConfig, traces: Path, mode: str) -> list[JobSpec]:
 def run_config(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig, solo: bool = False) -> PolicyResult:
     """RollMux (or Solo-D) with `cfg` on the trace."""
     policy = SoloPlacement(cfg.intra) if solo else RollMuxPlacement(cfg.intra)
+    if not solo:
+        policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
     return simulate(jobs, cluster, policy, cfg)
 
 

@@ -63,3 +63,14 @@ def test_a_member_holds_gpus_in_proportion_to_its_nodes():
     assert member_rollout_gpus(Member(job, (0, 1), (0,)), CLUSTER) == 16
     assert member_rollout_gpus(Member(job, (0,), (0,), rollout_factor(job, 2, 1)), CLUSTER) == 8
     assert member_rollout_gpus(Member(job, (0, 1, 2), (0,), rollout_factor(job, 2, 3)), CLUSTER) == 24
+
+
+def test_the_elastic_bound_is_below_the_nominal_one_by_the_rollout_share_it_saves():
+    from rollmux.core.elastic import busy_time_bound_elastic
+    from rollmux.sim.baselines import busy_time_bound
+
+    job = make_job("a", rollout=200.0, tail_frac=0.3, rollout_gpus=16)
+    c = nonscaling_share(job)
+    nominal, elastic = busy_time_bound([job], CLUSTER), busy_time_bound_elastic([job], CLUSTER)
+    rollout_part = job.iterations * 16 * job.mean_rollout_s * 1.0 / 3600
+    assert nominal - elastic == pytest.approx(rollout_part * (1 - (c / 2 + (1 - c))))

@@ -176,3 +176,15 @@ def test_indexed_placement_equals_a_brute_force_scan_and_join_matrix_stays_neces
         if joined is not None:
             target = v.group(joined.group.group_id)
             assert p.could_join(job, target, v)
+
+
+def test_the_live_codec_keeps_an_elastic_members_factor_and_old_records_read_nominal():
+    from rollmux.live.codec import group_from_dict, group_to_dict
+
+    job = make_job("b", rollout_gpus=16)
+    g = plan_group(Group(0, 1, 1, (Member(job, (0,), (0,), rollout_factor(job, 2, 1)),)), CFG)
+    d = group_to_dict(g)
+    assert group_from_dict(d, CFG) == g
+    nominal = founded(1, make_job("a"))
+    assert "rollout_factor" not in group_to_dict(nominal)["members"][0]
+    assert group_from_dict(group_to_dict(nominal), CFG).members[0].rollout_factor == 1.0
