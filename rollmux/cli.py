@@ -97,7 +97,7 @@ def simulate(
     colocate: bool = typer.Option(False, "--colocate/--no-colocate",
                                   help="An arrival may run co-located on training nodes (veRL mode) when that is "
                                        "cheaper at its SLO (core/colocate.py)."),
-    colo_margin: float = typer.Option(0.8, "--colo-margin", min=0.0,
+    colo_margin: float = typer.Option(0.75, "--colo-margin", min=0.0,
                                       help="Co-located only when below this share of the disaggregated cost."),
     colo_speed: float = typer.Option(1.0, "--colo-speed",
                                      help="Co-located phases run this many times as fast as calibrated (sensitivity)."),
