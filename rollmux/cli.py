@@ -72,7 +72,12 @@ def simulate(
     max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs per co-execution group."),
     migration: bool = typer.Option(True, "--migration/--no-migration", help="Long-tail migration at run time."),
     plan_quantile: float = typer.Option(1.0, "--plan-quantile", min=0.5, max=1.0,
-                                        help="Rollout quantile used for SLO admission; 1.0 = worst case."),
+                                        help="Rollout quantile used for SLO admission with --plan worst; 1.0 = worst case."),
+    plan: str = typer.Option(IntraConfig.plan, "--plan",
+                             help="SLO admission: worst (every rollout at its cap) or mean (each member's mean "
+                                  "iteration time within its SLO with confidence, core/admission.py)."),
+    plan_z: float = typer.Option(IntraConfig.plan_z, "--plan-z", min=0.0,
+                                 help="--plan mean: one-sided normal quantile of the confidence term (3.09 ~ 99.9%)."),
     skip_unplaceable: bool = typer.Option(False, "--skip-unplaceable", help="Drop jobs no node can hold, with a warning."),
     shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Release nodes a group no longer needs when members leave."),
     regroup: bool = typer.Option(True, "--regroup/--no-regroup",
@@ -106,6 +111,12 @@ def simulate(
     try:
         if order not in ("rr", "slo"):
             raise InputError("--order", f"expected rr or slo, got {order!r}")
+        if plan not in ("worst", "mean"):
+            raise InputError("--plan", f"expected worst or mean, got {plan!r}")
+        if plan == "mean" and plan_quantile != 1.0:
+            raise InputError("--plan-quantile", "applies to --plan worst only")
+        if plan == "mean" and order == "slo":
+            raise InputError("--order", "slo plans with --plan worst only")
         if not (math.isfinite(colo_speed) and colo_speed > 0):
             raise InputError("--colo-speed", f"must be a number > 0, got {colo_speed!r}")
         trace = load_jobs(jobs)
@@ -115,7 +126,7 @@ def simulate(
         job_list = _drop_unplaceable(trace.jobs, spec, skip_unplaceable)
         cfg = SimConfig(seed=seed, max_group_size=max_group_size,
                         intra=IntraConfig(warm_switch_s=spec.warm_switch_s, migration=migration,
-                                          plan_quantile=plan_quantile, order=order),
+                                          plan_quantile=plan_quantile, order=order, plan=plan, plan_z=plan_z),
                         shrink=shrink and not static, regroup=regroup and not static,
                         repair=repair and not static,
                         migration_scale=migration_scale, regroup_margin=regroup_margin,

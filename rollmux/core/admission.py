@@ -105,15 +105,18 @@ def period_stats(jobs: Sequence[JobSpec], rollout_nodes: Sequence[tuple[int, ...
         return hit
     r_cnt = np.bincount([i for ns in rollout_nodes for i in ns], minlength=n_rollout)
     t_cnt = np.bincount([i for ns in train_nodes for i in ns], minlength=n_train)
+    # Nodes pinned by the same members are free at the same times: one variable per class.
+    r_cls, t_cls = _node_classes(rollout_nodes), _node_classes(train_nodes)
     steps = []
     for j, rn, tn, ov in zip(jobs, rollout_nodes, train_nodes, overheads):
         r = rollout_sample(j, chains, length)[0]
         # Per meta-iteration rows: (switch + rollout + overhead, switch + training, sync).
         sw_r = warm_switch_s if any(r_cnt[i] > 1 for i in rn) else 0.0
         sw_t = warm_switch_s if any(t_cnt[i] > 1 for i in tn) else 0.0
-        steps.append((rn, tn, r + (sw_r + ov), j.train_s / j.rollout_s.median * r + sw_t, j.sync_s))
+        steps.append((sorted({r_cls[i] for i in rn}), sorted({t_cls[i] for i in tn}),
+                      r + (sw_r + ov), j.train_s / j.rollout_s.median * r + sw_t, j.sync_s))
     zero = np.zeros(chains)
-    rfree, tfree = [zero] * n_rollout, [zero] * n_train
+    rfree, tfree = [zero] * (max(r_cls.values(), default=-1) + 1), [zero] * (max(t_cls.values(), default=-1) + 1)
     ready = [zero] * len(jobs)
     for m in range(length):
         for k, (rn, tn, roll, train, sync) in enumerate(steps):
@@ -135,6 +138,16 @@ def period_stats(jobs: Sequence[JobSpec], rollout_nodes: Sequence[tuple[int, ...
         _STATS.clear()
     _STATS[key] = out
     return out
+
+
+def _node_classes(pins: Sequence[tuple[int, ...]]) -> dict[int, int]:
+    """Node -> class id, nodes pinned by the same set of members sharing a class."""
+    users: dict[int, list[int]] = {}
+    for k, ns in enumerate(pins):
+        for i in ns:
+            users.setdefault(i, []).append(k)
+    ids: dict[tuple[int, ...], int] = {}
+    return {i: ids.setdefault(tuple(u), len(ids)) for i, u in users.items()}
 
 
 def admits(stats: PeriodStats, budgets: Sequence[float], remaining: Sequence[float], z: float) -> bool:

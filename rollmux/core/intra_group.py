@@ -384,7 +384,9 @@ def plan_group(group: Group, cfg: IntraConfig, reorder: bool = True) -> Group:
     times = group_planning_times(members, cfg)
     # Planning is conservative: no migration credit, worst-case durations.
     plan_cfg = _without_migration(cfg)
-    if reorder:
+    if cfg.plan == "mean" and (not reorder or len(members) < 3):
+        order, per = tuple(range(len(members))), 0.0  # no order to choose: the sample gives the period
+    elif reorder:
         order, per = best_order(members, group.n_rollout, group.n_train, times, plan_cfg)
     else:
         order, per = tuple(range(len(members))), period(members, group.n_rollout, group.n_train, times, plan_cfg)
