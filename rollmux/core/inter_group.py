@@ -75,18 +75,19 @@ def pin_into(group: Group, job: JobSpec, cluster: ClusterSpec, new_nodes: int,
     return Group(group.group_id, group.n_rollout + new_nodes, group.n_train, group.members + (member,))
 
 
-def period_budget(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> float:
+def period_budget(job: JobSpec, progress: Mapping[str, tuple[int, float]], transient: int = 1) -> float:
     """Longest meta-iteration a job can accept from now on and still meet its SLO.
 
     Its mean iteration time must stay within slo * solo_iter_s over its whole
     life: what it already spent counts, and a membership change may cost up to
     one extra meta-iteration of transient, so the remaining iterations plus one
-    must fit in what is left of its time budget.
+    must fit in what is left of its time budget. Under the SLO order a member that
+    runs `transient` times per meta-iteration counts that many iterations for it.
     """
     done, elapsed = progress.get(job.job_id, (0, 0.0))
     budget = job.slo * job.solo_iter_s * job.iterations - elapsed
     # A live job may run past its declared iterations: it then has one to go, whatever its count.
-    return budget / (max(job.iterations - done, 0) + 1)
+    return budget / (max(job.iterations - done, 0) + transient)
 
 
 def group_fits(g: Group, progress: Mapping[str, tuple[int, float]], cfg: IntraConfig) -> bool:
@@ -94,7 +95,8 @@ def group_fits(g: Group, progress: Mapping[str, tuple[int, float]], cfg: IntraCo
     period budget ("worst"), or every member's confident mean period within its budget over
     its remaining iterations ("mean", core/admission.py)."""
     if cfg.plan == "worst":  # each member's own planned period (they differ under the SLO order)
-        return all(g.shape.member_period(i) <= period_budget(m.job, progress) * (1 + 1e-9)
+        slots = g.shape.slots  # (SLO order: a meta-iteration's transient is `rate` of its iterations)
+        return all(g.shape.member_period(i) <= period_budget(m.job, progress, slots.count(i) or 1) * (1 + 1e-9)
                    for i, m in enumerate(g.members))
     budgets, remaining = [], []
     for m in g.members:
