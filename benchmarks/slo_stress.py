@@ -36,7 +36,8 @@ def main() -> None:
                                mean_gap_s=(60.0, 0.0)[seed % 2], slo_range=(1.0, 1.5),
                                duration_range=(3000.0, 20000.0))
         policy = RollMuxPlacement(IntraConfig(migration=seed % 4 < 2, order=args.order))
-        res = simulate(jobs, cluster, policy, SimConfig(seed=seed))
+        # (the cluster state re-plans groups on departures with its own IntraConfig: same order)
+        res = simulate(jobs, cluster, policy, SimConfig(seed=seed, intra=IntraConfig(order=args.order)))
         shared += len(jobs) - res.placements.get("isolated", 0)
         missed = [o.job_id for o in res.outcomes if not o.slo_met]
         if missed or len(res.outcomes) != len(jobs):
