@@ -1,0 +1,103 @@
+"""Issue 14 item 3, measured alone: the SLO-aware order inside a group (core/slo_order.py).
+
+Usage: .venv/bin/python benchmarks/slo_order.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
+                                                [--modes paper,catalog] [--drift] [--json OUT]
+                                                [--address HOST:PORT] [--workers N] [--serial]
+For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace (seeds other
+than the study's 0) and runs, as independent tasks (a private local Ray by default): Solo-D,
+RollMux with round robin inside groups (`--order rr`, today) and with the SLO order
+(`--order slo`). Every run keeps the defaults otherwise (priced migrations, regrouping, drift
+repair). Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound and
+migrations, then the isolated placements by reason (core/why.py: member_slo is the one the SLO
+order targets). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after
+20-60% of their life).
+"""
+
+import argparse
+import json
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import replace
+
+from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
+from rollmux.errors import InputError
+from rollmux.sim.baseline_policies import SoloPlacement
+from rollmux.sim.baselines import busy_time_bound
+from rollmux.sim.simulator import SimConfig, simulate
+from rollmux.study.sections import summary
+from rollmux.study.sweep import ray_session, serial_map
+from rollmux.workload import find_traces_dir, synthesize_philly
+from rollmux.workload.drift import add_drift
+
+RUNS = ("solo-d", "rr", "slo")
+
+
+def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drift: bool) -> dict:
+    """One row's simulation (a sweep task)."""
+    if drift:
+        jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
+    cfg = SimConfig(seed=seed)
+    if run == "solo-d":
+        return {**summary(simulate(jobs, cluster, SoloPlacement(cfg.intra), cfg)), "why": None}
+    cfg = replace(cfg, intra=replace(cfg.intra, order=run))
+    t0 = time.process_time()
+    res = simulate(jobs, cluster, RollMuxPlacement(cfg.intra), cfg)
+    why = (res.placements_why or {}).get("placements", {})
+    return {**summary(res), "why": why, "cpu_s": time.process_time() - t0}
+
+
+def main() -> None:
+    """Parse the options, map every simulation, print the ablation side by side."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--traces-spec", default="2869ce:11,b436b2:12,e13805:13")
+    ap.add_argument("--modes", default="paper,catalog")
+    ap.add_argument("--drift", action="store_true")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--traces", default=None)
+    ap.add_argument("--address", default=None)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--serial", action="store_true")
+    args = ap.parse_args()
+    cluster, traces = default_cluster(), find_traces_dir(args.traces)
+    try:
+        specs = [(vc, int(seed)) for vc, seed in (s.split(":") for s in args.traces_spec.split(","))]
+    except ValueError:
+        sys.exit(f"error: --traces-spec: expected VC:SEED,... (got {args.traces_spec!r})")
+    try:
+        rows = [(vc, mode, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
+                for vc, seed in specs for mode in args.modes.split(",")]
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
+    tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in RUNS]
+    t0 = time.perf_counter()
+    with ExitStack() as stack:
+        try:
+            pmap = serial_map if args.serial else stack.enter_context(ray_session(args.address, args.workers))
+        except InputError as exc:
+            sys.exit(f"error: {exc}")
+        results = pmap(one_run, tasks)
+    names = list(RUNS)[1:]
+    out = []
+    print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>30}" for r in names))
+    for i, (vc, mode, seed, jobs) in enumerate(rows):
+        res = dict(zip(RUNS, results[i * len(RUNS):(i + 1) * len(RUNS)]))
+        solo, bound = res["solo-d"]["cost_usd"], busy_time_bound(jobs, cluster)
+        cells = [f"{solo / res[r]['cost_usd']:.3f}x {100 * res[r]['slo']:5.1f}% "
+                 f"{res[r]['cost_usd'] / bound:.3f}b {res[r]['migrations']['count']:4d}m" for r in names]
+        print(f"{vc:7} {mode:8} {seed:>4}  " + "  ".join(f"{c:>30}" for c in cells), flush=True)
+        for r in names:
+            why = " ".join(f"{k} {v}" for k, v in res[r]["why"].items() if v)
+            print(f"{'':21} {r:>4}: isolated {sum(res[r]['why'].values())} ({why}); cpu {res[r]['cpu_s']:.0f} s")
+        out.append({"vc": vc, "mode": mode, "seed": seed, "busy_time_bound_usd": bound,
+                    "solo_cost_usd": solo, "runs": res})
+    print("# per run: gain over Solo-D, SLO met, cost / busy-time bound, migrations; "
+          f"wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
