@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement, period_budget
-from rollmux.core.intra_group import IntraConfig, planning_times
+from rollmux.core.intra_group import IntraConfig, job_planning_times, planning_times
 from rollmux.core.placement import ClusterView
 from rollmux.core.regroup import _with_plan
 from rollmux.study.placement_bench import indexed_view
@@ -54,16 +54,18 @@ def _brute(view: ClusterView) -> ClusterView:
 @settings(max_examples=60, deadline=None)
 @given(specs=st.lists(job_st, min_size=1, max_size=25), probes=st.lists(job_st, min_size=1, max_size=4),
        cap=st.integers(2, 5), size=st.integers(2, 5), prune=st.booleans(), best_fit=st.sampled_from(["", "util"]),
-       draws=st.lists(st.tuples(st.integers(0, 40), st.floats(0.5, 2.5)), max_size=25))
-def test_indexed_placement_equals_a_brute_force_scan(specs, probes, cap, size, prune, best_fit, draws):
-    policy = RollMuxPlacement(prune_saturated=prune, best_fit=best_fit)
+       draws=st.lists(st.tuples(st.integers(0, 40), st.floats(0.5, 2.5)), max_size=25),
+       plan=st.sampled_from(["worst", "mean"]))
+def test_indexed_placement_equals_a_brute_force_scan(specs, probes, cap, size, prune, best_fit, draws, plan):
+    """Both SLO admissions (core/admission.py): the index's bounds hold for each."""
+    policy = RollMuxPlacement(IntraConfig(plan=plan), prune_saturated=prune, best_fit=best_fit)
     groups = _groups(specs, policy, cap)
     base = indexed_view(groups, CLUSTER, size)
     view = dataclasses.replace(base, progress=_progress(groups, draws))
     assert view.index is not None and view.index.current
     for i, p in enumerate(probes):
         job = _job(i, p, "probe")
-        own = planning_times(job, policy.cfg.plan_quantile)
+        own = job_planning_times(job, policy.cfg)
         slack_new = period_budget(job, view.progress)
         fast = policy._candidates(job, view, slack_new, own)
         slow = policy._candidates(job, _brute(view), slack_new, own)
@@ -80,10 +82,11 @@ def test_indexed_placement_equals_a_brute_force_scan(specs, probes, cap, size, p
 
 
 @settings(max_examples=40, deadline=None)
-@given(specs=st.lists(job_st, min_size=2, max_size=20), movers=st.lists(job_st, min_size=2, max_size=3))
-def test_a_view_derived_by_tentative_plans_places_as_a_brute_force_scan(specs, movers):
+@given(specs=st.lists(job_st, min_size=2, max_size=20), movers=st.lists(job_st, min_size=2, max_size=3),
+       plan=st.sampled_from(["worst", "mean"]))
+def test_a_view_derived_by_tentative_plans_places_as_a_brute_force_scan(specs, movers, plan):
     """regroup.py applies plans to a copy of the view's groups: changed groups are checked one by one."""
-    policy = RollMuxPlacement()
+    policy = RollMuxPlacement(IntraConfig(plan=plan))
     groups = _groups(specs, policy, 5)
     fast = slow = indexed_view(groups, CLUSTER, 5)
     slow = _brute(slow)
