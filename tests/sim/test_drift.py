@@ -53,3 +53,19 @@ def test_the_scheduler_never_reads_the_drift_field():
     jobs = _pair(Drift(after_s=1e12, rollout_scale=3.0, train_scale=3.0))  # drift that never comes
     plain = _run(_pair(None))[1]
     assert _run(jobs)[1].cost_usd == plain.cost_usd
+
+
+@pytest.mark.parametrize("plan", ["worst", "mean"])
+def test_repair_is_the_safety_net_of_either_admission(plan):
+    """Noisy rollouts (sigma 0.2, capped at 1.5x the median), admitted by the mean or the worst
+    case (core/admission.py): the drifted member is moved out and both meet their SLOs."""
+    from rollmux.core.intra_group import IntraConfig
+    jobs = [j.model_copy(update={"rollout_s": j.rollout_s.model_copy(
+        update={"sigma": 0.2, "max": 1.5 * j.rollout_s.median})})
+        for j in _pair(Drift(after_s=1300.0, rollout_scale=3.0, train_scale=3.0))]
+    jobs = [type(j)(**dict(j)) for j in jobs]  # fresh models: no cached solo time
+    intra = IntraConfig(plan=plan)
+    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(intra), SimConfig(intra=intra))
+    res = sim.run()
+    assert res.placements.get("direct_packing", 0) + res.placements.get("rollout_scaling", 0) == 1
+    assert res.slo_attainment == 1.0 and sim.migrations >= 1
