@@ -140,3 +140,26 @@ def test_rates_changing_at_any_moment_never_deadlock(gr, new, at, cfg):
     d.env.call_at(at, replan)
     d.env.run()
     assert all(len(d.sync_ends[m.job_id]) == 6 for m in g.members)
+
+
+def test_admission_packs_a_tight_newcomer_directly_only_under_the_slo_order():
+    """Round robin needs a new rollout node for the tight job (a shared one would run it at
+    the loose members' pace); the SLO order packs it onto the shared node at rate 2, and the
+    plan passes the written invariants and every member's own budget."""
+    from rollmux.core.inter_group import RollMuxPlacement, group_fits
+    from rollmux.core.placement import Case, ClusterView, validate_plan
+    from tests.factories import make_cluster
+
+    full = tight_and_loose()
+    cluster = make_cluster()
+    cases = {}
+    for order in ("rr", "slo"):
+        cfg = IntraConfig(migration=False, order=order)
+        g = plan_group(Group(0, 1, 1, full.members[1:]), cfg)
+        v = ClusterView(cluster, (g,), None, None, 5, 1)
+        plan = RollMuxPlacement(cfg).place(full.members[0].job, v)
+        validate_plan(plan, full.members[0].job, v)
+        assert group_fits(plan.group, {}, cfg)
+        cases[order] = (plan.case, plan.group.shape.slots)
+    assert cases["rr"] == (Case.SCALING, ())
+    assert cases["slo"][0] == Case.DIRECT and sorted(cases["slo"][1]).count(2) == 2  # the newcomer, twice
