@@ -11,7 +11,7 @@ Three parts, each a markdown table (and plots):
 plus a cost-over-time plot of a Philly-driven trace, and the sections in
 SECTIONS: priced-migration sensitivity, profile drift with and without repair,
 a finite inter-pool link, how often residency decides, why arrivals get a group
-of their own, fixed capacity (41 + 41 nodes) and the baselines' calibration.
+of their own, issue 14's mechanisms each on its own, fixed capacity (41 + 41 nodes) and the baselines' calibration.
 """
 
 from __future__ import annotations
@@ -29,7 +29,16 @@ from rollmux.sim.gavel import simulate_gavel
 from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig, simulate
-from rollmux.study import baseline_sensitivity, capacity, drift, link, migration, placements_why, residency
+from rollmux.study import (
+    baseline_sensitivity,
+    capacity,
+    drift,
+    link,
+    mechanisms,
+    migration,
+    placements_why,
+    residency,
+)
 from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollmux study` imports it here)
 
 # Part A lives in study/part_a.py; its names are re-exported here.
@@ -127,7 +136,7 @@ def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path, 
 
 PHILLY_MODES = ("paper", "catalog")
 # Further sections, each `run(sc, cluster, traces, pmap) -> data` and `render(data) -> markdown`.
-SECTIONS = (migration, drift, link, residency, placements_why, capacity, baseline_sensitivity)
+SECTIONS = (migration, drift, link, residency, placements_why, mechanisms, capacity, baseline_sensitivity)
 
 
 def pick_sections(spec: str) -> tuple:
