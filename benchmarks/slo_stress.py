@@ -1,6 +1,6 @@
 """SLO stress: RollMux (default config) on many heavy-load synthetic traces; counts SLO misses.
 
-Usage: .venv/bin/python benchmarks/slo_stress.py [--traces 100] [--start 0] [--order rr|slo]
+Usage: .venv/bin/python benchmarks/slo_stress.py [--traces 100] [--start 0] [--order rr|slo] [--plan worst|mean]
 Each trace: 30 jobs of the paper's profile classes (tests/factories.synthetic_trace),
 SLO ~ U(1, 1.5), rollout sigma cycling over 0 / 0.1 / 0.3, arrivals every ~60 s or all
 at t=0 (alternating), long-tail migration on for half of the traces. Prints every miss and
@@ -28,6 +28,8 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--order", choices=("rr", "slo"), default="rr",
                     help="order inside a group (IntraConfig.order, core/slo_order.py)")
+    ap.add_argument("--plan", choices=("worst", "mean"), default="worst",
+                    help="SLO admission (IntraConfig.plan, core/admission.py)")
     args = ap.parse_args()
     cluster = default_cluster()
     bad = shared = 0
@@ -35,9 +37,9 @@ def main() -> None:
         jobs = synthetic_trace(np.random.default_rng(seed), 30, sigma=(0.0, 0.1, 0.3)[seed % 3],
                                mean_gap_s=(60.0, 0.0)[seed % 2], slo_range=(1.0, 1.5),
                                duration_range=(3000.0, 20000.0))
-        policy = RollMuxPlacement(IntraConfig(migration=seed % 4 < 2, order=args.order))
+        policy = RollMuxPlacement(IntraConfig(migration=seed % 4 < 2, order=args.order, plan=args.plan))
         # (the cluster state re-plans groups on departures with its own IntraConfig: same order)
-        res = simulate(jobs, cluster, policy, SimConfig(seed=seed, intra=IntraConfig(order=args.order)))
+        res = simulate(jobs, cluster, policy, SimConfig(seed=seed, intra=IntraConfig(order=args.order, plan=args.plan)))
         shared += len(jobs) - res.placements.get("isolated", 0)
         missed = [o.job_id for o in res.outcomes if not o.slo_met]
         if missed or len(res.outcomes) != len(jobs):
