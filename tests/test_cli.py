@@ -91,6 +91,7 @@ def test_simulate_prints_the_comparison_table(small_trace):
 @pytest.mark.parametrize("args, place", [
     (["simulate", "--jobs", "/nonexistent.jsonl"], "/nonexistent.jsonl"),
     (["simulate", "--policy", "fifo"], "--policy"),
+    (["simulate", "--order", "edf"], "--order"),
     (["workload", "philly", "--vc", "nope", "-o", "x.jsonl"], "nope"),
     (["workload", "philly", "--mode", "weird", "-o", "x.jsonl"], "--mode"),
 ])
