@@ -81,3 +81,12 @@ def test_colo_speed_slows_the_simulated_job_as_planned():
 def test_the_policy_alone_also_runs_under_plain_simulate():
     res = simulate([rollout_heavy("a")], CLUSTER, RollMuxPlacement(colocate=True), ON)
     assert res.placements == {"colocated": 1}
+
+
+def test_under_node_caps_colocated_jobs_queue_within_the_training_pool():
+    jobs = synthetic_trace(np.random.default_rng(3), 40, sigma=0.2, gpus=(8, 16), mean_gap_s=200)
+    capped = make_cluster(max_rollout_nodes=4, max_train_nodes=3)
+    res = run_policy("rollmux", jobs, capped, ON)
+    assert len(res.outcomes) == len(jobs) and res.placements.get("colocated", 0) > 0
+    assert res.peak_gpus["train"] <= 3 * 8 and res.peak_gpus["rollout"] <= 4 * 8
+    assert max(o.queued_s for o in res.outcomes) > 0  # the caps made someone wait
