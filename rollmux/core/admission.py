@@ -94,11 +94,14 @@ class PeriodStats:
 def period_stats(jobs: Sequence[JobSpec], rollout_nodes: Sequence[tuple[int, ...]],
                  train_nodes: Sequence[tuple[int, ...]], overheads: Sequence[float],
                  n_rollout: int, n_train: int, warm_switch_s: float,
-                 chains: int, length: int) -> PeriodStats:
+                 chains: int, length: int, factors: Sequence[float] | None = None) -> PeriodStats:
     """Sampled period of a group whose members (in cyclic order) are `jobs` pinned to these
-    nodes, each rollout lengthened by its straggler overhead; cached per composition."""
+    nodes, each rollout scaled by its elastic rollout factor (core/elastic.py; training keeps
+    the time of the unscaled rollout) and lengthened by its straggler overhead; cached per
+    composition."""
+    factors = tuple(factors) if factors is not None else (1.0,) * len(jobs)
     key = (tuple((j.job_id, j.rollout_s.median, j.rollout_s.sigma, j.rollout_s.max, j.train_s, j.sync_s)
-                 for j in jobs), tuple(rollout_nodes), tuple(train_nodes), tuple(overheads),
+                 for j in jobs), tuple(rollout_nodes), tuple(train_nodes), tuple(overheads), factors,
            n_rollout, n_train, warm_switch_s, chains, length)
     hit = _STATS.get(key)
     if hit is not None:
@@ -108,13 +111,14 @@ def period_stats(jobs: Sequence[JobSpec], rollout_nodes: Sequence[tuple[int, ...
     # Nodes pinned by the same members are free at the same times: one variable per class.
     r_cls, t_cls = _node_classes(rollout_nodes), _node_classes(train_nodes)
     steps = []
-    for j, rn, tn, ov in zip(jobs, rollout_nodes, train_nodes, overheads):
+    for j, rn, tn, ov, f in zip(jobs, rollout_nodes, train_nodes, overheads, factors):
         r = rollout_sample(j, chains, length)[0]
         # Per meta-iteration rows: (switch + rollout + overhead, switch + training, sync).
         sw_r = warm_switch_s if any(r_cnt[i] > 1 for i in rn) else 0.0
         sw_t = warm_switch_s if any(t_cnt[i] > 1 for i in tn) else 0.0
         steps.append((sorted({r_cls[i] for i in rn}), sorted({t_cls[i] for i in tn}),
-                      r + (sw_r + ov), j.train_s / j.rollout_s.median * r + sw_t, j.sync_s))
+                      (r * f if f != 1.0 else r) + (sw_r + ov), j.train_s / j.rollout_s.median * r + sw_t,
+                      j.sync_s))
     zero = np.zeros(chains)
     rfree, tfree = [zero] * (max(r_cls.values(), default=-1) + 1), [zero] * (max(t_cls.values(), default=-1) + 1)
     ready = [zero] * len(jobs)

@@ -130,14 +130,14 @@ def group_planning_times(members: Sequence[Member], cfg: "IntraConfig") -> list[
 
 def group_period_stats(members: Sequence[Member], n_rollout: int, n_train: int,
                        cfg: "IntraConfig") -> PeriodStats:
-    """The sampled period of the members in this cyclic order (core/admission.py), each
-    rollout that may migrate lengthened by the straggler overhead as in `group_planning_times`."""
+    """The sampled period of the members in this cyclic order (core/admission.py), rollouts
+    scaled and lengthened as in `group_planning_times` (elastic factor, straggler overhead)."""
     shared = _shared_rollout_nodes(members)
     over = [cfg.migration_overhead_s if tail_share(m.job, any(i in shared for i in m.rollout_nodes), cfg) > 0
             else 0.0 for m in members]
     return period_stats([m.job for m in members], [m.rollout_nodes for m in members],
                         [m.train_nodes for m in members], over, n_rollout, n_train, cfg.warm_switch_s,
-                        cfg.plan_chains, cfg.plan_length)
+                        cfg.plan_chains, cfg.plan_length, [m.rollout_factor for m in members])
 
 
 def _shared_rollout_nodes(members: Sequence[Member]) -> set[int]:

@@ -100,14 +100,19 @@ def test_a_member_near_its_end_is_held_to_the_per_iteration_spread():
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(1, 4), nr=st.integers(1, 3), seed=st.integers(0, 10_000), tail=st.booleans())
-def test_the_sampled_mean_is_at_least_the_closed_form_bound_of_the_sample_means(n, nr, seed, tail):
-    """What keeps the index sound in mean mode (core/group_index.py uses these bounds)."""
+@given(n=st.integers(1, 4), nr=st.integers(1, 3), seed=st.integers(0, 10_000), tail=st.booleans(),
+       elastic=st.booleans())
+def test_the_sampled_mean_is_at_least_the_closed_form_bound_of_the_sample_means(n, nr, seed, tail, elastic):
+    """What keeps the index sound in mean mode (core/group_index.py uses these bounds), elastic
+    rollout factors (core/elastic.py) included."""
     rng = np.random.default_rng(seed)
     pairs = [(make_job(f"j{i}", rollout=float(rng.uniform(20, 200)), rollout_max=float(rng.uniform(200, 400)),
                        sigma=float(rng.uniform(0, 0.5)), train=float(rng.uniform(20, 200)),
                        tail_frac=0.3 if tail else 0.0), (int(rng.integers(nr)),)) for i in range(n)]
     g = make_group(pairs, nr)
+    if elastic:
+        g = dataclasses.replace(g, members=tuple(dataclasses.replace(m, rollout_factor=float(rng.uniform(0.5, 2.0)))
+                                                 for m in g.members))
     times = group_planning_times(g.members, MEAN)
     bound = max(t_cycle(g.members, times), t_load(g.members, nr, 1, times, MEAN.warm_switch_s))
     assert group_period_stats(g.members, nr, 1, MEAN).mean >= bound * (1 - 1e-9)
