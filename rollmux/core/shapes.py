@@ -122,9 +122,7 @@ def place(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Re
     k0, kt = pools.rollout.nodes_for(job.rollout_gpus), pools.train.nodes_for(job.train_gpus)
     slack_new = period_budget(job, view.progress)
     own = group_planning_times((Member(job, (), ()),), cfg)[0]  # the newcomer's planning times
-    # The "mean" plan samples each job's own draws (core/admission.py) without the factor: nominal only.
-    elastic = shapes.elastic_rollout and getattr(cfg, "plan", "worst") == "worst"
-    counts = list(node_counts(k0, elastic, shapes.min_share, shapes.max_scale))
+    counts = list(node_counts(k0, elastic_counts_on(shapes, cfg), shapes.min_share, shapes.max_scale))
     factor = {k: rollout_factor(job, k0, k) for k in counts}
     own_cycle = {k: own.rollout * f + own.train + own.sync for k, f in factor.items()}
     least = PhaseTimes(own.rollout * min(factor.values()), own.train, own.sync)
@@ -206,11 +204,13 @@ def _counted(policy: "RollMuxPlacement", plan: PlacementPlan, k0: int, joined_on
 
 
 def _admits(g: Group, view: ClusterView, cfg) -> bool:
-    """The policy's admission beyond the planned period (the "mean" plan's, where it exists)."""
-    from rollmux.core import inter_group
+    """The policy's admission beyond the planned period, as `RollMuxPlacement._try` asks it: the
+    "mean" plan's and the SLO order's per-member test (`group_fits`)."""
+    from rollmux.core.inter_group import group_fits
 
-    fits = getattr(inter_group, "group_fits", None)
-    return fits is None or getattr(cfg, "plan", "worst") != "mean" or fits(g, view.progress, cfg)
+    if getattr(cfg, "plan", "worst") != "mean" and getattr(cfg, "order", "rr") != "slo":
+        return True
+    return group_fits(g, view.progress, cfg)
 
 
 def _try(policy: "RollMuxPlacement", g: Group, job: JobSpec, k: int, factor: float, new_r: int, new_t: int,
@@ -246,13 +246,19 @@ def _try(policy: "RollMuxPlacement", g: Group, job: JobSpec, k: int, factor: flo
     return plan
 
 
-def least_cycles(jobs, own_sum, own_train, cluster: ClusterSpec, cfg: ShapeConfig):
+def elastic_counts_on(shapes: ShapeConfig, intra) -> bool:
+    """Whether placement offers elastic node counts: the switch, under the "worst" plan only
+    (the "mean" plan samples each job's own draws, core/admission.py, without the factor)."""
+    return shapes.elastic_rollout and getattr(intra, "plan", "worst") == "worst"
+
+
+def least_cycles(jobs, own_sum, own_train, cluster: ClusterSpec, cfg: ShapeConfig, intra=None):
     """Per job, its planned rollout + train + sync (`own_sum`) at its fastest allowed shape
     (join_matrix's necessary condition stays necessary with elastic rollout)."""
     import numpy as np
 
     out = np.array(own_sum, float)
-    if not cfg.elastic_rollout:
+    if not elastic_counts_on(cfg, intra):
         return out
     for i, job in enumerate(jobs):
         k0 = cluster.pools.rollout.nodes_for(job.rollout_gpus)

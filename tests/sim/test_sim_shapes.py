@@ -52,3 +52,17 @@ def test_with_both_switches_off_the_run_is_unchanged():
     plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig()).run()
     off = _run(jobs).result
     assert off.cost_usd == plain.cost_usd and off.placements == plain.placements
+
+
+def test_the_shape_enumeration_with_only_nominal_options_places_as_algorithm_1():
+    # One training node each: training scaling has nothing to add, so core/shapes.py tries
+    # exactly Algorithm 1's candidates, in its order (groups, new rollout nodes, regrouping).
+    jobs = [make_job(f"j{i}", rollout=50.0 + 25 * (i % 5), train=40.0 + 30 * (i % 3), rollout_gpus=8 * (1 + i % 2),
+                     arrival=40.0 * i, duration=4_000.0 + 900 * (i % 4), sigma=0.1,
+                     rollout_max=1.3 * (50.0 + 25 * (i % 5)),
+                     tail_frac=0.3, slo=1.6 + 0.1 * (i % 5))
+            for i in range(14)]
+    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig()).run()
+    flexible = _run(jobs, train_scaling=True).result
+    assert flexible.cost_usd == plain.cost_usd and flexible.placements == plain.placements
+    assert plain.placements.get("direct_packing", 0) + plain.placements.get("rollout_scaling", 0) > 0  # shared
