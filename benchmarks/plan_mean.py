@@ -8,7 +8,8 @@ than the study's 0); runs Solo-D, RollMux with plan="worst" and with plan="mean"
 else at its defaults: priced migrations, regrouping, drift repair) as independent tasks (a
 private local Ray by default). Per run: gain over Solo-D, SLO attainment, cost / busy-time
 bound, migrations, and the isolated placements' reasons (placements_why).
---drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
+--no-elastic: nominal rollout shapes in both modes (elastic rollout, on by default, acts only
+under plan="worst", core/shapes.py). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
 --stress N: instead, the N stress traces of benchmarks/slo_stress.py (30 heavy-load jobs each,
 SLO ~ U(1, 1.5)) under both modes; prints every miss and each mode's job-level attainment.
 """
@@ -35,11 +36,12 @@ from rollmux.workload import find_traces_dir, synthesize_philly
 from rollmux.workload.drift import add_drift
 
 
-def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drift: bool, z: float) -> dict:
+def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drift: bool, z: float,
+            elastic: bool = True) -> dict:
     """One row's simulation (a sweep task): "solo-d", "worst" or "mean"."""
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
-    cfg = SimConfig(seed=seed)
+    cfg = SimConfig(seed=seed, elastic_rollout=elastic)
     if run != "solo-d":
         cfg = replace(cfg, intra=replace(cfg.intra, plan=run, plan_z=z))
     res = run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg)
@@ -70,6 +72,7 @@ def main() -> None:
     ap.add_argument("--traces-spec", default="2869ce:11,b436b2:12,e13805:13")
     ap.add_argument("--modes", default="paper,catalog")
     ap.add_argument("--drift", action="store_true")
+    ap.add_argument("--no-elastic", action="store_true", help="nominal rollout shapes in both modes")
     ap.add_argument("--stress", type=int, default=0)
     ap.add_argument("--z", type=float, default=IntraConfig.plan_z)
     ap.add_argument("--json", default=None)
@@ -129,7 +132,8 @@ def unseen(pmap, args) -> None:
                 for vc, seed in specs for mode in args.modes.split(",")]
     except InputError as exc:
         sys.exit(f"error: {exc}")
-    tasks = [(run, jobs, cluster, seed, args.drift, args.z) for _, _, seed, jobs in rows for run in runs]
+    tasks = [(run, jobs, cluster, seed, args.drift, args.z, not args.no_elastic)
+             for _, _, seed, jobs in rows for run in runs]
     results = pmap(one_run, tasks)
     out = []
     print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>30}" for r in runs[1:]))
