@@ -31,7 +31,12 @@ import math
 
 from rollmux.core.group import Member
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.workload.perf import ENV_LATENCY_S, ROLLOUT_FIXED_S, TURNS
+
+# The rollout model's fixed parts, shared with the workload's performance model
+# (workload/perf.py imports them from here: core never imports workload).
+ROLLOUT_FIXED_S = 40.0      # per iteration: prompt prefill, reward scoring, batch setup
+TURNS = 4                   # turns of a multi-turn job
+ENV_LATENCY_S = 5.0         # per turn: tool / sandbox call on the critical path
 
 MAX_NONSCALING = 0.9  # the batch-bound part is never modelled below a tenth of the rollout
 MIN_SHARE = 0.5       # fewest rollout nodes: ceil(k0 * MIN_SHARE)

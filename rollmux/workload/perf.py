@@ -20,12 +20,14 @@ H800_FLOPS = 990e12         # dense bf16 FLOP/s
 LINK_BYTES_S = 20e9 / 8     # 20 Gb/s between the rollout and training clusters
 GPUS_PER_NODE = 8
 
+# The rollout's fixed parts live in core (the elastic-rollout model reads them too).
+from rollmux.core.elastic import ENV_LATENCY_S, ROLLOUT_FIXED_S, TURNS  # noqa: E402,F401
+
 # --- calibrated efficiencies --------------------------------------------------
 BW_EFF = 0.7                # share of HBM bandwidth a decode step achieves
 KV_HBM_SHARE = 0.9          # share of HBM the engine may fill (weights + KV cache)
 TP_WEIGHT_SHARE = 0.4       # pick the smallest TP whose weight shard is <= 40% of HBM
 STEP_OVERHEAD_S = 0.004     # per decode step: kernel launches, sampling, batch scheduling
-ROLLOUT_FIXED_S = 40.0      # per iteration: prompt prefill, reward scoring, batch setup
 MFU_AT_7B = 0.25            # training MFU of a 7B model; larger GEMMs run more efficiently,
 MFU_SIZE_EXP = 0.35         # so MFU = MFU_AT_7B * (params / 7e9) ** MFU_SIZE_EXP
 TRAIN_FWD_PASSES = 6        # ref + old-logprob forwards, actor forward + recompute + 2x backward
@@ -33,8 +35,6 @@ SYNC_FIXED_S = 5.0          # per sync: gather, handshake, engine reload from ho
 PROMPT_TOKENS = 512
 
 # --- multi-turn (agentic) jobs -------------------------------------------------
-TURNS = 4
-ENV_LATENCY_S = 5.0         # per turn: tool / sandbox call on the critical path
 TOOL_TOKENS = 256           # per turn: tool output appended to the context (not generated)
 
 # --- host DRAM of a suspended job (DESIGN §1 C3, §5a) -----------------------------
