@@ -1,6 +1,9 @@
 """SLO stress: RollMux (default config) on many heavy-load synthetic traces; counts SLO misses.
 
 Usage: .venv/bin/python benchmarks/slo_stress.py [--traces 100] [--start 0] [--order rr|slo] [--plan worst|mean]
+       [--no-elastic-rollout] [--train-scaling]
+Shapes as `rollmux simulate` ships them (core/shapes.py): elastic rollout on, training
+scaling off; `--no-elastic-rollout` and `--train-scaling` switch them as the CLI's flags do.
 Each trace: 30 jobs of the paper's profile classes (tests/factories.synthetic_trace),
 SLO ~ U(1, 1.5), rollout sigma cycling over 0 / 0.1 / 0.3, arrivals every ~60 s or all
 at t=0 (alternating), long-tail migration on for half of the traces. Prints every miss and
@@ -18,6 +21,7 @@ from factories import synthetic_trace  # noqa: E402
 
 from rollmux.core.inter_group import RollMuxPlacement  # noqa: E402
 from rollmux.core.intra_group import IntraConfig  # noqa: E402
+from rollmux.core.shapes import ShapeConfig  # noqa: E402
 from rollmux.core.spec import default_cluster  # noqa: E402
 from rollmux.sim.simulator import SimConfig, simulate  # noqa: E402
 
@@ -30,6 +34,10 @@ def main() -> None:
                     help="order inside a group (IntraConfig.order, core/slo_order.py)")
     ap.add_argument("--plan", choices=("worst", "mean"), default="worst",
                     help="SLO admission (IntraConfig.plan, core/admission.py)")
+    ap.add_argument("--elastic-rollout", action=argparse.BooleanOptionalAction, default=True,
+                    help="a job may roll out on fewer/more rollout nodes (core/elastic.py; on, as the CLI ships)")
+    ap.add_argument("--train-scaling", action=argparse.BooleanOptionalAction, default=False,
+                    help="a job may join a group by adding training nodes (core/shapes.py; off, as the CLI ships)")
     args = ap.parse_args()
     cluster = default_cluster()
     bad = shared = 0
@@ -38,14 +46,20 @@ def main() -> None:
                                mean_gap_s=(60.0, 0.0)[seed % 2], slo_range=(1.0, 1.5),
                                duration_range=(3000.0, 20000.0))
         policy = RollMuxPlacement(IntraConfig(migration=seed % 4 < 2, order=args.order, plan=args.plan))
+        # The shapes as sim/runner.py sets them from the config (the library default is nominal).
+        policy.shapes = ShapeConfig(args.train_scaling, args.elastic_rollout)
         # (the cluster state re-plans groups on departures with its own IntraConfig: same order)
-        res = simulate(jobs, cluster, policy, SimConfig(seed=seed, intra=IntraConfig(order=args.order, plan=args.plan)))
+        cfg = SimConfig(seed=seed, intra=IntraConfig(order=args.order, plan=args.plan),
+                        train_scaling=args.train_scaling, elastic_rollout=args.elastic_rollout)
+        res = simulate(jobs, cluster, policy, cfg)
         shared += len(jobs) - res.placements.get("isolated", 0)
         missed = [o.job_id for o in res.outcomes if not o.slo_met]
         if missed or len(res.outcomes) != len(jobs):
             bad += 1
             print(f"trace {seed}: missed {missed}, finished {len(res.outcomes)}/{len(jobs)}")
-    print(f"{args.traces} traces, {bad} with an SLO miss or unfinished job; {shared} shared placements")
+    onoff = {True: "on", False: "off"}
+    shapes = f"elastic rollout {onoff[args.elastic_rollout]}, training scaling {onoff[args.train_scaling]}"
+    print(f"{args.traces} traces ({shapes}), {bad} with an SLO miss or unfinished job; {shared} shared placements")
 
 
 if __name__ == "__main__":
