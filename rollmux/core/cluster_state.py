@@ -25,7 +25,16 @@ from rollmux.core.group_index import IndexedGroups, IndexSnapshot, progress_rows
 from rollmux.core.inter_group import group_fits
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
-from rollmux.core.regroup import Move, Regroup, dissolve_decision, migration_seconds, plan_moves, shrink
+from rollmux.core.regroup import (
+    Move,
+    OwedProgress,
+    Regroup,
+    dissolve_decision,
+    migration_seconds,
+    owed_by_members,
+    plan_moves,
+    shrink,
+)
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.why import WhyTally
 
@@ -74,6 +83,9 @@ class ClusterState:
         self.why = WhyTally()  # why isolated arrivals joined no group (plans that say: core/why.py)
         # Migrants with a reserved slot, not yet arrived: job -> (target group, move).
         self.arriving: dict[str, Move] = {}
+        # Migrants that arrived but are not through their first iteration there: their
+        # migration may still stall the group (with `arriving`: what `view` charges, `_owed`).
+        self.settling: dict[str, Move] = {}
         # Policy time per decision: each arrival (or re-placement), and all the policy
         # calls one departure's repairs make together.
         self.decision_ms: dict[str, list[float]] = {"arrival": [], "departure": [], "repair": []}
@@ -93,12 +105,27 @@ class ClusterState:
         hand over a mapping they do not change while the decision runs."""
         if self.planned:  # jobs planned with measured profiles owe their past at measured times
             progress = _MeasuredProgress(progress, self.estimates, self.planned)
+        owed_s = self._owed()
+        if owed_s:  # every plan charges the migrations still pending into a group to its members
+            progress = OwedProgress(progress, owed_by_members(
+                [g for gid in owed_s if (g := self.groups.get(gid)) is not None], owed_s))
         pools = self.cluster.pools
         free = {p: (None if getattr(pools, p).max_nodes is None
                     else getattr(pools, p).max_nodes - self.ledger.nodes[p]) for p in ("rollout", "train")}
         groups, index = self._groups_in_view()
         return ClusterView(self.cluster, groups, free["rollout"], free["train"],
-                           self.cfg.max_group_size, self._next_gid, progress, index)
+                           self.cfg.max_group_size, self._next_gid, progress, index, owed_s)
+
+    def _owed(self) -> dict[int, float]:
+        """Group id -> migration seconds its members may still wait for: every move reserved
+        into it and every migrant not yet through its first iteration there (conservative:
+        all of each, until that iteration ends; they may come one after another)."""
+        owed: dict[int, float] = {}
+        for moves in (self.arriving, self.settling):
+            for mv in moves.values():
+                gid = mv.plan.group.group_id
+                owed[gid] = owed.get(gid, 0.0) + mv.migration_s
+        return owed
 
     def _groups_in_view(self) -> tuple[tuple[Group, ...], IndexSnapshot | None]:
         """The groups a view offers (dissolving ones hidden) and the index as of them,
@@ -167,6 +194,7 @@ class ClusterState:
 
         Its first rollout permit there carries the whole migration as its switch time."""
         mv = self.arriving.pop(job_id)
+        self.settling[job_id] = mv
         gid = mv.plan.group.group_id
         self.controllers[gid].activate(job_id, mv.migration_s)
         return gid
@@ -175,6 +203,7 @@ class ClusterState:
         """The job ended: drop what was measured about it."""
         self.estimates.pop(job_id, None)
         self.planned.pop(job_id, None)
+        self.settling.pop(job_id, None)
 
     def cancel_arrival(self, job_id: str) -> None:
         """A migrant ended before it moved: give its reserved slot back."""
@@ -296,6 +325,7 @@ class ClusterState:
         group was planned with, the group is re-planned with measured times; if that plan
         breaks a member's SLO budget, members are evicted (slowest first) until it does
         not. Returns the evicted jobs (they migrate at their next boundary)."""
+        self.settling.pop(job_id, None)  # a migrant's first iteration there: its stall is past
         if not (self.cfg.repair and getattr(self.policy, "regroups", False)) or group_id in self.dissolving:
             return []  # only a policy with SLO admission repairs (baselines never check SLOs)
         if group_id in self.colocated:

@@ -90,6 +90,16 @@ def period_budget(job: JobSpec, progress: Mapping[str, tuple[int, float]], trans
     return budget / (max(job.iterations - done, 0) + transient)
 
 
+def joining_budget(job: JobSpec, view: ClusterView, group_id: int, slack_new: float) -> float:
+    """The newcomer's period budget (`slack_new`, uncharged) in the group: charged with the
+    migration stall the group's members still owe (`view.owed_s`), which it waits for too."""
+    owed = view.owed_s.get(group_id, 0.0) if view.owed_s else 0.0
+    if owed <= 0:
+        return slack_new
+    done = view.progress.get(job.job_id, (0, 0.0))[0]
+    return slack_new - owed / (max(job.iterations - done, 0) + 1)
+
+
 def group_fits(g: Group, progress: Mapping[str, tuple[int, float]], cfg: IntraConfig) -> bool:
     """The SLO admission test of a planned group: its planned period within every member's
     period budget ("worst"), or every member's confident mean period within its budget over
@@ -373,7 +383,7 @@ class RollMuxPlacement(PlacementPolicy):
                 if why is not None:
                     why.exact[g.group_id] = (Refusal.RESIDENCY, g)
                 continue
-            slack = slack_new
+            slack = slack_new if slo else joining_budget(job, view, g.group_id, slack_new)
             for m in g.members:
                 b = period_budget(m.job, progress)
                 if (b > slack) if slo else (b < slack):

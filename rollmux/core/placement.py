@@ -48,6 +48,11 @@ class ClusterView:
     # The group index as of `groups` (core/group_index.py), if the executor keeps one: a
     # policy may use it to skip groups that cannot take a job; it never changes what is valid.
     index: IndexSnapshot | None = field(default=None, compare=False, repr=False)
+    # group id -> seconds of migration stall its members still owe (moves reserved into it,
+    # migrants not yet through their first iteration there: core/cluster_state.py). The
+    # executor charges them to its members' `progress`; a policy charges a newcomer the
+    # group's own when it plans the newcomer into it (it waits for them too).
+    owed_s: Mapping[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     def group(self, group_id: int) -> Group | None:
         """The group with this id, if any."""

@@ -151,6 +151,60 @@ class _Charged(ProgressView):
         return len(set(self.base) | set(self.movers))
 
 
+class OwedProgress(ProgressView):
+    """Progress with per-job seconds added to elapsed time (a stall each job still owes, e.g.
+    the pending migrations into its group), computed lazily; `uncharged()` is the base's, so
+    the index's budget bounds read without these charges stay upper bounds."""
+
+    def __init__(self, base: Mapping[str, tuple[int, float]], owed: Mapping[str, float]) -> None:
+        self.base, self.owed = base, owed
+
+    def get(self, job_id: str, default=None):
+        """The job's progress with what it owes, or `default`."""
+        got = self.base.get(job_id)
+        if got is None:
+            return default
+        s = self.owed.get(job_id)
+        return got if s is None else (got[0], got[1] + s)
+
+    def uncharged(self) -> ProgressView | None:
+        """The view without its charges (every charge is non-negative); None over a plain mapping."""
+        base = self.base
+        return base.uncharged() if isinstance(base, ProgressView) else None
+
+    def snapshot_key(self) -> object | None:
+        """None: these charges change between views of one base (nothing cached is reused)."""
+        return None
+
+    def rows(self, job_ids: Sequence[str]) -> np.ndarray:
+        """(done, elapsed) with what each job owes, NaN rows for jobs without progress."""
+        out = progress_rows(self.base, job_ids)
+        owed = self.owed
+        for i, j in enumerate(job_ids):
+            s = owed.get(j)
+            if s is not None:
+                out[i, 1] += s
+        return out
+
+    def __iter__(self):
+        return iter(self.base)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+
+def owed_by_members(groups: Sequence[Group], owed_s: Mapping[int, float]) -> dict[str, float]:
+    """Per job, the stall seconds owed by the groups it is a member of (`owed_s`: group id ->
+    seconds; a job in two groups, a reserved migrant, owes both)."""
+    out: dict[str, float] = {}
+    for g in groups:
+        s = owed_s.get(g.group_id, 0.0)
+        if s > 0:
+            for m in g.members:
+                out[m.job_id] = out.get(m.job_id, 0.0) + s
+    return out
+
+
 def plan_moves(members: tuple[Member, ...], from_group: int, view: ClusterView, policy: PlacementPolicy,
                charges: Mapping[str, float], wait_s: float,
                isolated_ok: bool = False) -> tuple[list[Move], float] | None:
@@ -159,6 +213,11 @@ def plan_moves(members: tuple[Member, ...], from_group: int, view: ClusterView, 
     Each mover's SLO budget is charged with `wait_s` (the rest of its iteration in the old
     group) plus its migration time; every other job with the longest migration (a migrant
     holds its destination nodes while it cold-starts, so the members there may wait once).
+    On top, the members of every group owe the migrations still pending into it
+    (`view.owed_s`, charged to the view's progress by its maker, and to a newcomer by the
+    policy): a move planned here joins those pending ones, so once a mover is placed its
+    target owes its migration too, and the mover, now a member there, owes what its target
+    owed plus the longest migration (a later mover of this plan may join it).
     Returns the moves and the $/h they add; None when some member would need a group of its
     own (the move would then cost as much as it saves) unless `isolated_ok` (a repair evicts
     a member whatever it costs), or when no plan exists (node caps)."""
@@ -169,13 +228,20 @@ def plan_moves(members: tuple[Member, ...], from_group: int, view: ClusterView, 
     # A policy that can say "no existing group" without planning an isolated one saves that work.
     place = policy.place if isolated_ok else getattr(policy, "place_joined", policy.place)
     moves, added = [], 0.0
-    for m in members:
+    for i, m in enumerate(members):
         plan = place(m.job, scratch)
         if plan is None or (plan.case == Case.ISOLATED and not isolated_ok):
             return None
         moves.append(Move(m.job_id, from_group, plan, charges[m.job_id]))
         added += plan.delta_cost_per_hour
         scratch = _with_plan(scratch, plan)
+        if i + 1 < len(members):  # (what the next movers' plans must charge)
+            gid, mig = plan.group.group_id, charges[m.job_id]
+            before = scratch.owed_s.get(gid, 0.0)
+            owed = {j.job_id: mig for j in plan.group.members if j.job_id != m.job_id}
+            owed[m.job_id] = before + longest
+            scratch = replace(scratch, progress=OwedProgress(scratch.progress, owed),
+                              owed_s={**scratch.owed_s, gid: before + mig})
     return moves, added
 
 

@@ -114,7 +114,7 @@ def place(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Re
           joined_only: bool) -> PlacementPlan | None:
     """The cheapest valid plan over every shape option (module docstring); with `joined_only`
     only plans into existing groups (None if there is none)."""
-    from rollmux.core.inter_group import _first_refusal, period_budget
+    from rollmux.core.inter_group import _first_refusal, joining_budget, period_budget
 
     cfg, shapes, cluster = policy.cfg, policy.shapes, view.cluster
     pools = cluster.pools
@@ -151,7 +151,8 @@ def place(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Re
             if why is not None:
                 why.exact[g.group_id] = (Refusal.RESIDENCY, g)
             continue
-        slack = min([slack_new] + [period_budget(m.job, view.progress) for m in g.members])
+        slack = min([joining_budget(job, view, g.group_id, slack_new)]
+                    + [period_budget(m.job, view.progress) for m in g.members])
         if fixed_lb > slack * (1 + 1e-9) * (1 + MARGIN):
             if why is not None:
                 why.exact[g.group_id] = (None, g)

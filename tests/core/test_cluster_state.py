@@ -8,7 +8,9 @@ from factories import make_cluster, make_job
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
 from rollmux.core.env import SimEnvironment
+from rollmux.core.group import Member
 from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.regroup import Move, Regroup, migration_seconds, plan_moves
 
 CLUSTER = make_cluster()
 
@@ -69,3 +71,42 @@ def test_no_regrouping_when_it_is_off():
     st.place(make_job("b", rollout=100, train=100, slo=2.0), {})
     st.cfg = dataclasses.replace(st.cfg, max_group_size=5)
     assert st.after_departure(None, {}) == []
+
+
+def _host_with_a_move_into_it(reserve: bool, elapsed: float = 19250.0):
+    """A group of `h` (5 iterations left, `elapsed` spent of its 20,460 s budget) that `a`
+    joins: by a reserved move (`reserve`, its migration still pending) or as a plain member."""
+    st = _state()
+    h = make_job("h", rollout=100, train=50, slo=2.0, duration=205 * 50)
+    st.place(h, {})
+    progress = {"h": (h.iterations - 5, elapsed)}
+    a = make_job("a", rollout=60, train=50, slo=3.0)
+    if reserve:
+        plan = st.decide(a, progress)
+        st.apply_regroup(Regroup(99, (Move("a", 99, plan, migration_seconds(a, CLUSTER)),), False))
+    else:
+        plan = st.place(a, progress, arrival=False)
+    assert plan.case.value == "direct_packing"
+    return st, progress
+
+
+def test_a_second_move_into_a_group_is_charged_the_first_moves_pending_migration():
+    # (stress seed 6: two moves into one group decided 180 s apart; the second was planned
+    # without the first's pending migration, and a member waited for both.)
+    b = make_job("b", rollout=60, train=50, slo=3.0)
+    for reserve, planned in ((False, True), (True, False)):  # h's budget holds one migration, not two
+        st, progress = _host_with_a_move_into_it(reserve)
+        got = plan_moves((Member(b, (0,), (0,)),), 98, st.view(progress), st.policy,
+                         {"b": migration_seconds(b, CLUSTER)}, 200.0)
+        assert (got is not None) == planned
+
+
+def test_an_arrived_migrants_migration_is_owed_until_its_first_iteration_there_ends():
+    st, progress = _host_with_a_move_into_it(reserve=True)
+    owed = migration_seconds(make_job("a", rollout=60, train=50, slo=3.0), CLUSTER)
+    gid = st.arriving["a"].plan.group.group_id
+    st.arrive("a")
+    assert st.view(progress).progress["h"] == (progress["h"][0], progress["h"][1] + owed)
+    assert st.view(progress).owed_s == {gid: owed}
+    st.observe("a", gid, 60.0, 50.0, progress)
+    assert st.view(progress).progress["h"] == progress["h"] and st.view(progress).owed_s == {}

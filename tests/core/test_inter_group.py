@@ -231,3 +231,18 @@ def test_every_member_of_an_accepted_group_meets_its_slo_under_planning(seed, si
             assert shape.period_s <= m.job.slo * m.job.solo_iter_s * (1 + 1e-9)
         assert shape.period_s <= job.slo * job.solo_iter_s * job.iterations / (job.iterations + 1) * (1 + 1e-9)
         assert plan.group.size <= max_size
+
+
+@pytest.mark.parametrize("elastic", [False, True])
+def test_a_newcomer_is_charged_the_migration_its_group_still_owes(elastic):
+    from rollmux.core.shapes import ShapeConfig
+
+    host = plan_group(isolated_group(0, make_job("h", rollout=100, train=50, slo=3.0), CLUSTER), IntraConfig())
+    job = make_job("n", rollout=60, train=50, slo=1.6, duration=115 * 20)  # 20 iterations
+    view = ClusterView(CLUSTER, (host,), None, None, 5, 1, {})
+    policy = RollMuxPlacement()
+    policy.shapes = ShapeConfig(elastic_rollout=elastic)
+    assert policy.place(job, view).group.group_id == 0
+    # 1,000 s still owed there (a reserved move): 1000 / 21 s off each of its periods.
+    plan = policy.place(job, dataclasses.replace(view, owed_s={0: 1000.0}))
+    assert plan.group.group_id != 0 and plan.case == Case.ISOLATED

@@ -66,3 +66,22 @@ def test_the_shape_enumeration_with_only_nominal_options_places_as_algorithm_1()
     flexible = _run(jobs, train_scaling=True).result
     assert flexible.cost_usd == plain.cost_usd and flexible.placements == plain.placements
     assert plain.placements.get("direct_packing", 0) + plain.placements.get("rollout_scaling", 0) > 0  # shared
+
+
+def test_stress_seed_6_meets_every_slo_with_elastic_rollout():
+    # benchmarks/slo_stress.py's trace 6: two moves into one group decided 180 s apart; the
+    # second was planned without the first's pending migration and j003 missed its SLO.
+    import numpy as np
+
+    from rollmux.core.intra_group import IntraConfig
+    from rollmux.core.spec import default_cluster
+    from rollmux.sim.simulator import simulate
+    from tests.factories import synthetic_trace
+
+    jobs = synthetic_trace(np.random.default_rng(6), 30, sigma=0.0, mean_gap_s=60.0, slo_range=(1.0, 1.5),
+                           duration_range=(3000.0, 20000.0))
+    policy = RollMuxPlacement(IntraConfig(migration=False))
+    policy.shapes = ShapeConfig(False, True)
+    res = simulate(jobs, default_cluster(), policy, SimConfig(seed=6))
+    assert res.migrations["count"] > 0 and len(res.outcomes) == 30
+    assert [o.job_id for o in res.outcomes if not o.slo_met] == []
