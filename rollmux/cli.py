@@ -99,7 +99,7 @@ def simulate(
     order: str = typer.Option("rr", "--order",
                               help="Order inside a group: rr (round robin) or slo (a tight member may run "
                                    "more often per meta-iteration, core/slo_order.py)."),
-    colocate: bool = typer.Option(False, "--colocate/--no-colocate",
+    colocate: bool = typer.Option(True, "--colocate/--no-colocate",
                                   help="An arrival may run co-located on training nodes (veRL mode) when that is "
                                        "cheaper at its SLO (core/colocate.py)."),
     colo_margin: float = typer.Option(0.75, "--colo-margin", min=0.0,

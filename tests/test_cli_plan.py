@@ -26,7 +26,8 @@ def trace(tmp_path_factory):
 
 def _run(trace, tmp_path, *flags):
     out = tmp_path / "r.json"
-    res = runner.invoke(app, ["simulate", "--jobs", str(trace), "--policy", "rollmux", "--json", str(out), *flags])
+    res = runner.invoke(app, ["simulate", "--jobs", str(trace), "--policy", "rollmux", "--json", str(out),
+                                 "--no-colocate", *flags])  # (co-located, no job would share at all)
     assert res.exit_code == 0, res.output
     return json.loads(out.read_text())["policies"]["rollmux"]
 

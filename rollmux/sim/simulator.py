@@ -30,7 +30,14 @@ from rollmux.sim.draws import drift_scales, rollout_draws, solo_seconds
 from rollmux.sim.link import SharedLink
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 
-SimConfig = SchedulerConfig  # the simulator runs the scheduler with its own knobs
+@dataclass(frozen=True)
+class SimConfig(SchedulerConfig):
+    """The scheduler's knobs as the simulator runs them: the same, but with the per-job
+    co-located mode on (core/colocate.py). It paid on 17 of 18 unseen traces and on the
+    study's (benchmarks/README.md, docs/study/mechanisms.md); the live plane cannot execute
+    it (no shim for a co-located job), so `SchedulerConfig` keeps it off there."""
+
+    colocate: bool = True
 
 
 class SimulationStalled(RuntimeError):

@@ -39,7 +39,7 @@ def test_a_colocated_job_runs_exactly_as_the_verl_baseline_runs_it():
 
 def test_off_no_colocated_key_and_the_old_result():
     jobs = [rollout_heavy("a")]
-    off = run_policy("rollmux", jobs, CLUSTER, SimConfig())
+    off = run_policy("rollmux", jobs, CLUSTER, SimConfig(colocate=False))
     assert "colocated" not in off.placements and "colocated" not in off.to_json()["placements"]
     assert off.placements == {"isolated": 1}
 
@@ -55,7 +55,7 @@ def test_a_mixed_trace_meets_every_slo_and_its_counts_add_up():
     # A co-located placement is not an isolated one: the reasons add up to the isolated placements.
     assert sum(res.placements_why["placements"].values()) == cases.get("isolated", 0)
     assert sim.state.colocated == {} and sim.ledger.nodes == {"rollout": 0, "train": 0}
-    assert res.cost_usd < run_policy("rollmux", jobs, CLUSTER, SimConfig()).cost_usd
+    assert res.cost_usd < run_policy("rollmux", jobs, CLUSTER, SimConfig(colocate=False)).cost_usd
 
 
 def test_a_colocated_job_that_drifts_runs_its_drifted_phases():
