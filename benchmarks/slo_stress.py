@@ -1,9 +1,10 @@
 """SLO stress: RollMux (default config) on many heavy-load synthetic traces; counts SLO misses.
 
 Usage: .venv/bin/python benchmarks/slo_stress.py [--traces 100] [--start 0] [--order rr|slo] [--plan worst|mean]
-       [--no-elastic-rollout] [--train-scaling]
-Shapes as `rollmux simulate` ships them (core/shapes.py): elastic rollout on, training
-scaling off; `--no-elastic-rollout` and `--train-scaling` switch them as the CLI's flags do.
+       [--no-elastic-rollout] [--train-scaling] [--no-colocate]
+Shapes and modes as `rollmux simulate` ships them (core/shapes.py, core/colocate.py): elastic
+rollout on, training scaling off, the per-job co-located mode on; `--no-elastic-rollout`,
+`--train-scaling` and `--no-colocate` switch them as the CLI's flags do.
 Each trace: 30 jobs of the paper's profile classes (tests/factories.synthetic_trace),
 SLO ~ U(1, 1.5), rollout sigma cycling over 0 / 0.1 / 0.3, arrivals every ~60 s or all
 at t=0 (alternating), long-tail migration on for half of the traces. Prints every miss and
@@ -38,28 +39,35 @@ def main() -> None:
                     help="a job may roll out on fewer/more rollout nodes (core/elastic.py; on, as the CLI ships)")
     ap.add_argument("--train-scaling", action=argparse.BooleanOptionalAction, default=False,
                     help="a job may join a group by adding training nodes (core/shapes.py; off, as the CLI ships)")
+    ap.add_argument("--colocate", action=argparse.BooleanOptionalAction, default=True,
+                    help="an arrival may run co-located on training nodes (core/colocate.py; on, as the CLI ships)")
     args = ap.parse_args()
     cluster = default_cluster()
-    bad = shared = 0
+    bad = shared = colocated = 0
     for seed in range(args.start, args.start + args.traces):
         jobs = synthetic_trace(np.random.default_rng(seed), 30, sigma=(0.0, 0.1, 0.3)[seed % 3],
                                mean_gap_s=(60.0, 0.0)[seed % 2], slo_range=(1.0, 1.5),
                                duration_range=(3000.0, 20000.0))
-        policy = RollMuxPlacement(IntraConfig(migration=seed % 4 < 2, order=args.order, plan=args.plan))
+        policy = RollMuxPlacement(IntraConfig(migration=seed % 4 < 2, order=args.order, plan=args.plan),
+                                  colocate=args.colocate)
         # The shapes as sim/runner.py sets them from the config (the library default is nominal).
         policy.shapes = ShapeConfig(args.train_scaling, args.elastic_rollout)
         # (the cluster state re-plans groups on departures with its own IntraConfig: same order)
         cfg = SimConfig(seed=seed, intra=IntraConfig(order=args.order, plan=args.plan),
-                        train_scaling=args.train_scaling, elastic_rollout=args.elastic_rollout)
+                        train_scaling=args.train_scaling, elastic_rollout=args.elastic_rollout,
+                        colocate=args.colocate)
         res = simulate(jobs, cluster, policy, cfg)
-        shared += len(jobs) - res.placements.get("isolated", 0)
+        shared += res.placements.get("direct_packing", 0) + res.placements.get("rollout_scaling", 0)
+        colocated += res.placements.get("colocated", 0)
         missed = [o.job_id for o in res.outcomes if not o.slo_met]
         if missed or len(res.outcomes) != len(jobs):
             bad += 1
             print(f"trace {seed}: missed {missed}, finished {len(res.outcomes)}/{len(jobs)}")
     onoff = {True: "on", False: "off"}
-    shapes = f"elastic rollout {onoff[args.elastic_rollout]}, training scaling {onoff[args.train_scaling]}"
-    print(f"{args.traces} traces ({shapes}), {bad} with an SLO miss or unfinished job; {shared} shared placements")
+    shapes = (f"elastic rollout {onoff[args.elastic_rollout]}, training scaling {onoff[args.train_scaling]}, "
+              f"co-located mode {onoff[args.colocate]}")
+    print(f"{args.traces} traces ({shapes}), {bad} with an SLO miss or unfinished job; {shared} shared placements, "
+          f"{colocated} co-located")
 
 
 if __name__ == "__main__":

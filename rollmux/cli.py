@@ -199,7 +199,7 @@ def study(
     serial: bool = typer.Option(False, "--serial", help="Run the simulations one by one in this process, no Ray."),
     sections: str = typer.Option("all", "--sections",
                                  help="Further sections after parts A-C: all, none, or names, comma-separated "
-                                      "(migration, drift, link, residency, capacity, baseline_sensitivity)."),
+                                      "(migration, drift, link, residency, placements_why, mechanisms, capacity, baseline_sensitivity)."),
 ) -> None:
     """Regenerate the paper's scheduling study: tables and plots under --out."""
     from contextlib import ExitStack

@@ -30,6 +30,7 @@ from rollmux.sim.draws import drift_scales, rollout_draws, solo_seconds
 from rollmux.sim.link import SharedLink
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 
+
 @dataclass(frozen=True)
 class SimConfig(SchedulerConfig):
     """The scheduler's knobs as the simulator runs them: the same, but with the per-job

@@ -60,13 +60,15 @@ PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "gre
 
 
 def philly_variants() -> dict[str, SimConfig]:
-    """Part C: rollmux variants, from the paper's static groups to the new defaults."""
-    default = SimConfig()
+    """Part C: rollmux variants, from the paper's static groups to regrouping, nominal shapes and
+    no co-located jobs (issue 14's mechanisms, on top of this, are the mechanisms section's rows)."""
+    base = SimConfig(colocate=False, elastic_rollout=False)  # (variant_policy sets no shapes either)
+    default = base
     return {
-        "static groups (paper)": SimConfig(**STATIC),
-        "+ shrink": SimConfig(shrink=True, regroup=False),
-        "+ re-placement of the group a job left": SimConfig(shrink=False, regroup=True, consolidate=0),
-        "+ shrink + re-placement": SimConfig(consolidate=0),
+        "static groups (paper)": replace(base, **STATIC),
+        "+ shrink": replace(base, shrink=True, regroup=False),
+        "+ re-placement of the group a job left": replace(base, shrink=False, regroup=True, consolidate=0),
+        "+ shrink + re-placement": replace(base, consolidate=0),
         "+ shrink + re-placement + consolidation of small groups (default)": default,
         "default, fixed cyclic order": replace(default, intra=IntraConfig(best_order_max=0)),
         "default, paper's pruning of saturated groups": default,
@@ -86,7 +88,8 @@ def variant_policy(label: str, cfg: SimConfig) -> RollMuxPlacement:
 def philly_policy_run(name: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
     """Part B: one policy on a Philly-driven trace (one sweep task)."""
     if name == "rollmux-static":
-        res = simulate(jobs, cluster, RollMuxPlacement(), SimConfig(seed=seed, **STATIC))
+        cfg = SimConfig(seed=seed, colocate=False, elastic_rollout=False, **STATIC)  # the paper's groups
+        res = simulate(jobs, cluster, RollMuxPlacement(), cfg)
         res.policy = name
         return res
     if name == "gavel":

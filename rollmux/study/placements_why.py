@@ -5,8 +5,10 @@ profiles; at the study's default sizes the catalog one is the embedded default t
 `rollmux simulate` runs). For every
 arrival it isolates, the policy says why each existing group refused it (core/why.py); the
 section tabulates one reason per isolated placement (its nearest miss) and the groups each
-reason refused. Rows are planning variants: the worst case (the default) and the median
-rollout (`--plan-quantile 0.5`); a mechanism that lets more jobs share adds its own row.
+reason refused. Rows: before issue 14's mechanisms (nominal shapes, no co-located jobs),
+planning at the worst case and at the median rollout (`--plan-quantile 0.5`), then what
+`rollmux simulate` ships (elastic rollout and the per-job co-located mode on): the before and
+after of the issue.
 """
 
 from __future__ import annotations
@@ -21,25 +23,29 @@ from rollmux.study.config import StudyConfig
 from rollmux.study.sections import MODES, pct, philly_jobs, regenerate, run_config
 from rollmux.study.sweep import Pmap
 
-# (label, rollout quantile the SLO admission plans with)
-ROWS = (("worst case (default)", 1.0), ("median (--plan-quantile 0.5)", 0.5))
+# (label, rollout quantile the SLO admission plans with, issue 14's shipped mechanisms on)
+ROWS = (("worst case, before issue 14", 1.0, False), ("median (--plan-quantile 0.5), before issue 14", 0.5, False),
+        ("shipped default (elastic rollout, co-located mode)", 1.0, True))
 
 
 def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
     """RollMux with one row's planning on the trace: its isolated placements and why."""
-    q = next(q for name, q in ROWS if name == label)
+    q, shipped = next((q, on) for name, q, on in ROWS if name == label)
     cfg = SimConfig(seed=seed)
+    if not shipped:
+        cfg = replace(cfg, colocate=False, elastic_rollout=False)
     res = run_config(jobs, cluster, replace(cfg, intra=replace(cfg.intra, plan_quantile=q)))
     why = res.placements_why or {"placements": {}, "groups": {}}
     return {"trace": trace, "row": label, "jobs": len(jobs), "cost_usd": res.cost_usd,
             "slo": res.slo_attainment, "isolated": sum(why["placements"].values()),
+            "colocated": res.placements.get("colocated", 0),
             "placements": why["placements"], "groups": why["groups"]}
 
 
 def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap) -> dict:
     """Every row on both Philly-driven traces."""
     sets = [(f"philly {mode}", philly_jobs(sc, traces, mode)) for mode in MODES]
-    tasks = [(name, label, jobs, cluster, sc.seed) for name, jobs in sets for label, _ in ROWS]
+    tasks = [(name, label, jobs, cluster, sc.seed) for name, jobs in sets for label, _, _ in ROWS]
     return {"quick": sc.is_quick, "vc": sc.philly_vc, "runs": pmap(why_run, tasks)}
 
 
@@ -61,12 +67,12 @@ def render(data: dict) -> str:
         f"are left out. Philly VC {data['vc']}; at the default sizes the catalog trace is "
         "`rollmux simulate`'s embedded default trace.",
         "",
-        f"| trace | planning | jobs | isolated | {head} | cost $ | SLO met |",
-        "|---|---|---|---|" + "---|" * len(shown) + "---|---|",
+        f"| trace | planning | jobs | co-located | isolated | {head} | cost $ | SLO met |",
+        "|---|---|---|---|---|" + "---|" * len(shown) + "---|---|",
     ]
     for r in runs:
         cells = " | ".join(f"{r['placements'].get(k, 0)}" for k in shown)
-        lines.append(f"| {r['trace']} | {r['row']} | {r['jobs']} | {r['isolated']} "
+        lines.append(f"| {r['trace']} | {r['row']} | {r['jobs']} | {r.get('colocated', 0)} | {r['isolated']} "
                      f"({pct(r['isolated'] / r['jobs'] if r['jobs'] else 0.0)}) | {cells} | "
                      f"{r['cost_usd']:,.0f} | {pct(r['slo'])} |")
     lines += ["", "Groups refused, summed over the isolated placements:", "",

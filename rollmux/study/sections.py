@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.metrics import PolicyResult
-from rollmux.sim.simulator import SimConfig, simulate
+from rollmux.sim.runner import run_policy
+from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
 from rollmux.workload import synthesize_philly
 
@@ -22,11 +20,9 @@ def philly_jobs(sc: StudyConfig, traces: Path, mode: str) -> list[JobSpec]:
 
 
 def run_config(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig, solo: bool = False) -> PolicyResult:
-    """RollMux (or Solo-D) with `cfg` on the trace."""
-    policy = SoloPlacement(cfg.intra) if solo else RollMuxPlacement(cfg.intra)
-    if not solo:
-        policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
-    return simulate(jobs, cluster, policy, cfg)
+    """RollMux (or Solo-D) with `cfg` on the trace, built as `rollmux simulate` builds it
+    (shapes and the co-located mode from `cfg`, sim/runner.py)."""
+    return run_policy("solo-d" if solo else "rollmux", jobs, cluster, cfg)
 
 
 def summary(res: PolicyResult) -> dict:
