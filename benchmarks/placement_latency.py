@@ -1,12 +1,15 @@
 """Placement decision latency of RollMux's inter-group scheduler with 10 to 10,000 active jobs.
 
-Usage: .venv/bin/python benchmarks/placement_latency.py [--sizes 10,100,1000,10000] [--probes 50] [--json OUT]
+Usage: .venv/bin/python benchmarks/placement_latency.py [--sizes 10,100,1000,10000] [--probes 50] [--nominal]
+                                                        [--json OUT]
 Each row places N paper-profile jobs (no departures; the groups kept indexed as
 the cluster state keeps them), then times `--probes` fresh placement decisions
 against that state and reports p50 / p99 in milliseconds, wall clock and CPU
 time of this process (on a shared machine the wall clock also counts other
 processes' turns), and how long building the state took. `rollmux bench
-placement --jobs N` prints the same wall-clock row for one size.
+placement --jobs N` prints the same wall-clock row for one size. The policy is the one
+`rollmux simulate` runs (elastic rollout, the per-job co-located mode: a co-located job
+joins no group); `--nominal`: nominal shapes and no co-located jobs (before issue 14).
 """
 
 import argparse
@@ -20,12 +23,13 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--sizes", default="10,100,1000,10000")
     ap.add_argument("--probes", type=int, default=50)
+    ap.add_argument("--nominal", action="store_true", help="nominal shapes, no co-located jobs")
     args = ap.parse_args()
     print(f"{'active jobs':>12} {'groups':>7} {'p50 ms':>9} {'p99 ms':>9} {'p50 cpu':>9} {'p99 cpu':>9} {'build s':>8}",
           flush=True)
     rows = []
     for n in args.sizes.split(","):
-        r = placement_latency(int(n), probes=args.probes)
+        r = placement_latency(int(n), probes=args.probes, shipped=not args.nominal)
         rows.append(r)
         print(f"{r['jobs']:>12} {r['groups']:>7} {r['p50_ms']:>9.2f} {r['p99_ms']:>9.2f} "
               f"{r['p50_cpu_ms']:>9.2f} {r['p99_cpu_ms']:>9.2f} {r['build_s']:>8.1f}", flush=True)

@@ -511,11 +511,13 @@ def bench_placement(
     probes: int = typer.Option(50, "--probes", min=1, help="Placement decisions timed."),
     seed: int = typer.Option(0, "--seed"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write {jobs, p50_ms, p99_ms} here."),
+    nominal: bool = typer.Option(False, "--nominal",
+                                 help="Nominal shapes and no co-located jobs (default: the policy as simulate runs it)."),
 ) -> None:
     """Latency of one RollMux placement decision with N active jobs."""
     from rollmux.study.placement_bench import placement_latency
     try:
-        r = placement_latency(n_jobs, probes=probes, seed=seed)
+        r = placement_latency(n_jobs, probes=probes, seed=seed, shipped=not nominal)
         out.print(f"{r['jobs']} active jobs in {r['groups']} groups: placement p50 {r['p50_ms']:.2f} ms, "
                   f"p99 {r['p99_ms']:.2f} ms over {probes} decisions")
         if json_out is not None:

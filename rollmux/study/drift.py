@@ -15,9 +15,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import MODES, mig_cells, pct, philly_jobs, regenerate, run_config, summary
+from rollmux.study.sections import (
+    GROUPS_NOTE,
+    MODES,
+    groups_config,
+    mig_cells,
+    pct,
+    philly_jobs,
+    regenerate,
+    run_config,
+    summary,
+)
 from rollmux.study.sweep import Pmap
 from rollmux.workload.drift import add_drift
 
@@ -36,7 +45,7 @@ def drift_run(mode: str, severity: str, repair: bool, jobs: list[JobSpec], clust
               seed: int) -> dict:
     """RollMux on one (maybe drifted) trace, with or without repair."""
     trace = jobs if severity == "none" else drifted(jobs, severity, seed)
-    res = run_config(trace, cluster, replace(SimConfig(seed=seed), repair=repair))
+    res = run_config(trace, cluster, replace(groups_config(seed), repair=repair))
     drifting = {j.job_id for j in trace if j.drift is not None}
     slo_drifted = [o.slo_met for o in res.outcomes if o.job_id in drifting]
     slo_others = [o.slo_met for o in res.outcomes if o.job_id not in drifting]
@@ -62,6 +71,8 @@ def render(data: dict) -> str:
                     for k, (r, t) in SEVERITIES.items())
     lines = [
         "## Profile drift: SLO attainment and cost with and without repair",
+        "",
+        GROUPS_NOTE,
         "",
         f"{SHARE:.0%} of the jobs drift after 20-60% of their lifetime ({sev}). The scheduler sees only "
         "measured phase times. Repair: a group whose plan, re-made with measured times, breaks a member's "

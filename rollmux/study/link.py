@@ -16,9 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import MODES, pct, philly_jobs, regenerate, run_config, summary
+from rollmux.study.sections import GROUPS_NOTE, MODES, groups_config, pct, philly_jobs, regenerate, run_config, summary
 from rollmux.study.sweep import Pmap
 
 # (label, link Gb/s or None, flat sync)
@@ -39,7 +38,7 @@ def link_run(mode: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, s
     """RollMux on the trace with one row's link."""
     _, gbps, flat = next(r for r in ROWS if r[0] == label)
     cl = cluster.model_copy(update={"inter_pool_gbps": gbps})
-    res = run_config(with_weights(jobs, cluster), cl, replace(SimConfig(seed=seed), flat_sync=flat))
+    res = run_config(with_weights(jobs, cluster), cl, replace(groups_config(seed), flat_sync=flat))
     return {"mode": mode, "row": label, **summary(res)}
 
 
@@ -54,6 +53,8 @@ def render(data: dict) -> str:
     """The markdown section."""
     lines = [
         "## A finite inter-pool link",
+        "",
+        GROUPS_NOTE,
         "",
         "Weight syncs share the link between the pools (`inter_pool_gbps`); a sync ends when its "
         "fixed part (`sync_s`) is over and its bytes crossed the link. Each job's `weights_gb` is one "

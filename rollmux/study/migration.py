@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import MODES, pct, philly_jobs, regenerate, run_config, summary
+from rollmux.study.sections import GROUPS_NOTE, MODES, groups_config, pct, philly_jobs, regenerate, run_config, summary
 from rollmux.study.sweep import Pmap
 
 SCALES = (0.5, 1.0, 2.0, 4.0)
@@ -29,7 +28,7 @@ SEEDS = 3  # draw seeds per row: one run's order of close rows can be luck of it
 
 def migration_run(mode: str, row: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
     """One row of the section on one trace."""
-    cfg = SimConfig(seed=seed)
+    cfg = groups_config(seed)
     if row == "static":
         cfg = replace(cfg, shrink=False, regroup=False, repair=False)
     elif row.startswith("x"):
@@ -99,6 +98,8 @@ def render(data: dict) -> str:
     """The markdown section."""
     lines = [
         "## Priced migrations: sensitivity to the migration time",
+        "",
+        GROUPS_NOTE,
         "",
         "A migration moves the job's training state once (16 B/param: 8 x `weights_gb`, else its "
         "host-resident training state) at 1.8 GB/s and cold-starts it (cluster `cold_switch_s`, 135 s): "

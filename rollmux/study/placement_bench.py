@@ -10,7 +10,8 @@ from rollmux.core.group import Group
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import IntraConfig
-from rollmux.core.placement import ClusterView, PlacementPolicy, validate_plan
+from rollmux.core.placement import Case, ClusterView, PlacementPolicy, validate_plan
+from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 
 
@@ -19,13 +20,15 @@ def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSp
     """Place `jobs` one after another (no departures) and return the resulting groups.
 
     The groups are kept indexed (core/group_index.py) with `intra` (default: the policy's
-    own planning configuration), as the cluster state keeps them."""
+    own planning configuration), as the cluster state keeps them; a co-located job (core/colocate.py)
+    joins no group, as in the cluster state."""
     groups = IndexedGroups(intra or getattr(policy, "cfg", None) or IntraConfig())
     for job in jobs:
         view = indexed_view(groups, cluster, max_group_size)
         plan = policy.place(job, view)
         validate_plan(plan, job, view)
-        groups[plan.group.group_id] = plan.group
+        if plan.case != Case.COLOCATED:
+            groups[plan.group.group_id] = plan.group
     return groups
 
 
@@ -38,14 +41,19 @@ def indexed_view(groups: dict[int, Group], cluster: ClusterSpec, max_group_size:
     return ClusterView(cluster, tuple(groups.values()), None, None, max_group_size, max(groups, default=-1) + 1)
 
 
-def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: bool = True) -> dict:
+def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: bool = True,
+                      shipped: bool = True) -> dict:
     """p50/p99 (ms) of one RollMux placement decision with `n_active` jobs placed.
 
     `indexed`: the view carries the group index, as `ClusterState` hands it to the policy
-    (False: the plain scan over every group, for comparison)."""
+    (False: the plain scan over every group, for comparison). `shipped`: the policy as
+    `rollmux simulate` runs it (elastic rollout, the co-located mode; sim/runner.py); False:
+    Algorithm 1 with nominal shapes and no co-located jobs."""
     from rollmux.workload import paper_jobs
     cluster = default_cluster()
-    policy = RollMuxPlacement()
+    policy = RollMuxPlacement(colocate=shipped)
+    if shipped:
+        policy.shapes = ShapeConfig(train_scaling=False, elastic_rollout=True)
     active = paper_jobs(n_active, seed=seed)
     t0 = time.perf_counter()
     groups = build_state(active, policy, cluster)
@@ -60,6 +68,6 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: b
         times.append((time.perf_counter() - t0) * 1e3)
         cpu.append((time.process_time() - c0) * 1e3)
     # CPU time as well: on a shared machine wall time also counts other processes' turns.
-    return {"jobs": n_active, "groups": len(groups), "p50_ms": float(np.percentile(times, 50)),
+    return {"jobs": n_active, "groups": len(groups), "shipped": shipped, "p50_ms": float(np.percentile(times, 50)),
             "p99_ms": float(np.percentile(times, 99)), "p50_cpu_ms": float(np.percentile(cpu, 50)),
             "p99_cpu_ms": float(np.percentile(cpu, 99)), "build_s": build_s}
