@@ -35,7 +35,7 @@ from rollmux.sim.metrics import JobOutcome, PolicyResult
 class SimConfig(SchedulerConfig):
     """The scheduler's knobs as the simulator runs them: the same, but with the per-job
     co-located mode on (core/colocate.py). It paid on 17 of 18 unseen traces and on the
-    study.s (benchmarks/README.md, docs/study/study.md); the live plane cannot execute
+    study's (benchmarks/README.md, docs/study/study.md); the live plane cannot execute
     it (no shim for a co-located job), so `SchedulerConfig` keeps it off there."""
 
     colocate: bool = True
