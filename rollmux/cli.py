@@ -512,7 +512,7 @@ def bench_placement(
     seed: int = typer.Option(0, "--seed"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write {jobs, p50_ms, p99_ms} here."),
     nominal: bool = typer.Option(False, "--nominal",
-                                 help="Nominal shapes and no co-located jobs (default: the policy as simulate runs it)."),
+                                 help="Nominal shapes (default: elastic rollout shapes, as simulate runs them)."),
 ) -> None:
     """Latency of one RollMux placement decision with N active jobs."""
     from rollmux.study.placement_bench import placement_latency

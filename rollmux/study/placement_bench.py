@@ -46,12 +46,13 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: b
     """p50/p99 (ms) of one RollMux placement decision with `n_active` jobs placed.
 
     `indexed`: the view carries the group index, as `ClusterState` hands it to the policy
-    (False: the plain scan over every group, for comparison). `shipped`: the policy as
-    `rollmux simulate` runs it (elastic rollout, the co-located mode; sim/runner.py); False:
-    Algorithm 1 with nominal shapes and no co-located jobs."""
+    (False: the plain scan over every group, for comparison). `shipped`: the group search as
+    `rollmux simulate` runs it (elastic rollout shapes, sim/runner.py); False: Algorithm 1 with
+    nominal shapes. The co-located mode stays off here: these jobs (8:8) would all run
+    co-located, leaving no group to search (that answer takes ~0.3 ms at any size)."""
     from rollmux.workload import paper_jobs
     cluster = default_cluster()
-    policy = RollMuxPlacement(colocate=shipped)
+    policy = RollMuxPlacement()
     if shipped:
         policy.shapes = ShapeConfig(train_scaling=False, elastic_rollout=True)
     active = paper_jobs(n_active, seed=seed)
