@@ -5,7 +5,7 @@ Usage: .venv/bin/python benchmarks/colocate.py [--traces-spec 2869ce:11,b436b2:1
                                                [--json OUT] [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace (seeds other
 than the study's 0) and runs, as independent tasks (a private local Ray by default): Solo-D,
-RollMux as it is (the mode off), and RollMux with the mode on at each --margins value (a job
+RollMux with the mode off (`--no-colocate`), and RollMux with the mode on at each --margins value (a job
 goes co-located when that costs less than margin x its disaggregated placement per
 iteration). Every run keeps the defaults otherwise (priced migrations, regrouping, drift
 repair). The veRL baseline (every job co-located) is computed in closed form alongside (not with --drift). Per
@@ -36,7 +36,7 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
     """One row's simulation (a sweep task): "solo-d", "off" or "colo@MARGIN"."""
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
-    cfg = SimConfig(seed=seed)
+    cfg = SimConfig(seed=seed, colocate=False)  # "off" (the mode is on by default since 2026-12-01)
     if run.startswith("colo@"):
         cfg = replace(cfg, colocate=True, colo_margin=float(run[5:]))
     res = run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg)
