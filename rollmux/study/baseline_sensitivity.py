@@ -1,7 +1,10 @@
 """Study section: the co-located baselines on their own terms (DESIGN §6, issue 11 item 2).
 
 On the Philly-driven traces (paper and catalog profiles), against simulated
-Solo-D and with RollMux (default configuration) for reference:
+Solo-D and with RollMux for reference, twice: its co-execution groups alone
+(`rollmux`: nominal shapes, no co-located jobs) and as `rollmux simulate` ships it
+(`rollmux-shipped`: elastic rollout and the per-job co-located mode, run at each
+co-located speed, since its co-located jobs use the same calibration):
 
 - veRL, calibrated to the paper's co-located pairs (rollmux/sim/baselines.py),
   at co-located speed x0.8, x1 and x1.2 of the calibration: the sensitivity row.
@@ -28,6 +31,7 @@ from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import simulate_verl
 from rollmux.sim.gavel import GavelSimulation
 from rollmux.sim.metrics import PolicyResult
+from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.capacity import capped
 from rollmux.study.config import StudyConfig
@@ -45,6 +49,7 @@ TIE_REL = 1e-3        # a cost within 0.1% of Solo-D's is reported as a tie
 def runs_of(cap: int) -> list[tuple[str, float, int | None]]:
     """(policy, co-located speed, nodes per pool or None) of every run on one trace."""
     out: list[tuple[str, float, int | None]] = [("solo-d", 1.0, None), ("rollmux", 1.0, None)]
+    out += [("rollmux-shipped", s, None) for s in SPEEDS]
     out += [("verl", s, None) for s in SPEEDS]
     out += [("gavel-plain", 1.0, None), ("gavel-plain", 1.0, cap)]
     out += [("gavel-hetero", s, None) for s in SPEEDS]
@@ -76,6 +81,9 @@ def baseline_run(mode: str, policy: str, speed: float, cap: int | None, jobs: li
         sim = GavelSimulation(jobs, c, seed, hetero=policy == "gavel-hetero", colo_speed=speed)
         res = sim.run()
         return {**head, **summarize(res, sim.kind_counts["colo"], sim.preemptions, gpn)}
+    if policy == "rollmux-shipped":
+        res = run_policy("rollmux", jobs, c, SimConfig(seed=seed, colo_speed=speed))
+        return {**head, **summarize(res, res.placements.get("colocated", 0), None, gpn)}
     cfg = SimConfig(seed=seed)
     place = RollMuxPlacement(cfg.intra) if policy == "rollmux" else SoloPlacement(cfg.intra)
     return {**head, **summarize(simulate(jobs, c, place, cfg), 0, None, gpn)}
@@ -111,6 +119,11 @@ def findings(data: dict) -> list[str]:
         out.append(f"- {mode}: veRL gains {gains} over Solo-D against RollMux's {solo / rm['cost_usd']:.2f}x; "
                    + (f"veRL is cheaper than RollMux at {', '.join(cheaper)}." if cheaper
                       else "RollMux is cheaper at every calibration."))
+        shipped = {r["speed"]: r for r in runs if r["policy"] == "rollmux-shipped"}
+        if shipped:
+            out.append(f"- {mode}: RollMux as shipped (per-job co-located mode) gains " + ", ".join(
+                f"{solo / r['cost_usd']:.2f}x at x{s:g} ({pct(r['colocated_share'])} co-located, veRL "
+                f"{solo / verl[s]['cost_usd']:.2f}x)" for s, r in sorted(shipped.items()) if s in verl) + ".")
         ties = [r for r in runs if r["policy"].startswith("gavel") and abs(r["cost_usd"] / solo - 1) < TIE_REL]
         het = [r for r in runs if r["policy"] == "gavel-hetero"]
         shares = ", ".join(f"{pct(r['colocated_share'])} (x{r['speed']:g}, {r['cap'] or 'uncapped'})" for r in het)
@@ -130,7 +143,10 @@ def render(data: dict) -> str:
         "each job on max(rollout, train) GPUs of H800, with its phase times calibrated to the paper's "
         "co-located pairs (8B-32k rollout 888 -> 608 s, 32B-8k training 362 -> 271 s; factors interpolated "
         "over the job's rollout/train balance, rollmux/sim/baselines.py); the speed column scales the "
-        "co-located phases (x0.8 = 25% slower than calibrated). Gavel+ plain keeps every job disaggregated; "
+        "co-located phases (x0.8 = 25% slower than calibrated). `rollmux` is RollMux's co-execution "
+        "groups alone (nominal shapes, no co-located jobs); `rollmux-shipped` is what `rollmux simulate` runs "
+        "(elastic rollout, the per-job co-located mode at the row's speed). Gavel+ plain keeps every job "
+        "disaggregated; "
         "heterogeneity-aware Gavel+ runs each job's rollout on H20 or co-located on its H800 gang, "
         "whichever costs less per iteration within its SLO, at the same calibrated speed. With a cap "
         f"({cap} nodes per pool) Gavel+ time-slices its gangs in 6-minute rounds (max-min fairness over "
@@ -143,7 +159,7 @@ def render(data: dict) -> str:
     ]
     for r in data["runs"]:
         solo = _solo_cost(data, r["mode"])
-        colo = r["policy"] in ("verl", "gavel-hetero")
+        colo = r["policy"] in ("verl", "gavel-hetero", "rollmux-shipped")
         pk = r["peak_nodes"]
         lines.append(
             f"| {r['mode']} | {r['policy']} | {'x' + format(r['speed'], 'g') if colo else '-'} | "

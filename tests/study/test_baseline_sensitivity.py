@@ -86,3 +86,13 @@ def test_findings_name_the_speeds_where_verl_beats_rollmux_and_the_gavel_ties():
     assert "cheaper than RollMux at x1, x1.2" in text
     assert "ties Solo-D (within 0.1%): gavel-plain uncapped" in text
     assert "gavel-hetero uncapped" not in text.split("ties Solo-D")[1]
+
+
+@pytest.mark.parametrize("mode", bs.MODES)
+def test_shipped_rollmux_is_never_dearer_than_groups_alone_or_than_verl_by_much(data, mode):
+    # Per job it takes the cheaper of its group answer and co-location (with a margin), so at the
+    # calibrated speed it is at most the groups-alone cost, and co-locates where veRL would.
+    shipped = pick(data, mode, "rollmux-shipped")
+    assert shipped["slo"] == 1.0 and shipped["colocated_share"] > 0
+    assert shipped["cost_usd"] <= pick(data, mode, "rollmux")["cost_usd"] * (1 + 1e-9)
+    assert shipped["cost_usd"] <= pick(data, mode, "verl")["cost_usd"] * 1.25
