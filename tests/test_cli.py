@@ -90,6 +90,15 @@ def test_simulate_prints_the_comparison_table(small_trace):
     assert "rollmux" in res.output and "gain" in res.output
 
 
+def test_the_table_is_never_cut_to_ellipses_on_a_140_column_console(small_trace):
+    # Not a terminal: the console is 140 wide; the co-located share made the placements cell
+    # wide enough that every column was cut ("poli…", "cost…") until the text cells wrapped.
+    res = runner.invoke(app, ["simulate", "--jobs", str(small_trace), "--policy", "rollmux", "--policy", "solo-d"])
+    assert res.exit_code == 0
+    header = next(ln for ln in res.output.splitlines() if "policy" in ln)
+    assert "cost $" in header and "decide ms" in header and "…" not in res.output
+
+
 @pytest.mark.parametrize("args, place", [
     (["simulate", "--jobs", "/nonexistent.jsonl"], "/nonexistent.jsonl"),
     (["simulate", "--policy", "fifo"], "--policy"),

@@ -65,10 +65,13 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
               caption=f"gain = Solo-D cost ({basis}) / policy cost; slowdown = mean iteration time vs "
                       f"solo, mean and max over jobs; R / T = rollout / training pool; peaks in GPUs; "
                       f"placements = direct packing / "
-                      f"rollout scaling / isolated; migrations = jobs moved between groups (job-hours they stalled); decide ms = policy time per arrival (one placement) · per departure (all its re-placement checks), p50/p99 each; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
+                      f"rollout scaling / isolated (+ co-located); migrations = jobs moved between groups (job-hours they stalled); decide ms = policy time per arrival (one placement) · per departure (all its re-placement checks), p50/p99 each; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
     for col in ("policy", "cost $", "$/h", "gain", "SLO met", "slowdown", "max", "idle R",
                 "idle T", "peak R", "peak T", "placements", "migrations", "decide ms"):
-        t.add_column(col, justify="left" if col in ("policy", "placements") else "right", no_wrap=True)
+        # The text cells wrap on a narrow console (140 columns when not a terminal) so that the
+        # numbers and the headers are never cut to an ellipsis.
+        t.add_column(col, justify="left" if col in ("policy", "placements") else "right",
+                     no_wrap=col not in ("placements", "migrations", "decide ms"))
     for name, r in cmp.results.items():
         j = r.to_json()
         p = j.get("placements")
