@@ -13,6 +13,7 @@ from rollmux.core.intra_group import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPolicy, validate_plan
 from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
+from rollmux.sim.simulator import SimConfig
 
 
 def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSpec,
@@ -53,8 +54,9 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: b
     from rollmux.workload import paper_jobs
     cluster = default_cluster()
     policy = RollMuxPlacement()
-    if shipped:
-        policy.shapes = ShapeConfig(train_scaling=False, elastic_rollout=True)
+    if shipped:  # the shapes `rollmux simulate` ships (sim/runner.py sets them from the config)
+        cfg = SimConfig()
+        policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)
     active = paper_jobs(n_active, seed=seed)
     t0 = time.perf_counter()
     groups = build_state(active, policy, cluster)
