@@ -62,13 +62,12 @@ PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "gre
 def philly_variants() -> dict[str, SimConfig]:
     """Part C: rollmux variants, from the paper's static groups to regrouping, nominal shapes and
     no co-located jobs (issue 14's mechanisms, on top of this, are the mechanisms section's rows)."""
-    base = SimConfig(colocate=False, elastic_rollout=False)  # (variant_policy sets no shapes either)
-    default = base
+    default = SimConfig(colocate=False, elastic_rollout=False)  # (variant_policy sets no shapes either)
     return {
-        "static groups (paper)": replace(base, **STATIC),
-        "+ shrink": replace(base, shrink=True, regroup=False),
-        "+ re-placement of the group a job left": replace(base, shrink=False, regroup=True, consolidate=0),
-        "+ shrink + re-placement": replace(base, consolidate=0),
+        "static groups (paper)": replace(default, **STATIC),
+        "+ shrink": replace(default, shrink=True, regroup=False),
+        "+ re-placement of the group a job left": replace(default, shrink=False, regroup=True, consolidate=0),
+        "+ shrink + re-placement": replace(default, consolidate=0),
         "+ shrink + re-placement + consolidation of small groups (default)": default,
         "default, fixed cyclic order": replace(default, intra=IntraConfig(best_order_max=0)),
         "default, paper's pruning of saturated groups": default,
