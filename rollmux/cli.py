@@ -106,6 +106,9 @@ def simulate(
                                       help="Co-located only when below this share of the disaggregated cost."),
     colo_speed: float = typer.Option(1.0, "--colo-speed",
                                      help="Co-located phases run this many times as fast as calibrated (sensitivity)."),
+    stretch_pricing: bool = typer.Option(True, "--stretch-pricing/--no-stretch-pricing",
+                                         help="Place each job where it adds least per iteration, the members' stretch "
+                                              "included (core/marginal.py); off: the first valid option in Δ order."),
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:
@@ -132,7 +135,8 @@ def simulate(
                         migration_scale=migration_scale, regroup_margin=regroup_margin,
                         flat_sync=flat_sync, consolidate=consolidate,
                         train_scaling=train_scaling, elastic_rollout=elastic_rollout,
-                        colocate=colocate, colo_margin=colo_margin, colo_speed=colo_speed)
+                        colocate=colocate, colo_margin=colo_margin, colo_speed=colo_speed,
+                        stretch_pricing=stretch_pricing)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:

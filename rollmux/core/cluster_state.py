@@ -65,6 +65,10 @@ class SchedulerConfig:
     colocate: bool = False        # an arrival may run co-located on training nodes, veRL mode (core/colocate.py)
     colo_speed: float = 1.0       # co-located phases run this many times as fast as calibrated
     colo_margin: float = COLO_MARGIN  # co-located only when below this share of the disaggregated cost
+    # Placement takes the valid option that adds least per iteration, the members' stretch
+    # included (core/marginal.py), instead of the first in Δ order. On in the simulator
+    # (sim/simulator.py SimConfig); off here, so the live plane keeps Algorithm 1's choice.
+    stretch_pricing: bool = False
 
 
 class ClusterState:

@@ -111,21 +111,23 @@ def iteration_cost(plan: PlacementPlan) -> float:
 
 def choose(job: JobSpec, view: ClusterView, disagg: PlacementPlan | None,
            isolated: Callable[[], PlacementPlan | None], quantile: float, speed: float = 1.0,
-           margin: float = COLO_MARGIN) -> PlacementPlan | None:
+           margin: float = COLO_MARGIN,
+           cost: Callable[[PlacementPlan], float] = iteration_cost) -> PlacementPlan | None:
     """The cheaper of the co-located option and the disaggregated answer.
 
     `disagg`: the cheapest valid group placement (None: no group takes the job);
     `isolated()`: the isolated plan, asked only when no group does. A co-located plan
-    is taken when its `iteration_cost` is below `margin` x the other's."""
+    is taken when its `cost` per iteration (`iteration_cost`, or with stretch pricing
+    core/marginal.py's, which also charges the members' stretch) is below `margin` x the other's."""
     other = disagg
-    if other is not None and other.delta_cost_per_hour <= 0:
-        return other  # direct packing adds nothing: nothing is cheaper
+    if other is not None and cost(other) <= 0:
+        return other  # the join adds nothing: nothing is cheaper
     colo = colocated_option(job, view, quantile, speed)
     if other is None:
         other = isolated()
     if colo is None:
         return other
-    if other is None or iteration_cost(colo) < margin * iteration_cost(other) * (1 - 1e-12):
+    if other is None or cost(colo) < margin * cost(other) * (1 - 1e-12):
         return colo
     return other
 

@@ -35,7 +35,8 @@ from rollmux.core.intra_group import (
 )
 
 NO_BOUND = float("-inf")  # a candidate without index bounds: only the exact checks decide
-from rollmux.core.colocate import COLO_MARGIN, choose
+from rollmux.core.colocate import COLO_MARGIN, choose, iteration_cost
+from rollmux.core.marginal import plan_added_cost
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.shapes import ShapeConfig, ShapeStats, least_cycles
 from rollmux.core.shapes import place as place_shapes
@@ -218,6 +219,10 @@ class RollMuxPlacement(PlacementPolicy):
     # Flexible group shapes (core/shapes.py): training scaling, elastic rollout parallelism;
     # both off (the default): Algorithm 1 as written. Set by the runner from SchedulerConfig.
     shapes: ShapeConfig = ShapeConfig()
+    # Stretch pricing (core/marginal.py): take the valid option that adds least per iteration,
+    # the members' stretch included, instead of the first in Δ order. Off: the paper. Set by the
+    # runner from SchedulerConfig; it runs through core/shapes.py's option search.
+    stretch_pricing: bool = False
 
     def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,
                  best_fit: str = "", colocate: bool = False, colo_speed: float = 1.0,
@@ -242,8 +247,9 @@ class RollMuxPlacement(PlacementPolicy):
         why = _Refusals(period_budget(job, view.progress), view.progress)
         plan = self._place_joined(job, view, why)
         if self.colocate:  # the co-located mode against the disaggregated answer (core/colocate.py)
+            cost = (lambda p: plan_added_cost(p, view)) if self.stretch_pricing else iteration_cost
             return choose(job, view, plan, lambda: isolated_plan(job, view, self.cfg, why.result()),
-                          self.cfg.plan_quantile, self.colo_speed, self.colo_margin)
+                          self.cfg.plan_quantile, self.colo_speed, self.colo_margin, cost)
         return plan if plan is not None else isolated_plan(job, view, self.cfg, why.result())
 
     def place_joined(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
@@ -252,13 +258,13 @@ class RollMuxPlacement(PlacementPolicy):
         Departure-time re-placement only wants these (an isolated plan makes a move
         pointless), so it skips planning the isolated group. A subclass that overrides
         `place` should override this too."""
-        if self.shapes.on:
+        if self.shapes.on or self.stretch_pricing:
             return place_shapes(self, job, view, None, joined_only=True)
         return self._place_joined(job, view, None)
 
     def _place_joined(self, job: JobSpec, view: ClusterView, why: _Refusals | None) -> PlacementPlan | None:
         """`place_joined`, noting every refusal in `why` when given."""
-        if self.shapes.on:  # (only `place` gets here: a fewer-node new group is an option too)
+        if self.shapes.on or self.stretch_pricing:  # (only `place` gets here: a fewer-node new group is an option too)
             return place_shapes(self, job, view, why, joined_only=False)
         q = self.cfg.plan_quantile
         k = view.cluster.pools.rollout.nodes_for(job.rollout_gpus)

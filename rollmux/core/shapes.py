@@ -23,6 +23,7 @@ when training scaling may add the rest and with the newcomer at its fastest shap
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from rollmux.core.elastic import MAX_SCALE, MIN_SHARE, node_counts, rollout_fact
 from rollmux.core.group import Group, Member
 from rollmux.core.group_index import MARGIN
 from rollmux.core.intra_group import PhaseTimes, group_planning_times, plan_group, t_cycle, t_load
+from rollmux.core.marginal import plan_added_cost
 from rollmux.core.placement import Case, ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.why import Refusal
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
     from rollmux.core.inter_group import RollMuxPlacement, _Refusals
 
 _ISOLATED = 1 << 30   # an option's position for a new group: after every joined one at equal Δ
+# Stretch pricing compares at most this many valid options per placement (`_cheapest`).
+STRETCH_TRIES = 8
 
 
 @dataclass(frozen=True)
@@ -175,27 +179,83 @@ def place(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Re
             if k < k0 and own_cycle[k] <= slack_new * (1 + 1e-9):
                 options.append((k * pr + kt * pt, 0, True, -k, k, _ISOLATED, k))
         options.sort()
+    if policy.stretch_pricing:
+        plan = _cheapest(policy, job, view, why, joined_only, options, cands, own, factor, own_cycle)
+        return None if plan is None else _counted(policy, plan, k0, joined_only)
     for delta, new_t, _, _, new_r, pos, k in options:
-        if pos == _ISOLATED:
-            if (free_r is not None and k > free_r) or (free_t is not None and kt > free_t):
-                continue
-            g = plan_group(isolated_shape(view.next_group_id, job, cluster, k), cfg)
-            plan = PlacementPlan(job.job_id, Case.ISOLATED, g, k, kt, g.cost_per_hour(cluster),
-                                 why.result() if why is not None else None)
-            return _counted(policy, plan, k0, joined_only)
-        g, slack, rollout_min = cands[pos]
-        if own_cycle[k] > slack:
-            if why is not None:
-                why.exact[g.group_id] = (None, g)
-            continue  # the newcomer alone on this shape already breaks someone's SLO
-        if new_r < k and rollout_min + own.rollout * factor[k] > slack * (1 + 1e-9) * (1 + MARGIN):
-            if why is not None:
-                why.exact[g.group_id] = (None, g)
-            continue  # an existing rollout node takes it: already over budget there
-        plan = _try(policy, g, job, k, factor[k], new_r, new_t, slack, view, why)
+        plan = _option_plan(policy, job, view, why, cands, own, factor, own_cycle, (new_t, new_r, pos, k))
         if plan is not None:
             return _counted(policy, plan, k0, joined_only)
     return None  # (the caller falls back to the nominal isolated group)
+
+
+def _option_plan(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Refusals | None",
+                 cands: list, own: PhaseTimes, factor: dict, own_cycle: dict,
+                 option: tuple[int, int, int, int]) -> PlacementPlan | None:
+    """The plan of one option (added training nodes, new rollout nodes, candidate position or
+    _ISOLATED, rollout nodes), or None when it is not valid (a refusal is noted in `why`)."""
+    new_t, new_r, pos, k = option
+    cluster = view.cluster
+    if pos == _ISOLATED:
+        kt = cluster.pools.train.nodes_for(job.train_gpus)
+        free_r, free_t = view.free_rollout_nodes, view.free_train_nodes
+        if (free_r is not None and k > free_r) or (free_t is not None and kt > free_t):
+            return None
+        g = plan_group(isolated_shape(view.next_group_id, job, cluster, k), policy.cfg)
+        return PlacementPlan(job.job_id, Case.ISOLATED, g, k, kt, g.cost_per_hour(cluster),
+                             why.result() if why is not None else None)
+    g, slack, rollout_min = cands[pos]
+    if own_cycle[k] > slack:
+        if why is not None:
+            why.exact[g.group_id] = (None, g)
+        return None  # the newcomer alone on this shape already breaks someone's SLO
+    if new_r < k and rollout_min + own.rollout * factor[k] > slack * (1 + 1e-9) * (1 + MARGIN):
+        if why is not None:
+            why.exact[g.group_id] = (None, g)
+        return None  # an existing rollout node takes it: already over budget there
+    return _try(policy, g, job, k, factor[k], new_r, new_t, slack, view, why)
+
+
+def _cheapest(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Refusals | None",
+              joined_only: bool, options: list, cands: list, own: PhaseTimes, factor: dict,
+              own_cycle: dict) -> PlacementPlan | None:
+    """Stretch pricing (core/marginal.py): of the valid options, the one that adds least per
+    iteration; for an arrival, None when the nominal isolated group adds least.
+
+    Options come in Δ order and an option adds at least Δ x its shortest possible period, so
+    the search stops at the first whose Δ alone costs more than the best so far; it also stops
+    after STRETCH_TRIES valid options (a bounded search: the index keeps the candidates few, but
+    a large cluster may have many equal-Δ ones). Groups that would have taken the job at a
+    higher cost are refused as `costlier` if the job ends up alone."""
+    from rollmux.core.inter_group import isolated_plan
+
+    best, best_cost, valid = None, math.inf, 0
+    if not joined_only:
+        iso = isolated_plan(job, view, policy.cfg)
+        if iso is not None:
+            best_cost = plan_added_cost(iso, view) * (1 - 1e-9)  # an option must beat it strictly
+    dearer: dict[int, Group] = {}  # groups a valid or untried option would have taken, at a higher cost
+    shortest = own.train + own.sync + own.rollout * min(factor.values())
+    for i, (delta, new_t, _, _, new_r, pos, k) in enumerate(options):
+        if delta * shortest / 3600 >= best_cost or valid >= STRETCH_TRIES:
+            dearer.update((cands[p][0].group_id, cands[p][0]) for *_, p, _ in options[i:] if p != _ISOLATED)
+            break
+        plan = _option_plan(policy, job, view, why, cands, own, factor, own_cycle, (new_t, new_r, pos, k))
+        if plan is None:
+            continue
+        valid += 1
+        cost = plan_added_cost(plan, view)
+        if cost < best_cost:
+            best, best_cost = plan, cost
+        if pos != _ISOLATED:
+            dearer[plan.group.group_id] = cands[pos][0]
+    if why is not None and (best is None or best.case == Case.ISOLATED):
+        for gid, g in dearer.items():  # the most-scaled try of each was costlier, not refused
+            why.exact[gid] = (Refusal.COSTLIER, g)
+        if best is not None:  # a fewer-node group of its own: its why, with these
+            best = PlacementPlan(best.job_id, best.case, best.group, best.added_rollout_nodes,
+                                 best.added_train_nodes, best.delta_cost_per_hour, why.result())
+    return best
 
 
 def _counted(policy: "RollMuxPlacement", plan: PlacementPlan, k0: int, joined_only: bool) -> PlacementPlan:

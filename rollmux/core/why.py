@@ -15,6 +15,9 @@ than one would fail (the first failing one in this order wins):
                 the newcomer's own (no member's budget is tighter);
   member_slo    ... and a member's budget is tighter than the newcomer's: the tightest SLO in
                 the group is an existing member's.
+  costlier      the group would take the job, but with stretch pricing (core/marginal.py)
+                joining it adds more per iteration than a group of the job's own: the
+                members' stretch (or the nodes added) costs more than new nodes would.
 
 Which SLO is named depends only on the budgets, not on how far over it the period is: a
 period bound proves that the tightest budget is broken, not by how much, so the same rule
@@ -54,6 +57,7 @@ class Refusal(str, Enum):
     RESIDENCY = "residency"
     NEWCOMER_SLO = "newcomer_slo"
     MEMBER_SLO = "member_slo"
+    COSTLIER = "costlier"
 
 
 REFUSALS: tuple[Refusal, ...] = tuple(Refusal)          # attribution order; codes are indices
@@ -98,11 +102,12 @@ class PlacementWhy:
 
     @classmethod
     def from_dict(cls, d: dict) -> "PlacementWhy":
-        """Rebuild from `to_dict`'s form."""
+        """Rebuild from `to_dict`'s form. A record written before a reason was added has
+        fewer counts (reasons are only ever appended): the missing ones are 0."""
         refused = tuple(int(x) for x in d["refused"])
-        if len(refused) != len(REFUSALS):
-            raise ValueError(f"why: {len(refused)} counts, expected {len(REFUSALS)}")
-        return cls(refused, int(d.get("by_index", 0)))
+        if len(refused) > len(REFUSALS):
+            raise ValueError(f"why: {len(refused)} counts, expected at most {len(REFUSALS)}")
+        return cls(refused + (0,) * (len(REFUSALS) - len(refused)), int(d.get("by_index", 0)))
 
 
 class WhyTally:

@@ -36,6 +36,7 @@ def run_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimCon
         policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed,
                                   colo_margin=cfg.colo_margin)
         policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
+        policy.stretch_pricing = cfg.stretch_pricing  # core/marginal.py
     elif name == "solo-d":
         policy = SoloPlacement(cfg.intra)
     elif name == "random":

@@ -34,11 +34,14 @@ from rollmux.sim.metrics import JobOutcome, PolicyResult
 @dataclass(frozen=True)
 class SimConfig(SchedulerConfig):
     """The scheduler's knobs as the simulator runs them: the same, but with the per-job
-    co-located mode on (core/colocate.py). It paid on 17 of 18 unseen traces and on the
-    study's (benchmarks/README.md, docs/study/study.md); the live plane cannot execute
-    it (no shim for a co-located job), so `SchedulerConfig` keeps it off there."""
+    co-located mode on (core/colocate.py) and stretch pricing (core/marginal.py). The mode
+    paid on 17 of 18 unseen traces and on the study's (benchmarks/README.md,
+    docs/study/study.md); the live plane cannot execute it (no shim for a co-located job),
+    so `SchedulerConfig` keeps it off there. Stretch pricing paid on paper-profile traces
+    and held catalog ones (benchmarks/stretch.py); the live plane keeps Algorithm 1's choice."""
 
     colocate: bool = True
+    stretch_pricing: bool = True
 
 
 class SimulationStalled(RuntimeError):

@@ -62,7 +62,7 @@ PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "gre
 def philly_variants() -> dict[str, SimConfig]:
     """Part C: rollmux variants, from the paper's static groups to regrouping, nominal shapes and
     no co-located jobs (issue 14's mechanisms, on top of this, are the mechanisms section's rows)."""
-    default = SimConfig(colocate=False, elastic_rollout=False)  # (variant_policy sets no shapes either)
+    default = SimConfig(colocate=False, elastic_rollout=False, stretch_pricing=False)  # (variant_policy sets none of them)
     return {
         "static groups (paper)": replace(default, **STATIC),
         "+ shrink": replace(default, shrink=True, regroup=False),
@@ -87,7 +87,8 @@ def variant_policy(label: str, cfg: SimConfig) -> RollMuxPlacement:
 def philly_policy_run(name: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
     """Part B: one policy on a Philly-driven trace (one sweep task)."""
     if name == "rollmux-static":
-        cfg = SimConfig(seed=seed, colocate=False, elastic_rollout=False, **STATIC)  # the paper's groups
+        cfg = SimConfig(seed=seed, colocate=False, elastic_rollout=False, stretch_pricing=False,
+                        **STATIC)  # the paper's groups
         res = simulate(jobs, cluster, RollMuxPlacement(), cfg)
         res.policy = name
         return res

@@ -25,7 +25,7 @@ from rollmux.study.sweep import Pmap
 
 # (label, rollout quantile the SLO admission plans with, issue 14's shipped mechanisms on)
 ROWS = (("worst case, before issue 14", 1.0, False), ("median (--plan-quantile 0.5), before issue 14", 0.5, False),
-        ("shipped default (elastic rollout, co-located mode)", 1.0, True))
+        ("shipped default (elastic rollout, co-located mode, stretch pricing)", 1.0, True))
 
 
 def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
@@ -33,7 +33,7 @@ def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, s
     q, shipped = next((q, on) for name, q, on in ROWS if name == label)
     cfg = SimConfig(seed=seed)
     if not shipped:
-        cfg = replace(cfg, colocate=False, elastic_rollout=False)
+        cfg = replace(cfg, colocate=False, elastic_rollout=False, stretch_pricing=False)
     res = run_config(jobs, cluster, replace(cfg, intra=replace(cfg.intra, plan_quantile=q)))
     why = res.placements_why or {"placements": {}, "groups": {}}
     return {"trace": trace, "row": label, "jobs": len(jobs), "cost_usd": res.cost_usd,

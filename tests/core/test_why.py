@@ -158,14 +158,14 @@ def test_index_exclusions_are_counted_apart_and_give_the_same_reasons():
 
 
 def test_why_round_trips_through_its_json_form():
-    why = PlacementWhy((0, 1, 0, 0, 2, 3, 4, 5), by_index=7)
+    why = PlacementWhy((0, 1, 0, 0, 2, 3, 4, 5, 6), by_index=7)
     back = PlacementWhy.from_dict(why.to_dict())
     assert back == why and back.by_index == 7
     t = WhyTally()
     t.add(why)
     t.add(PlacementWhy((0,) * len(REFUSALS)))
     assert t.isolated == 2 and WhyTally.from_json(t.to_json()).to_json() == t.to_json()
-    assert t.to_json()["placements"] == {**dict.fromkeys(REASON_NAMES, 0), "member_slo": 1, "no_groups": 1}
+    assert t.to_json()["placements"] == {**dict.fromkeys(REASON_NAMES, 0), "costlier": 1, "no_groups": 1}
 
 
 # -- the counts add up ---------------------------------------------------------------------------------
@@ -227,3 +227,14 @@ def test_the_index_refuses_exactly_where_it_may_not_take_the_job(seed, kt, train
     codes = d.index.refusal_codes(need)
     assert np.array_equal(codes < 0, d.index.may_take(need))
     assert set(codes[codes >= 0].tolist()) <= {1, 2, 3, 4, 5, 6}  # never member_slo: budgets are not indexed
+
+
+def test_a_why_journaled_before_a_reason_was_added_reads_with_it_at_zero():
+    old = PlacementWhy.from_dict({"refused": [0, 1, 0, 0, 2, 3, 4, 5], "by_index": 1})
+    assert old.counts()["costlier"] == 0 and old.counts()["member_slo"] == 5 and old.reason is Refusal.MEMBER_SLO
+
+
+def test_a_why_with_more_counts_than_reasons_is_refused():
+    import pytest
+    with pytest.raises(ValueError, match="at most"):
+        PlacementWhy.from_dict({"refused": [0] * (len(REFUSALS) + 1)})
