@@ -8,8 +8,9 @@ than the study's 0); runs Solo-D, RollMux with plan="worst" and with plan="mean"
 else at its defaults: priced migrations, regrouping, drift repair) as independent tasks (a
 private local Ray by default). Per run: gain over Solo-D, SLO attainment, cost / busy-time
 bound, migrations, and the isolated placements' reasons (placements_why).
---no-elastic: nominal rollout shapes in both modes (elastic rollout, on by default, acts only
-under plan="worst", core/shapes.py). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
+--no-elastic: nominal rollout shapes in both modes (elastic rollout, on by default, acts under
+both plans: the mean plan's sampled schedule scales each draw by the member's factor,
+core/shapes.py, core/admission.py). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
 --stress N: instead, the N stress traces of benchmarks/slo_stress.py (30 heavy-load jobs each,
 SLO ~ U(1, 1.5)) under both modes; prints every miss and each mode's job-level attainment.
 """

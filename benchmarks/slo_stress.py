@@ -1,10 +1,11 @@
 """SLO stress: RollMux (default config) on many heavy-load synthetic traces; counts SLO misses.
 
 Usage: .venv/bin/python benchmarks/slo_stress.py [--traces 100] [--start 0] [--order rr|slo] [--plan worst|mean]
-       [--no-elastic-rollout] [--train-scaling] [--no-colocate]
-Shapes and modes as `rollmux simulate` ships them (core/shapes.py, core/colocate.py): elastic
-rollout on, training scaling off, the per-job co-located mode on; `--no-elastic-rollout`,
-`--train-scaling` and `--no-colocate` switch them as the CLI's flags do.
+       [--no-elastic-rollout] [--train-scaling] [--no-colocate] [--no-stretch-pricing]
+Shapes and modes as `rollmux simulate` ships them (core/shapes.py, core/colocate.py,
+core/marginal.py): elastic rollout on, training scaling off, the per-job co-located mode and
+stretch pricing on; `--no-elastic-rollout`, `--train-scaling`, `--no-colocate` and
+`--no-stretch-pricing` switch them as the CLI's flags do.
 Each trace: 30 jobs of the paper's profile classes (tests/factories.synthetic_trace),
 SLO ~ U(1, 1.5), rollout sigma cycling over 0 / 0.1 / 0.3, arrivals every ~60 s or all
 at t=0 (alternating), long-tail migration on for half of the traces. Prints every miss and
@@ -41,6 +42,8 @@ def main() -> None:
                     help="a job may join a group by adding training nodes (core/shapes.py; off, as the CLI ships)")
     ap.add_argument("--colocate", action=argparse.BooleanOptionalAction, default=True,
                     help="an arrival may run co-located on training nodes (core/colocate.py; on, as the CLI ships)")
+    ap.add_argument("--stretch-pricing", action=argparse.BooleanOptionalAction, default=True,
+                    help="take the option that adds least per iteration (core/marginal.py; on, as the CLI ships)")
     args = ap.parse_args()
     cluster = default_cluster()
     bad = shared = colocated = 0
@@ -52,10 +55,11 @@ def main() -> None:
                                   colocate=args.colocate)
         # The shapes as sim/runner.py sets them from the config (the library default is nominal).
         policy.shapes = ShapeConfig(args.train_scaling, args.elastic_rollout)
+        policy.stretch_pricing = args.stretch_pricing
         # (the cluster state re-plans groups on departures with its own IntraConfig: same order)
         cfg = SimConfig(seed=seed, intra=IntraConfig(order=args.order, plan=args.plan),
                         train_scaling=args.train_scaling, elastic_rollout=args.elastic_rollout,
-                        colocate=args.colocate)
+                        colocate=args.colocate, stretch_pricing=args.stretch_pricing)
         res = simulate(jobs, cluster, policy, cfg)
         shared += res.placements.get("direct_packing", 0) + res.placements.get("rollout_scaling", 0)
         colocated += res.placements.get("colocated", 0)
@@ -65,7 +69,8 @@ def main() -> None:
             print(f"trace {seed}: missed {missed}, finished {len(res.outcomes)}/{len(jobs)}")
     onoff = {True: "on", False: "off"}
     shapes = (f"elastic rollout {onoff[args.elastic_rollout]}, training scaling {onoff[args.train_scaling]}, "
-              f"co-located mode {onoff[args.colocate]}")
+              f"co-located mode {onoff[args.colocate]}, stretch pricing {onoff[args.stretch_pricing]}, "
+              f"plan {args.plan}")
     print(f"{args.traces} traces ({shapes}), {bad} with an SLO miss or unfinished job; {shared} shared placements, "
           f"{colocated} co-located")
 

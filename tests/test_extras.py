@@ -95,9 +95,10 @@ def test_missing_extra_is_one_line_and_survives_pickling():
 
 @pytest.mark.parametrize("installed", [True, False])
 def test_the_demo_adds_the_trl_job_exactly_when_the_trl_extra_is_installed(monkeypatch, installed):
+    from typer.testing import CliRunner
+
     import rollmux.cli as cli
     import rollmux.live.demo as demo
-    from typer.testing import CliRunner
     seen: dict = {}
     monkeypatch.setattr(cli, "has_extra", lambda extra: installed)
     monkeypatch.setattr(demo, "run_demo", lambda **kw: seen.update(kw) or {"jobs": []})

@@ -37,6 +37,7 @@ Pure arithmetic over specs: the veRL baseline (sim/baselines.py), Gavel+'s kind 
 
 from __future__ import annotations
 
+import functools
 import math
 
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -52,6 +53,7 @@ PAPER_COLOCATED_PAIRS: dict[str, tuple[tuple[float, float], tuple[float, float]]
 _PAPER_BW_RATIO = 4.0 / 3.35
 
 
+@functools.cache
 def _anchors() -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """(log rho, log k_r, log k_t) of the train-heavier and the rollout-heavier anchor."""
     pts = sorted((math.log(d[0] / d[1]), math.log(c[0] / d[0]), math.log(c[1] / d[1]))
@@ -61,8 +63,14 @@ def _anchors() -> tuple[tuple[float, float, float], tuple[float, float, float]]:
 
 def colocated_factors(job: JobSpec) -> tuple[float, float]:
     """Calibrated (k_r, k_t): co-located / disaggregated phase time at the job's phase balance."""
+    return _factors(job.rollout_s.median, job.train_s)
+
+
+@functools.lru_cache(maxsize=65536)
+def _factors(median: float, train_s: float) -> tuple[float, float]:
+    # Cached: the simulator asks once per co-located iteration, with a few distinct profiles.
     lo, hi = _anchors()
-    x = math.log(job.rollout_s.median / job.train_s)
+    x = math.log(median / train_s)
     w = min(1.0, max(0.0, (x - lo[0]) / (hi[0] - lo[0])))
     return (math.exp(lo[1] + w * (hi[1] - lo[1])), math.exp(lo[2] + w * (hi[2] - lo[2])))
 

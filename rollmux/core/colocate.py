@@ -22,7 +22,8 @@ Like for like. A group placement's Δ is the $/h it adds while the job runs and 
 one iteration per planned group period, so what it adds per iteration is Δ x period; an
 isolated group adds its whole rate x its planned period; a co-located job its training
 nodes' rate x its co-located iteration time. All three at the same planning estimate (the
-rollout at the placement's plan quantile), so the comparison is the cost of finishing the
+rollout the placement plans with: its quantile, or under `--plan mean` the mean of the job's
+planning sample, core/admission.py), so the comparison is the cost of finishing the
 job's remaining work (iterations x cost per iteration) in each mode. Direct packing (Δ = 0)
 always wins; co-location competes with rollout scaling and isolated groups. What this does
 not price: an isolated group may later host other jobs at Δ = 0 (a co-located job never
@@ -51,6 +52,7 @@ from rollmux.core.colo_model import (
     verl_train_scale,
 )
 from rollmux.core.group import Group, GroupShape, Member
+from rollmux.core.intra_group import IntraConfig, job_planning_times
 from rollmux.core.placement import Case, ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -84,7 +86,7 @@ def colocated_slo_ok(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0) -> 
     return True
 
 
-def colocated_option(job: JobSpec, view: ClusterView, quantile: float,
+def colocated_option(job: JobSpec, view: ClusterView, cfg: IntraConfig,
                      speed: float = 1.0) -> PlacementPlan | None:
     """The co-located plan for an arriving `job`, or None when it is not valid (see the module)."""
     cluster = view.cluster
@@ -98,7 +100,9 @@ def colocated_option(job: JobSpec, view: ClusterView, quantile: float,
         return None
     if not colocated_slo_ok(job, cluster, speed):
         return None
-    planned = colocated_iter_s(job, cluster, job.rollout_s.quantile(quantile), speed)
+    # At the estimate the groups are planned with (`job_planning_times`): planning the
+    # co-located job at the cap while a group plans at the mean would favour the group.
+    planned = colocated_iter_s(job, cluster, job_planning_times(job, cfg).rollout, speed)
     g = colocated_group(view.next_group_id, job, cluster, planned)
     return PlacementPlan(job.job_id, Case.COLOCATED, g, 0, nt, nt * pool.node_price_per_hour)
 
@@ -110,7 +114,7 @@ def iteration_cost(plan: PlacementPlan) -> float:
 
 
 def choose(job: JobSpec, view: ClusterView, disagg: PlacementPlan | None,
-           isolated: Callable[[], PlacementPlan | None], quantile: float, speed: float = 1.0,
+           isolated: Callable[[], PlacementPlan | None], cfg: IntraConfig, speed: float = 1.0,
            margin: float = COLO_MARGIN,
            cost: Callable[[PlacementPlan], float] = iteration_cost) -> PlacementPlan | None:
     """The cheaper of the co-located option and the disaggregated answer.
@@ -122,7 +126,7 @@ def choose(job: JobSpec, view: ClusterView, disagg: PlacementPlan | None,
     other = disagg
     if other is not None and cost(other) <= 0:
         return other  # the join adds nothing: nothing is cheaper
-    colo = colocated_option(job, view, quantile, speed)
+    colo = colocated_option(job, view, cfg, speed)
     if other is None:
         other = isolated()
     if colo is None:

@@ -249,7 +249,7 @@ class RollMuxPlacement(PlacementPolicy):
         if self.colocate:  # the co-located mode against the disaggregated answer (core/colocate.py)
             cost = (lambda p: plan_added_cost(p, view)) if self.stretch_pricing else iteration_cost
             return choose(job, view, plan, lambda: isolated_plan(job, view, self.cfg, why.result()),
-                          self.cfg.plan_quantile, self.colo_speed, self.colo_margin, cost)
+                          self.cfg, self.colo_speed, self.colo_margin, cost)
         return plan if plan is not None else isolated_plan(job, view, self.cfg, why.result())
 
     def place_joined(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:

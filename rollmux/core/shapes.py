@@ -202,6 +202,8 @@ def _option_plan(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, wh
         if (free_r is not None and k > free_r) or (free_t is not None and kt > free_t):
             return None
         g = plan_group(isolated_shape(view.next_group_id, job, cluster, k), policy.cfg)
+        if not _admits(g, view, policy.cfg):
+            return None  # ("mean": its own confident mean on fewer nodes breaks its budget)
         return PlacementPlan(job.job_id, Case.ISOLATED, g, k, kt, g.cost_per_hour(cluster),
                              why.result() if why is not None else None)
     g, slack, rollout_min = cands[pos]
@@ -223,10 +225,12 @@ def _cheapest(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: 
     iteration; for an arrival, None when the nominal isolated group adds least.
 
     Options come in Δ order and an option adds at least Δ x its shortest possible period, so
-    the search stops at the first whose Δ alone costs more than the best so far; it also stops
-    after STRETCH_TRIES valid options (a bounded search: the index keeps the candidates few, but
-    a large cluster may have many equal-Δ ones). Groups that would have taken the job at a
-    higher cost are refused as `costlier` if the job ends up alone."""
+    the search stops at the first whose Δ alone costs more than the best so far, or once a
+    valid one adds nothing (a join into bubbles: nothing is cheaper); it also stops after
+    STRETCH_TRIES valid options (a bounded search: a large cluster may have many equal-Δ
+    candidates). Only valid options are counted, and the group index excludes only invalid
+    ones, so the answer is the same with the index and without it. Groups that would have
+    taken the job at a higher cost are refused as `costlier` if the job ends up alone."""
     from rollmux.core.inter_group import isolated_plan
 
     best, best_cost, valid = None, math.inf, 0
@@ -234,11 +238,12 @@ def _cheapest(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: 
         iso = isolated_plan(job, view, policy.cfg)
         if iso is not None:
             best_cost = plan_added_cost(iso, view) * (1 - 1e-9)  # an option must beat it strictly
-    dearer: dict[int, Group] = {}  # groups a valid or untried option would have taken, at a higher cost
+    dearer: dict[int, Group] = {}  # groups a valid option would have taken, at a higher cost
     shortest = own.train + own.sync + own.rollout * min(factor.values())
+    rest = len(options)
     for i, (delta, new_t, _, _, new_r, pos, k) in enumerate(options):
-        if delta * shortest / 3600 >= best_cost or valid >= STRETCH_TRIES:
-            dearer.update((cands[p][0].group_id, cands[p][0]) for *_, p, _ in options[i:] if p != _ISOLATED)
+        if delta * shortest / 3600 >= best_cost or valid >= STRETCH_TRIES or best_cost <= 0:
+            rest = i
             break
         plan = _option_plan(policy, job, view, why, cands, own, factor, own_cycle, (new_t, new_r, pos, k))
         if plan is None:
@@ -250,6 +255,12 @@ def _cheapest(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: 
         if pos != _ISOLATED:
             dearer[plan.group.group_id] = cands[pos][0]
     if why is not None and (best is None or best.case == Case.ISOLATED):
+        # Alone: every group gets its reason, so the options the search skipped are tried too
+        # (as Δ pricing tries every option of an isolated job); a valid one was costlier.
+        for _, new_t, _, _, new_r, pos, k in options[rest:]:
+            if pos != _ISOLATED and _option_plan(policy, job, view, why, cands, own, factor, own_cycle,
+                                                 (new_t, new_r, pos, k)) is not None:
+                dearer[cands[pos][0].group_id] = cands[pos][0]
         for gid, g in dearer.items():  # the most-scaled try of each was costlier, not refused
             why.exact[gid] = (Refusal.COSTLIER, g)
         if best is not None:  # a fewer-node group of its own: its why, with these
@@ -308,9 +319,9 @@ def _try(policy: "RollMuxPlacement", g: Group, job: JobSpec, k: int, factor: flo
 
 
 def elastic_counts_on(shapes: ShapeConfig, intra) -> bool:
-    """Whether placement offers elastic node counts: the switch, under the "worst" plan only
-    (the "mean" plan samples each job's own draws, core/admission.py, without the factor)."""
-    return shapes.elastic_rollout and getattr(intra, "plan", "worst") == "worst"
+    """Whether placement offers elastic node counts: the switch, under either plan (the "mean"
+    plan's sampled schedule scales each rollout by the member's factor, core/admission.py)."""
+    return shapes.elastic_rollout
 
 
 def least_cycles(jobs, own_sum, own_train, cluster: ClusterSpec, cfg: ShapeConfig, intra=None):

@@ -25,7 +25,10 @@ def colocated_iteration(sim: Simulation, run: _JobRun) -> None:
     base = float(run.rollouts[run.done])
     run.rollout_s, run.train_s = a * base, b * job.train_time(base)
     run.solo_s += run.rollout_s + run.train_s + job.sync_s  # the same iteration run solo, disaggregated
-    roll, train, switches = colocated_phases(job, sim.cluster, run.rollout_s, run.train_s, sim.cfg.colo_speed)
+    if run.colo is None:  # the model's scales (and the switches) for this job, once
+        run.colo = colocated_phases(job, sim.cluster, 1.0, 1.0, sim.cfg.colo_speed)
+    r_scale, t_scale, switches = run.colo
+    roll, train = run.rollout_s * r_scale, run.train_s * t_scale
     g = colocated_gpus(job)
     sim.ledger.busy("train", g, roll + switches)
     sim.ledger.busy("train", job.train_gpus, train)

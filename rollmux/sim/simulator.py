@@ -67,6 +67,9 @@ class _JobRun:
     # Its member's rollout shape this iteration (core/elastic.py): time factor and GPUs held.
     r_factor: float = 1.0
     r_gpus: float = 0.0
+    # A co-located job's (rollout scale, training scale, switch seconds), set on its first
+    # iteration (sim/colocated.py): constant over its run, so not recomputed per iteration.
+    colo: tuple[float, float, float] | None = None
 
 
 class _Progress(ProgressView):

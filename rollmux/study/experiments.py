@@ -53,6 +53,7 @@ from rollmux.study.part_a import (  # noqa: F401
     study_cells,
 )
 from rollmux.study.report import write_report
+from rollmux.study.sections import before_issue_14
 from rollmux.study.sweep import OnDone, Pmap, serial_map
 from rollmux.workload import find_traces_dir, synthesize_philly
 
@@ -62,7 +63,7 @@ PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "gre
 def philly_variants() -> dict[str, SimConfig]:
     """Part C: rollmux variants, from the paper's static groups to regrouping, nominal shapes and
     no co-located jobs (issue 14's mechanisms, on top of this, are the mechanisms section's rows)."""
-    default = SimConfig(colocate=False, elastic_rollout=False, stretch_pricing=False)  # (variant_policy sets none of them)
+    default = before_issue_14()  # (variant_policy sets none of issue 14's switches either)
     return {
         "static groups (paper)": replace(default, **STATIC),
         "+ shrink": replace(default, shrink=True, regroup=False),
@@ -87,8 +88,7 @@ def variant_policy(label: str, cfg: SimConfig) -> RollMuxPlacement:
 def philly_policy_run(name: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
     """Part B: one policy on a Philly-driven trace (one sweep task)."""
     if name == "rollmux-static":
-        cfg = SimConfig(seed=seed, colocate=False, elastic_rollout=False, stretch_pricing=False,
-                        **STATIC)  # the paper's groups
+        cfg = replace(before_issue_14(seed), **STATIC)  # the paper's groups
         res = simulate(jobs, cluster, RollMuxPlacement(), cfg)
         res.policy = name
         return res

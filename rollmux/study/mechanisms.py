@@ -1,14 +1,15 @@
 """Study section: issue 14's mechanisms, each measured on its own (the ablation rows).
 
-Five mechanisms can let more arrivals share, or run cheaper, than Algorithm 1 with
+Six mechanisms can let more arrivals share, or run cheaper, than Algorithm 1 with
 worst-case admission: admission by the SLO's own terms (`--plan mean`, core/admission.py),
 the SLO-aware order inside a group (`--order slo`, core/slo_order.py), training scaling and
-elastic rollout parallelism (core/shapes.py, core/elastic.py) and the per-job co-located
-mode (core/colocate.py). Each row runs RollMux with priced migrations and drift repair on
+elastic rollout parallelism (core/shapes.py, core/elastic.py), the per-job co-located
+mode (core/colocate.py) and stretch pricing (core/marginal.py: a join is charged the
+members' stretch and placement takes the option that adds least). Each row runs RollMux with priced migrations and drift repair on
 the study's Philly-driven traces (paper and catalog profiles) and on the same traces with
 30% of the jobs drifting (moderate severity, as in the drift section):
 
-* "all off": none of the five (RollMux before issue 14);
+* "all off": none of the six (RollMux before issue 14);
 * "only X": all off but X, so each mechanism is measured alone against that row;
 * "default": the shipped defaults, whatever they turn on;
 * "default without X" / "default with X": the default with one switch flipped.
@@ -61,6 +62,7 @@ MECHANISMS = (
     Mechanism("training scaling", "--train-scaling", "train_scaling", True, False),
     Mechanism("elastic rollout", "--elastic-rollout", "elastic_rollout", True, False),
     Mechanism("co-located mode", "--colocate", "colocate", True, False),
+    Mechanism("stretch pricing", "--stretch-pricing", "stretch_pricing", True, False),
 )
 
 

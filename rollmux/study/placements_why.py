@@ -20,7 +20,7 @@ from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.why import REASON_NAMES
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import MODES, pct, philly_jobs, regenerate, run_config
+from rollmux.study.sections import MODES, before_issue_14, pct, philly_jobs, regenerate, run_config
 from rollmux.study.sweep import Pmap
 
 # (label, rollout quantile the SLO admission plans with, issue 14's shipped mechanisms on)
@@ -31,9 +31,7 @@ ROWS = (("worst case, before issue 14", 1.0, False), ("median (--plan-quantile 0
 def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
     """RollMux with one row's planning on the trace: its isolated placements and why."""
     q, shipped = next((q, on) for name, q, on in ROWS if name == label)
-    cfg = SimConfig(seed=seed)
-    if not shipped:
-        cfg = replace(cfg, colocate=False, elastic_rollout=False, stretch_pricing=False)
+    cfg = SimConfig(seed=seed) if shipped else before_issue_14(seed)
     res = run_config(jobs, cluster, replace(cfg, intra=replace(cfg.intra, plan_quantile=q)))
     why = res.placements_why or {"placements": {}, "groups": {}}
     return {"trace": trace, "row": label, "jobs": len(jobs), "cost_usd": res.cost_usd,

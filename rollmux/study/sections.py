@@ -34,6 +34,12 @@ GROUPS_NOTE = ("RollMux runs as shipped but with the per-job co-located mode off
                "every job out of them (see the mechanisms section).")
 
 
+def before_issue_14(seed: int = 0) -> SimConfig:
+    """RollMux's groups as they were before issue 14's mechanisms: nominal shapes, no
+    co-located jobs, Δ pricing (regrouping, priced migrations and repair as shipped)."""
+    return SimConfig(seed=seed, colocate=False, elastic_rollout=False, stretch_pricing=False)
+
+
 def groups_config(seed: int) -> SimConfig:
     """The shipped configuration with the co-located mode off (see GROUPS_NOTE)."""
     return SimConfig(seed=seed, colocate=False)

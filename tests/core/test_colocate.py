@@ -72,14 +72,14 @@ def test_direct_packing_beats_colocation():
 def test_cost_rule_compares_cost_per_iteration_with_the_margin():
     job = rollout_heavy()
     v = view()
-    colo = colocated_option(job, v, 1.0)
+    colo = colocated_option(job, v, CFG)
     iso = isolated_plan(job, v, CFG)
     ratio = iteration_cost(colo) / iteration_cost(iso)
     # rate x planned iteration time, per iteration, in dollars
     assert iteration_cost(iso) == pytest.approx(iso.delta_cost_per_hour * iso.group.shape.period_s / 3600)
     assert 0.5 < ratio < 0.7
-    assert choose(job, v, None, lambda: iso, 1.0, margin=ratio + 0.01).case is Case.COLOCATED
-    assert choose(job, v, None, lambda: iso, 1.0, margin=ratio - 0.01).case is Case.ISOLATED
+    assert choose(job, v, None, lambda: iso, CFG, margin=ratio + 0.01).case is Case.COLOCATED
+    assert choose(job, v, None, lambda: iso, CFG, margin=ratio - 0.01).case is Case.ISOLATED
 
 
 def test_a_dearer_colocated_job_stays_disaggregated():
@@ -114,11 +114,11 @@ def test_colocated_slo_ok_means_the_run_meets_its_slo(median, train, sync, sigma
 
 def test_no_option_for_a_migrant_a_full_pool_or_too_much_host_state():
     job = rollout_heavy()
-    assert colocated_option(job, view(progress={"a": (3, 4000.0)}), 1.0) is None
-    assert colocated_option(job, view(free_train=1), 1.0) is None
+    assert colocated_option(job, view(progress={"a": (3, 4000.0)}), CFG) is None
+    assert colocated_option(job, view(free_train=1), CFG) is None
     assert place(job, view(free_train=1)) is None  # the isolated group needs 2 training nodes too
     heavy = rollout_heavy(host_rollout=1100.0, host_train=1000.0)  # each fits a node, both do not
-    assert colocated_option(heavy, view(), 1.0) is None
+    assert colocated_option(heavy, view(), CFG) is None
     assert place(heavy, view()).case is Case.ISOLATED
 
 
@@ -132,7 +132,7 @@ def test_no_option_for_a_migrant_a_full_pool_or_too_much_host_state():
 def test_validate_plan_refuses_a_broken_colocated_plan(broken, code):
     job = rollout_heavy()
     v = view()
-    plan = colocated_option(job, v, 1.0)
+    plan = colocated_option(job, v, CFG)
     validate_plan(plan, job, v)
     with pytest.raises(PlanInvalid, match=code):
         validate_plan(broken(plan, plan.group), job, v)
@@ -142,7 +142,21 @@ def test_validate_plan_refuses_a_colocated_plan_into_an_existing_group():
     job = rollout_heavy()
     other = plan_group(isolated_group(0, make_job("x"), CLUSTER), CFG)
     v = view(other)
-    plan = colocated_option(job, v, 1.0)
+    plan = colocated_option(job, v, CFG)
     moved = dataclasses.replace(plan, group=dataclasses.replace(plan.group, group_id=0))
     with pytest.raises(PlanInvalid, match="C1"):
         validate_plan(moved, job, v)
+
+
+def test_the_co_located_option_is_planned_at_the_estimate_the_groups_are_planned_with():
+    from rollmux.core.admission import mean_rollout
+    from rollmux.core.colo_model import colocated_iter_s
+    job = make_job("a", rollout=100.0, train=100.0, sigma=0.1, rollout_max=150.0, slo=2.0)
+    v = view()
+    worst = colocated_option(job, v, CFG).group.shape.period_s
+    mean_cfg = IntraConfig(plan="mean")
+    mean = colocated_option(job, v, mean_cfg).group.shape.period_s
+    assert worst == pytest.approx(colocated_iter_s(job, CLUSTER, 150.0))
+    assert mean == pytest.approx(colocated_iter_s(job, CLUSTER, mean_rollout(job, mean_cfg.plan_chains,
+                                                                             mean_cfg.plan_length)))
+    assert mean < worst

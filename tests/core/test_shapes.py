@@ -33,9 +33,10 @@ def view(*groups: Group, cluster=CLUSTER) -> ClusterView:
     return ClusterView(cluster, tuple(groups), None, None, 5, 1 + max((g.group_id for g in groups), default=-1))
 
 
-def policy(train_scaling=False, elastic=False) -> RollMuxPlacement:
+def policy(train_scaling=False, elastic=False, stretch=False) -> RollMuxPlacement:
     p = RollMuxPlacement(CFG)
     p.shapes = ShapeConfig(train_scaling, elastic)
+    p.stretch_pricing = stretch  # core/marginal.py
     return p
 
 
@@ -155,11 +156,14 @@ def _job(name: str, p: tuple):
                     train_gpus=tg, tail_frac=tail, duration=50_000.0)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(specs=st.lists(job_st, min_size=1, max_size=10), probes=st.lists(job_st, min_size=1, max_size=3),
-       switches=st.sampled_from([(True, False), (False, True), (True, True)]))
-def test_indexed_placement_equals_a_brute_force_scan_and_join_matrix_stays_necessary(specs, probes, switches):
+       switches=st.sampled_from([(True, False), (False, True), (True, True), (False, True, True),
+                                 (False, False, True)]),
+       plan=st.sampled_from(["worst", "mean"]))
+def test_indexed_placement_equals_a_brute_force_scan_and_join_matrix_stays_necessary(specs, probes, switches, plan):
     p = policy(*switches)
+    p.cfg = IntraConfig(plan=plan)
     groups = IndexedGroups(p.cfg)
     for i, s in enumerate(specs):
         plan = p.place(_job(f"j{i}", s), indexed_view(groups, CLUSTER, 5))
@@ -188,3 +192,33 @@ def test_the_live_codec_keeps_an_elastic_members_factor_and_old_records_read_nom
     nominal = founded(1, make_job("a"))
     assert "rollout_factor" not in group_to_dict(nominal)["members"][0]
     assert group_from_dict(group_to_dict(nominal), CFG).members[0].rollout_factor == 1.0
+
+
+# -- under the "mean" plan -------------------------------------------------------------------------
+
+MEAN = IntraConfig(plan="mean")
+
+
+def mean_policy() -> RollMuxPlacement:
+    p = RollMuxPlacement(MEAN)
+    p.shapes = ShapeConfig(False, True)
+    return p
+
+
+def test_the_mean_plan_offers_elastic_shapes_too():
+    # Its sampled schedule scales each rollout by the member's factor (core/admission.py).
+    g = plan_group(isolated_group(0, make_job("a", rollout=50.0, train=50.0, slo=3.0), CLUSTER), MEAN)
+    plan = place(mean_policy(), make_job("b", rollout=100.0, train=100.0, rollout_gpus=16, slo=2.0), view(g))
+    assert plan.case is Case.DIRECT and plan.group.member("b").rollout_nodes == (0,)
+
+
+def test_under_the_mean_plan_an_isolated_job_on_fewer_nodes_must_pass_the_confident_mean():
+    # sigma 0.3: the confidence term over 3 remaining iterations is large. The job's sample
+    # mean on one node fits its budget, its confident mean does not: it keeps both nodes.
+    job = make_job("c", rollout=100.0, train=100.0, rollout_gpus=16, sigma=0.3, rollout_max=400.0,
+                   duration=3 * 214.0, slo=2.0)
+    loose = place(mean_policy(), job, view())
+    assert loose.case is Case.ISOLATED and loose.group.n_rollout == 2
+    roomy = job.model_copy(update={"slo": 3.0})
+    assert place(mean_policy(), roomy, view()).group.n_rollout == 1
+

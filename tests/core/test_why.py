@@ -185,12 +185,17 @@ class _Watch(RollMuxPlacement):
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 30), size=st.integers(1, 5),
-       gap=st.sampled_from([60.0, 600.0, 3000.0]))
-def test_reasons_add_up_to_the_isolated_placements(seed, n, size, gap):
-    """Every isolated arrival is counted once, under one reason, and refused every group it saw."""
+       gap=st.sampled_from([60.0, 600.0, 3000.0]), stretch=st.booleans())
+def test_reasons_add_up_to_the_isolated_placements(seed, n, size, gap, stretch):
+    """Every isolated arrival is counted once, under one reason, and refused every group it saw
+    (with stretch pricing and elastic shapes too: a group it would have cost more in is one)."""
+    from rollmux.core.shapes import ShapeConfig
     from rollmux.sim.simulator import simulate
     jobs = synthetic_trace(np.random.default_rng(seed), n, mean_gap_s=gap, duration_range=(2_000.0, 20_000.0))
-    res = simulate(jobs, CLUSTER, _Watch(CFG), SchedulerConfig(seed=seed, max_group_size=size))
+    watch = _Watch(CFG)
+    if stretch:
+        watch.stretch_pricing, watch.shapes = True, ShapeConfig(False, True)
+    res = simulate(jobs, CLUSTER, watch, SchedulerConfig(seed=seed, max_group_size=size, stretch_pricing=stretch))
     j = res.to_json()
     isolated = res.placements.get("isolated", 0)
     assert j["isolated_placements"] == isolated == sum(j["placements_why"].values())
