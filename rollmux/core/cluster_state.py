@@ -67,7 +67,8 @@ class SchedulerConfig:
     colo_margin: float = COLO_MARGIN  # co-located only when below this share of the disaggregated cost
     # Placement takes the valid option that adds least per iteration, the members' stretch
     # included (core/marginal.py), instead of the first in Δ order. On in the simulator
-    # (sim/simulator.py SimConfig); off here, so the live plane keeps Algorithm 1's choice.
+    # (sim/simulator.py SimConfig); off here by default, so the live service keeps Algorithm
+    # 1's choice unless its config turns it on (live/live_state.py honours it).
     stretch_pricing: bool = False
 
 

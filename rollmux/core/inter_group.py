@@ -220,8 +220,8 @@ class RollMuxPlacement(PlacementPolicy):
     # both off (the default): Algorithm 1 as written. Set by the runner from SchedulerConfig.
     shapes: ShapeConfig = ShapeConfig()
     # Stretch pricing (core/marginal.py): take the valid option that adds least per iteration,
-    # the members' stretch included, instead of the first in Δ order. Off: the paper. Set by the
-    # runner from SchedulerConfig; it runs through core/shapes.py's option search.
+    # the members' stretch included, instead of the first in Δ order. Off: the paper. Set from
+    # SchedulerConfig by the runner and the live service; it runs through core/shapes.py's search.
     stretch_pricing: bool = False
 
     def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,

@@ -107,7 +107,11 @@ class LiveState:
             raise InputError("colocate", "the co-located mode (core/colocate.py) is simulator-only; "
                                          "the live service places jobs in groups")
         self.cfg = cfg
-        self.cluster = ClusterState(env, cluster, RollMuxPlacement(cfg.intra), cfg)
+        policy = RollMuxPlacement(cfg.intra)
+        # Stretch pricing (core/marginal.py) only chooses among the same nominal-shape options,
+        # so the service honours it; it is off in SchedulerConfig by default.
+        policy.stretch_pricing = cfg.stretch_pricing
+        self.cluster = ClusterState(env, cluster, policy, cfg)
         self.jobs: dict[str, LiveJob] = {}
         self.grants = 0      # permits granted so far (for status)
         # How a live `observe` carries out the evictions it decides; the service journals each

@@ -38,7 +38,8 @@ class SimConfig(SchedulerConfig):
     paid on 17 of 18 unseen traces and on the study's (benchmarks/README.md,
     docs/study/study.md); the live plane cannot execute it (no shim for a co-located job),
     so `SchedulerConfig` keeps it off there. Stretch pricing paid on paper-profile traces
-    and held catalog ones (benchmarks/stretch.py); the live plane keeps Algorithm 1's choice."""
+    and held catalog ones (benchmarks/stretch.py); the live service keeps Algorithm 1's
+    choice by default."""
 
     colocate: bool = True
     stretch_pricing: bool = True
