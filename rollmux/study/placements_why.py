@@ -59,8 +59,9 @@ def render(data: dict) -> str:
         "reason (`rollmux/core/why.py`): the group is full (`group_size`), has too few training nodes "
         "(`train_shape`), a shared training node's host DRAM cannot hold the job (`residency`), or the "
         "period with the job would break the tightest period budget, the newcomer's own "
-        "(`newcomer_slo`) or a member's (`member_slo`); a group failing several checks counts for the "
-        "first. Each isolated placement counts once, for its nearest miss (the reason of the refused "
+        "(`newcomer_slo`) or a member's (`member_slo`), or, with stretch pricing, it would take the job "
+        "but joining it costs more than a group of the job's own (`costlier`); a group failing several "
+        "checks counts for the first. Each isolated placement counts once, for its nearest miss (the reason of the refused "
         "group that got furthest through that order; `no_groups`: none existed). Reasons never seen "
         f"are left out. Philly VC {data['vc']}; at the default sizes the catalog trace is "
         "`rollmux simulate`'s embedded default trace.",
