@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 import time
-from contextlib import ExitStack
 from dataclasses import replace
 
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
@@ -27,7 +26,7 @@ from rollmux.sim.baselines import busy_time_bound, simulate_verl
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import summary
-from rollmux.study.sweep import ray_session, serial_map
+from rollmux.study.sweep import add_sweep_options, parse_traces_spec, sweep_map
 from rollmux.workload import find_traces_dir, synthesize_philly
 from rollmux.workload.drift import add_drift
 
@@ -46,21 +45,15 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
 def main() -> None:
     """Parse the options, map every simulation, print the ablation side by side."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--traces-spec", default="2869ce:11,b436b2:12,e13805:13")
-    ap.add_argument("--modes", default="paper,catalog")
+    add_sweep_options(ap, "2869ce:11,b436b2:12,e13805:13")
     ap.add_argument("--margins", default="0.8,1.0")
     ap.add_argument("--drift", action="store_true")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--traces", default=None)
-    ap.add_argument("--address", default=None)
-    ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--serial", action="store_true")
     args = ap.parse_args()
-    cluster, traces = default_cluster(), find_traces_dir(args.traces)
     try:
-        specs = [(vc, int(seed)) for vc, seed in (s.split(":") for s in args.traces_spec.split(","))]
-    except ValueError:
-        sys.exit(f"error: --traces-spec: expected VC:SEED,... (got {args.traces_spec!r})")
+        cluster, traces = default_cluster(), find_traces_dir(args.traces)
+        specs = parse_traces_spec(args.traces_spec)
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
     try:
         margins = [float(m) for m in args.margins.split(",")]
     except ValueError:
@@ -75,12 +68,11 @@ def main() -> None:
         sys.exit(f"error: {exc}")
     tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in runs]
     t0 = time.perf_counter()
-    with ExitStack() as stack:
-        try:
-            pmap = serial_map if args.serial else stack.enter_context(ray_session(args.address, args.workers))
-        except InputError as exc:
-            sys.exit(f"error: {exc}")
-        results = pmap(one_run, tasks)
+    try:
+        with sweep_map(args) as pmap:
+            results = pmap(one_run, tasks)
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
     names = runs[1:] + ([] if args.drift else ["verl"])  # (the veRL closed form has no drift)
     out = []
     print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>30}" for r in names))

@@ -19,7 +19,6 @@ import argparse
 import json
 import sys
 import time
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import summary
-from rollmux.study.sweep import ray_session, serial_map
+from rollmux.study.sweep import add_sweep_options, parse_traces_spec, sweep_map
 from rollmux.workload import find_traces_dir, synthesize_philly
 from rollmux.workload.drift import add_drift
 
@@ -70,28 +69,21 @@ def stress_run(seed: int, plan: str, z: float) -> dict:
 def main() -> None:
     """Parse the options, map every simulation, print both modes side by side."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--traces-spec", default="2869ce:11,b436b2:12,e13805:13")
-    ap.add_argument("--modes", default="paper,catalog")
+    add_sweep_options(ap, "2869ce:11,b436b2:12,e13805:13")
     ap.add_argument("--drift", action="store_true")
     ap.add_argument("--no-elastic", action="store_true", help="nominal rollout shapes in both modes")
     ap.add_argument("--stress", type=int, default=0)
     ap.add_argument("--z", type=float, default=IntraConfig.plan_z)
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--traces", default=None)
-    ap.add_argument("--address", default=None)
-    ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--serial", action="store_true")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    with ExitStack() as stack:
-        try:
-            pmap = serial_map if args.serial else stack.enter_context(ray_session(args.address, args.workers))
-        except InputError as exc:
-            sys.exit(f"error: {exc}")
-        if args.stress:
-            stress(pmap, args)
-        else:
-            unseen(pmap, args)
+    try:
+        with sweep_map(args) as pmap:
+            if args.stress:
+                stress(pmap, args)
+            else:
+                unseen(pmap, args)
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
     print(f"# wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
@@ -123,10 +115,7 @@ def stress(pmap, args) -> None:
 def unseen(pmap, args) -> None:
     """Solo-D and both modes on the Philly-driven traces."""
     cluster, traces = default_cluster(), find_traces_dir(args.traces)
-    try:
-        specs = [(vc, int(seed)) for vc, seed in (s.split(":") for s in args.traces_spec.split(","))]
-    except ValueError:
-        sys.exit(f"error: --traces-spec: expected VC:SEED,... (got {args.traces_spec!r})")
+    specs = parse_traces_spec(args.traces_spec)  # (an InputError is reported by main)
     runs = ["solo-d", "worst", "mean"]
     try:
         rows = [(vc, mode, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))

@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 import time
-from contextlib import ExitStack
 from dataclasses import replace
 
 from rollmux.core.inter_group import RollMuxPlacement
@@ -27,7 +26,7 @@ from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.sections import summary
-from rollmux.study.sweep import ray_session, serial_map
+from rollmux.study.sweep import add_sweep_options, parse_traces_spec, sweep_map
 from rollmux.workload import find_traces_dir, synthesize_philly
 from rollmux.workload.drift import add_drift
 
@@ -51,33 +50,22 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
 def main() -> None:
     """Parse the options, map every simulation, print the ablation side by side."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--traces-spec", default="2869ce:11,b436b2:12,e13805:13")
-    ap.add_argument("--modes", default="paper,catalog")
+    add_sweep_options(ap, "2869ce:11,b436b2:12,e13805:13")
     ap.add_argument("--drift", action="store_true")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--traces", default=None)
-    ap.add_argument("--address", default=None)
-    ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--serial", action="store_true")
     args = ap.parse_args()
-    cluster, traces = default_cluster(), find_traces_dir(args.traces)
     try:
-        specs = [(vc, int(seed)) for vc, seed in (s.split(":") for s in args.traces_spec.split(","))]
-    except ValueError:
-        sys.exit(f"error: --traces-spec: expected VC:SEED,... (got {args.traces_spec!r})")
-    try:
+        cluster, traces = default_cluster(), find_traces_dir(args.traces)
         rows = [(vc, mode, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
-                for vc, seed in specs for mode in args.modes.split(",")]
+                for vc, seed in parse_traces_spec(args.traces_spec) for mode in args.modes.split(",")]
     except InputError as exc:
         sys.exit(f"error: {exc}")
     tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in RUNS]
     t0 = time.perf_counter()
-    with ExitStack() as stack:
-        try:
-            pmap = serial_map if args.serial else stack.enter_context(ray_session(args.address, args.workers))
-        except InputError as exc:
-            sys.exit(f"error: {exc}")
-        results = pmap(one_run, tasks)
+    try:
+        with sweep_map(args) as pmap:
+            results = pmap(one_run, tasks)
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
     names = list(RUNS)[1:]
     out = []
     print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>30}" for r in names))

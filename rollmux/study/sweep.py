@@ -164,3 +164,39 @@ def ray_session(address: str | None = None, workers: int | None = None) -> Itera
         yield RayMap(max_in_flight=workers)
     finally:
         ray.shutdown()
+
+
+# -- the benchmarks' trace sweeps -----------------------------------------------------------------
+
+def add_sweep_options(ap, traces_spec: str) -> None:
+    """The options every trace-sweep benchmark takes (benchmarks/*.py): which VC:SEED traces and
+    profile modes, where the JSON goes, the trace folder, and where the simulations run."""
+    ap.add_argument("--traces-spec", default=traces_spec, help="comma-separated VC:SEED")
+    ap.add_argument("--modes", default="paper,catalog")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--traces", default=None)
+    ap.add_argument("--address", default=None)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--serial", action="store_true")
+
+
+def parse_traces_spec(spec: str) -> list[tuple[str, int]]:
+    """[(vc, seed)] from "VC:SEED,..."; InputError naming --traces-spec otherwise."""
+    try:
+        out = [(vc, int(seed)) for vc, seed in (s.split(":") for s in spec.split(","))]
+    except ValueError:
+        raise InputError("--traces-spec", f"expected VC:SEED,... (got {spec!r})") from None
+    if any(seed < 0 or not vc for vc, seed in out):
+        raise InputError("--traces-spec", f"expected VC:SEED with a seed >= 0 (got {spec!r})")
+    return out
+
+
+@contextmanager
+def sweep_map(args) -> Iterator[Pmap]:
+    """The Pmap a benchmark's parsed options ask for: in this process with --serial, else a
+    Ray session (a private local one unless --address)."""
+    if args.serial:
+        yield serial_map
+        return
+    with ray_session(args.address, args.workers) as pmap:
+        yield pmap

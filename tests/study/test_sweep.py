@@ -144,3 +144,26 @@ def test_an_unreachable_cluster_is_an_input_error(monkeypatch):
     with pytest.raises(InputError, match="--address: cannot connect to the Ray cluster at '10.1.2.3:6379'"):
         with sweep.ray_session("10.1.2.3:6379"):
             pass
+
+
+def test_a_benchmarks_traces_spec_parses_or_names_the_option():
+    import pytest
+
+    from rollmux.errors import InputError
+    from rollmux.study.sweep import parse_traces_spec
+    assert parse_traces_spec("2869ce:11,0e4a51:0") == [("2869ce", 11), ("0e4a51", 0)]
+    for bad in ("2869ce", "2869ce:x", ":3", "2869ce:-1"):
+        with pytest.raises(InputError, match="--traces-spec"):
+            parse_traces_spec(bad)
+
+
+def test_sweep_map_runs_in_this_process_when_asked():
+    import argparse
+
+    from rollmux.study.sweep import add_sweep_options, serial_map, sweep_map
+    ap = argparse.ArgumentParser()
+    add_sweep_options(ap, "0e4a51:0")
+    args = ap.parse_args(["--serial"])
+    assert args.traces_spec == "0e4a51:0" and args.modes == "paper,catalog"
+    with sweep_map(args) as pmap:
+        assert pmap is serial_map and pmap(abs, [(-2,), (3,)]) == [2, 3]
