@@ -319,7 +319,7 @@ class RollMuxPlacement(PlacementPolicy):
         t_cap = train.host_gb_per_node + 1e-9
         kt, host, own_sum, own_train, S, iters = self._join_features(jobs, train)
         if self.shapes.elastic_rollout:
-            own_sum = least_cycles(jobs, own_sum, own_train, view.cluster, self.shapes, self.cfg)
+            own_sum = least_cycles(jobs, own_sum, own_train, view.cluster, self.shapes)
         done, elapsed = np.nan_to_num(progress_rows(view.progress, [j.job_id for j in jobs]), nan=0.0).T
         slack = (S - elapsed) / (np.maximum(iters - done, 0.0) + 1.0)
         slo = self.cfg.order == "slo"  # bounds as in `_candidates`

@@ -126,7 +126,8 @@ def place(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Re
     k0, kt = pools.rollout.nodes_for(job.rollout_gpus), pools.train.nodes_for(job.train_gpus)
     slack_new = period_budget(job, view.progress)
     own = group_planning_times((Member(job, (), ()),), cfg)[0]  # the newcomer's planning times
-    counts = list(node_counts(k0, elastic_counts_on(shapes, cfg), shapes.min_share, shapes.max_scale))
+    # (either plan: the "mean" plan's sampled schedule scales each draw by the factor too)
+    counts = list(node_counts(k0, shapes.elastic_rollout, shapes.min_share, shapes.max_scale))
     factor = {k: rollout_factor(job, k0, k) for k in counts}
     own_cycle = {k: own.rollout * f + own.train + own.sync for k, f in factor.items()}
     least = PhaseTimes(own.rollout * min(factor.values()), own.train, own.sync)
@@ -318,19 +319,13 @@ def _try(policy: "RollMuxPlacement", g: Group, job: JobSpec, k: int, factor: flo
     return plan
 
 
-def elastic_counts_on(shapes: ShapeConfig, intra) -> bool:
-    """Whether placement offers elastic node counts: the switch, under either plan (the "mean"
-    plan's sampled schedule scales each rollout by the member's factor, core/admission.py)."""
-    return shapes.elastic_rollout
-
-
-def least_cycles(jobs, own_sum, own_train, cluster: ClusterSpec, cfg: ShapeConfig, intra=None):
+def least_cycles(jobs, own_sum, own_train, cluster: ClusterSpec, cfg: ShapeConfig):
     """Per job, its planned rollout + train + sync (`own_sum`) at its fastest allowed shape
     (join_matrix's necessary condition stays necessary with elastic rollout)."""
     import numpy as np
 
     out = np.array(own_sum, float)
-    if not elastic_counts_on(cfg, intra):
+    if not cfg.elastic_rollout:
         return out
     for i, job in enumerate(jobs):
         k0 = cluster.pools.rollout.nodes_for(job.rollout_gpus)
