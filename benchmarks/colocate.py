@@ -26,8 +26,7 @@ from rollmux.sim.baselines import busy_time_bound, simulate_verl
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import summary
-from rollmux.study.sweep import add_sweep_options, parse_traces_spec, sweep_map
-from rollmux.workload import find_traces_dir, synthesize_philly
+from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
 from rollmux.workload.drift import add_drift
 
 
@@ -50,22 +49,13 @@ def main() -> None:
     ap.add_argument("--drift", action="store_true")
     args = ap.parse_args()
     try:
-        cluster, traces = default_cluster(), find_traces_dir(args.traces)
-        specs = parse_traces_spec(args.traces_spec)
-    except InputError as exc:
-        sys.exit(f"error: {exc}")
-    try:
         margins = [float(m) for m in args.margins.split(",")]
     except ValueError:
         sys.exit(f"error: --margins: expected numbers, e.g. 0.8,1.0 (got {args.margins!r})")
     if any(not m > 0 for m in margins):
         sys.exit("error: --margins: every margin must be > 0")
     runs = ["solo-d", "off"] + [f"colo@{m:g}" for m in margins]
-    try:
-        rows = [(vc, mode, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
-                for vc, seed in specs for mode in args.modes.split(",")]
-    except InputError as exc:
-        sys.exit(f"error: {exc}")
+    cluster, rows = default_cluster(), sweep_rows(args)
     tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in runs]
     t0 = time.perf_counter()
     try:

@@ -30,8 +30,7 @@ from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.sections import summary
-from rollmux.study.sweep import add_sweep_options, parse_traces_spec, sweep_map
-from rollmux.workload import find_traces_dir, synthesize_philly
+from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
 from rollmux.workload.drift import add_drift
 
 RUNS = {"solo-d": None, "off": (False, False), "train scaling": (True, False),
@@ -61,12 +60,7 @@ def main() -> None:
     add_sweep_options(ap, "2869ce:11,b436b2:12,e13805:13")
     ap.add_argument("--drift", action="store_true")
     args = ap.parse_args()
-    try:
-        cluster, traces = default_cluster(), find_traces_dir(args.traces)
-        rows = [(vc, mode, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
-                for vc, seed in parse_traces_spec(args.traces_spec) for mode in args.modes.split(",")]
-    except InputError as exc:
-        sys.exit(f"error: {exc}")
+    cluster, rows = default_cluster(), sweep_rows(args)
     tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in RUNS]
     t0 = time.perf_counter()
     try:

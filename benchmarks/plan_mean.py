@@ -31,8 +31,7 @@ from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import summary
-from rollmux.study.sweep import add_sweep_options, parse_traces_spec, sweep_map
-from rollmux.workload import find_traces_dir, synthesize_philly
+from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
 from rollmux.workload.drift import add_drift
 
 
@@ -114,14 +113,8 @@ def stress(pmap, args) -> None:
 
 def unseen(pmap, args) -> None:
     """Solo-D and both modes on the Philly-driven traces."""
-    cluster, traces = default_cluster(), find_traces_dir(args.traces)
-    specs = parse_traces_spec(args.traces_spec)  # (an InputError is reported by main)
+    cluster, rows = default_cluster(), sweep_rows(args)
     runs = ["solo-d", "worst", "mean"]
-    try:
-        rows = [(vc, mode, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
-                for vc, seed in specs for mode in args.modes.split(",")]
-    except InputError as exc:
-        sys.exit(f"error: {exc}")
     tasks = [(run, jobs, cluster, seed, args.drift, args.z, not args.no_elastic)
              for _, _, seed, jobs in rows for run in runs]
     results = pmap(one_run, tasks)

@@ -21,8 +21,7 @@ from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import run_config, summary
-from rollmux.study.sweep import add_sweep_options, parse_traces_spec, sweep_map
-from rollmux.workload import find_traces_dir, synthesize_philly
+from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
 
 RUNS = ("solo-d", "stretch", "delta", "groups alone")
 
@@ -49,13 +48,8 @@ def main() -> None:
             raise ValueError
     except ValueError:
         sys.exit(f"error: --speeds: expected numbers > 0, e.g. 1.0,0.8 (got {args.speeds!r})")
-    try:
-        cluster, traces = default_cluster(), find_traces_dir(args.traces)
-        rows = [(vc, mode, seed, speed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
-                for vc, seed in parse_traces_spec(args.traces_spec) for mode in args.modes.split(",")
-                for speed in speeds]
-    except InputError as exc:
-        sys.exit(f"error: {exc}")
+    cluster = default_cluster()
+    rows = [(vc, mode, seed, speed, jobs) for vc, mode, seed, jobs in sweep_rows(args) for speed in speeds]
     runs = {speed: RUNS if speed != 1.0 else RUNS[:3] for speed in speeds}
     tasks = [(run, jobs, cluster, seed, speed) for _, _, seed, speed, jobs in rows for run in runs[speed]]
     t0 = time.perf_counter()

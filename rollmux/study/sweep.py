@@ -200,3 +200,19 @@ def sweep_map(args) -> Iterator[Pmap]:
         return
     with ray_session(args.address, args.workers) as pmap:
         yield pmap
+
+
+def sweep_rows(args) -> list[tuple[str, str, int, list]]:
+    """[(vc, mode, seed, trace)] for a benchmark's parsed options: a 200-job, 14-day
+    Philly-driven trace per --traces-spec VC:SEED and --modes mode; a bad option or trace
+    folder exits with its one-line error (a benchmark's whole input check)."""
+    import sys
+
+    from rollmux.workload import find_traces_dir, synthesize_philly
+
+    try:
+        traces = find_traces_dir(args.traces)
+        return [(vc, mode, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
+                for vc, seed in parse_traces_spec(args.traces_spec) for mode in args.modes.split(",")]
+    except InputError as exc:
+        sys.exit(f"error: {exc}")

@@ -167,3 +167,18 @@ def test_sweep_map_runs_in_this_process_when_asked():
     assert args.traces_spec == "0e4a51:0" and args.modes == "paper,catalog"
     with sweep_map(args) as pmap:
         assert pmap is serial_map and pmap(abs, [(-2,), (3,)]) == [2, 3]
+
+
+def test_sweep_rows_synthesize_each_trace_and_mode_or_exit_with_the_error(tmp_path):
+    import argparse
+
+    from rollmux.study.sweep import add_sweep_options, sweep_rows
+    ap = argparse.ArgumentParser()
+    add_sweep_options(ap, "0e4a51:0,103959:21")
+    rows = sweep_rows(ap.parse_args(["--modes", "paper"]))
+    assert [(vc, mode, seed, len(jobs)) for vc, mode, seed, jobs in rows] == [
+        ("0e4a51", "paper", 0, 200), ("103959", "paper", 21, 200)]
+    for argv, where in ((["--traces-spec", "0e4a51"], "--traces-spec"), (["--traces", str(tmp_path)], str(tmp_path))):
+        with pytest.raises(SystemExit) as exit_:
+            sweep_rows(ap.parse_args(argv))
+        assert str(exit_.value.code).startswith("error: ") and where in str(exit_.value.code)
