@@ -93,7 +93,7 @@ def rate_at_start(result: PolicyResult) -> float:
 def _small_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, size: int, seed: int,
                   placement_seed: int = 0) -> tuple[PolicyResult, GroupRecord | None]:
     """Run one policy on a small set with static groups; its result and its groups (None: gavel)."""
-    cfg = SimConfig(seed=seed, max_group_size=size, **STATIC)
+    cfg = SimConfig(seed=seed, max_group_size=size, intra=IntraConfig(), **STATIC)  # worst case, as the optimum
     if name == "gavel":
         return simulate_gavel(jobs, cluster, seed=seed, max_pack=size), None
     if name == "rollmux-paper":  # Algorithm 1 as published: file order, pruning, first fit
@@ -121,7 +121,7 @@ def paper_cost_of(res: PolicyResult, groups: GroupRecord) -> float:
 def optimum_run(jobs: list[JobSpec], cluster: ClusterSpec, size: int, seed: int,
                 groups: list) -> PolicyResult:
     """The optimum's partition run to completion as static groups, on the same draws."""
-    cfg = SimConfig(seed=seed, max_group_size=size, **STATIC)
+    cfg = SimConfig(seed=seed, max_group_size=size, intra=IntraConfig(), **STATIC)  # worst case, as the optimum
     return simulate(jobs, cluster, FixedPartition(groups, cfg.intra), cfg)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.runner import run_policy
@@ -35,9 +36,11 @@ GROUPS_NOTE = ("RollMux runs as shipped but with the per-job co-located mode off
 
 
 def before_issue_14(seed: int = 0) -> SimConfig:
-    """RollMux's groups as they were before issue 14's mechanisms: nominal shapes, no
-    co-located jobs, Δ pricing (regrouping, priced migrations and repair as shipped)."""
-    return SimConfig(seed=seed, colocate=False, elastic_rollout=False, stretch_pricing=False)
+    """RollMux's groups as they were before issue 14's mechanisms: worst-case admission,
+    nominal shapes, no co-located jobs, Δ pricing (regrouping, priced migrations and repair
+    as shipped)."""
+    return SimConfig(seed=seed, intra=IntraConfig(plan="worst"), colocate=False, elastic_rollout=False,
+                     stretch_pricing=False)
 
 
 def groups_config(seed: int) -> SimConfig:

@@ -49,7 +49,7 @@ def test_with_both_switches_off_the_run_is_unchanged():
     jobs = [make_job(f"j{i}", rollout=60.0 + 20 * i, rollout_gpus=8 * (1 + i % 2), train_gpus=8 * (1 + (i // 2) % 2),
                      arrival=30.0 * i, duration=5_000.0, sigma=0.2, rollout_max=200.0, tail_frac=0.3)
              for i in range(6)]
-    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig()).run()
+    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(SimConfig().intra), SimConfig()).run()
     off = _run(jobs).result
     assert off.cost_usd == plain.cost_usd and off.placements == plain.placements
 
@@ -62,7 +62,7 @@ def test_the_shape_enumeration_with_only_nominal_options_places_as_algorithm_1()
                      rollout_max=1.3 * (50.0 + 25 * (i % 5)),
                      tail_frac=0.3, slo=1.6 + 0.1 * (i % 5))
             for i in range(14)]
-    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig()).run()
+    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(SimConfig().intra), SimConfig()).run()
     flexible = _run(jobs, train_scaling=True).result
     assert flexible.cost_usd == plain.cost_usd and flexible.placements == plain.placements
     assert plain.placements.get("direct_packing", 0) + plain.placements.get("rollout_scaling", 0) > 0  # shared
