@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--order", choices=("rr", "slo"), default="rr",
                     help="order inside a group (IntraConfig.order, core/slo_order.py)")
     ap.add_argument("--plan", choices=("worst", "mean"), default=SimConfig().intra.plan,
-                    help="SLO admission (IntraConfig.plan, core/admission.py; mean, as the CLI ships)")
+                    help="SLO admission (IntraConfig.plan, core/admission.py; worst, as the CLI ships)")
     ap.add_argument("--elastic-rollout", action=argparse.BooleanOptionalAction, default=True,
                     help="a job may roll out on fewer/more rollout nodes (core/elastic.py; on, as the CLI ships)")
     ap.add_argument("--train-scaling", action=argparse.BooleanOptionalAction, default=False,
@@ -46,7 +46,7 @@ def main() -> None:
                     help="take the option that adds least per iteration (core/marginal.py; on, as the CLI ships)")
     args = ap.parse_args()
     if args.order == "slo" and args.plan == "mean":
-        ap.error("--order slo plans with --plan worst only (the default is --plan mean)")
+        ap.error("--order slo plans with --plan worst only")
     cluster = default_cluster()
     bad = shared = colocated = 0
     for seed in range(args.start, args.start + args.traces):

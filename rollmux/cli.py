@@ -74,8 +74,8 @@ def simulate(
     plan_quantile: float = typer.Option(1.0, "--plan-quantile", min=0.5, max=1.0,
                                         help="Rollout quantile used for SLO admission with --plan worst; 1.0 = worst case."),
     plan: str = typer.Option(SimConfig().intra.plan, "--plan",
-                             help="SLO admission: mean (each member's mean iteration time within its SLO with "
-                                  "confidence, core/admission.py) or worst (every rollout at its cap)."),
+                             help="SLO admission: worst (every rollout at its cap) or mean (each member's mean "
+                                  "iteration time within its SLO with confidence, core/admission.py)."),
     plan_z: float = typer.Option(IntraConfig.plan_z, "--plan-z", min=0.0,
                                  help="--plan mean: one-sided normal quantile of the confidence term (3.09 ~ 99.9%)."),
     skip_unplaceable: bool = typer.Option(False, "--skip-unplaceable", help="Drop jobs no node can hold, with a warning."),
@@ -117,9 +117,9 @@ def simulate(
         if plan not in ("worst", "mean"):
             raise InputError("--plan", f"expected worst or mean, got {plan!r}")
         if plan == "mean" and plan_quantile != 1.0:
-            raise InputError("--plan-quantile", "applies to --plan worst only (the default is --plan mean)")
+            raise InputError("--plan-quantile", "applies to --plan worst only")
         if plan == "mean" and order == "slo":
-            raise InputError("--order", "slo plans with --plan worst only (the default is --plan mean)")
+            raise InputError("--order", "slo plans with --plan worst only")
         if not (math.isfinite(colo_speed) and colo_speed > 0):
             raise InputError("--colo-speed", f"must be a number > 0, got {colo_speed!r}")
         trace = load_jobs(jobs)
