@@ -23,6 +23,16 @@ DEFAULT_POLICIES = ("rollmux", "solo-d", "verl")
 Progress = Callable[[int, int], None]
 
 
+def rollmux_policy(cfg: SimConfig) -> RollMuxPlacement:
+    """RollMux's placement as `rollmux simulate` runs it with `cfg`: its admission, the
+    co-located mode, flexible shapes and stretch pricing as the config sets them."""
+    policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed,
+                              colo_margin=cfg.colo_margin)
+    policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
+    policy.stretch_pricing = cfg.stretch_pricing  # core/marginal.py
+    return policy
+
+
 def run_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig,
                progress: Progress | None = None) -> PolicyResult:
     """Run the named policy over the trace."""
@@ -33,10 +43,7 @@ def run_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimCon
             progress(len(jobs), len(jobs))
         return result
     if name == "rollmux":
-        policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed,
-                                  colo_margin=cfg.colo_margin)
-        policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
-        policy.stretch_pricing = cfg.stretch_pricing  # core/marginal.py
+        policy = rollmux_policy(cfg)
     elif name == "solo-d":
         policy = SoloPlacement(cfg.intra)
     elif name == "random":

@@ -1,0 +1,33 @@
+"""The group-shape profile (study/group_shapes.py): cost shares and planned pool use per shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollmux.sim.simulator import SimConfig
+from rollmux.study.group_shapes import COLOCATED, group_shapes
+from tests.factories import make_cluster, make_job
+
+CLUSTER = make_cluster()
+
+
+def test_a_lone_job_is_one_shape_whose_pools_are_busy_for_their_phases():
+    job = make_job("a", rollout=300.0, train=100.0, sync=20.0, duration=40_000.0)
+    out = group_shapes([job], CLUSTER, SimConfig(colocate=False, elastic_rollout=False))
+    (row,) = out["rows"]
+    assert row["shape"] == [1, 1, 1] and row["cost_share"] == pytest.approx(1.0)
+    # Alone, its planned period is its own cycle: each pool is busy for its phase of it.
+    assert row["rollout_use"] == pytest.approx(300.0 / 420.0)
+    assert row["train_use"] == pytest.approx(100.0 / 420.0)
+    assert row["stretch"] == pytest.approx(1.0)
+
+
+def test_shares_add_up_and_co_located_jobs_are_their_own_row():
+    jobs = [make_job(f"j{i}", rollout=200.0 + 40 * i, train=150.0, arrival=100.0 * i, duration=30_000.0,
+                     rollout_gpus=8 * (1 + i % 2), slo=1.5) for i in range(6)]
+    out = group_shapes(jobs, CLUSTER, SimConfig(colocate=True))
+    shares = {(r["shape"] if r["shape"] == COLOCATED else tuple(r["shape"])): r["cost_share"] for r in out["rows"]}
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert COLOCATED in shares and shares[COLOCATED] > 0
+    assert all(0 < r["rollout_use"] <= 1 + 1e-9 and 0 < r["train_use"] <= 1 + 1e-9
+               for r in out["rows"] if r["shape"] != COLOCATED)
