@@ -51,8 +51,8 @@ def group_shapes(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig, ever
             a[0] += usd
             for i, v in enumerate(planned_use(g, cfg.intra), start=1):
                 a[i] += v * usd
-        if len(sim.outcomes) < len(jobs):
-            sim.env.call_at(sim.env.now() + every_s, tick)
+        if len(sim.outcomes) < len(jobs) and sim.env.pending:  # (only while the run has events:
+            sim.env.call_at(sim.env.now() + every_s, tick)        # a stalled run must still stop)
 
     sim.env.call_at(min(j.arrival_s for j in jobs) + every_s, tick)
     res = sim.run()
