@@ -44,9 +44,9 @@ def group_shapes(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig, ever
         if sim.state.colocated:
             acc[COLOCATED][0] += sum(g.n_train for g in sim.state.colocated.values()) * pt * every_s / 3600
         for g in sim.state.groups.values():
-            usd = (g.n_rollout * pr + g.n_train * pt) * every_s / 3600
             if g.shape is None or not g.members:
                 continue
+            usd = (g.n_rollout * pr + g.n_train * pt) * every_s / 3600
             a = acc[(len(g.members), g.n_rollout, g.n_train)]
             a[0] += usd
             for i, v in enumerate(planned_use(g, cfg.intra), start=1):

@@ -53,10 +53,9 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: b
     co-located, leaving no group to search (that answer takes ~0.3 ms at any size)."""
     from rollmux.workload import paper_jobs
     cluster = default_cluster()
-    policy = RollMuxPlacement()
-    if shipped:  # the admission and shapes `rollmux simulate` ships (sim/runner.py sets them from the config)
-        cfg = SimConfig()
-        policy = RollMuxPlacement(cfg.intra)
+    cfg = SimConfig()
+    policy = RollMuxPlacement(cfg.intra)  # the admission `rollmux simulate` ships
+    if shipped:  # and its shapes (sim/runner.py sets them from the config)
         policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)
     active = paper_jobs(n_active, seed=seed)
     t0 = time.perf_counter()
