@@ -37,6 +37,7 @@ from rollmux.core.regroup import (
 )
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.why import WhyTally
+from rollmux.errors import InputError
 
 Progress = Mapping[str, tuple[int, float]]  # job_id -> (iterations done, seconds since start)
 
@@ -72,12 +73,32 @@ class SchedulerConfig:
     stretch_pricing: bool = False
 
 
+# The IntraConfig fields that decide SLO admission: the policy admits a job by them and this
+# executor re-plans and repairs groups by them (`group_fits`), so the two must agree.
+ADMISSION_FIELDS = ("plan", "plan_quantile", "plan_z", "plan_chains", "plan_length", "order", "max_rate")
+
+
+def check_same_admission(policy: PlacementPolicy, intra: IntraConfig) -> None:
+    """InputError naming the fields where a policy's own IntraConfig admits by other rules than
+    the scheduler's (e.g. a `RollMuxPlacement()` under `--plan mean`); other fields (long-tail
+    migration, switch time) may differ."""
+    own = getattr(policy, "cfg", None)
+    if not isinstance(own, IntraConfig):
+        return
+    diff = [f for f in ADMISSION_FIELDS if getattr(own, f) != getattr(intra, f)]
+    if diff:
+        shown = ", ".join(f"{f}={getattr(own, f)!r} vs {getattr(intra, f)!r}" for f in diff)
+        raise InputError("policy", f"its SLO admission differs from the scheduler config's ({shown}): "
+                                   "build the policy from the config's IntraConfig")
+
+
 class ClusterState:
     """Groups, controllers and the ledger; placement, departures and regrouping."""
 
     def __init__(self, env: Environment, cluster: ClusterSpec, policy: PlacementPolicy,
                  cfg: SchedulerConfig) -> None:
         self.env, self.cluster, self.policy, self.cfg = env, cluster, policy, cfg
+        check_same_admission(policy, cfg.intra)
         self.ledger = Ledger(cluster)
         # Every write to the groups also updates their placement index (core/group_index.py).
         self.groups: dict[int, Group] = IndexedGroups(cfg.intra)

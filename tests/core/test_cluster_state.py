@@ -110,3 +110,15 @@ def test_an_arrived_migrants_migration_is_owed_until_its_first_iteration_there_e
     assert st.view(progress).owed_s == {gid: owed}
     st.observe("a", gid, 60.0, 50.0, progress)
     assert st.view(progress).progress["h"] == progress["h"] and st.view(progress).owed_s == {}
+
+
+def test_a_policy_that_admits_by_other_rules_than_the_config_is_refused_naming_the_fields():
+    import pytest
+
+    from rollmux.core.intra_group import IntraConfig
+    from rollmux.errors import InputError
+    cfg = SchedulerConfig(intra=IntraConfig(plan="mean"))
+    with pytest.raises(InputError, match=r"policy.*plan='worst' vs 'mean'"):
+        ClusterState(SimEnvironment(), make_cluster(), RollMuxPlacement(), cfg)
+    # Fields outside admission (long-tail migration here) may differ.
+    ClusterState(SimEnvironment(), make_cluster(), RollMuxPlacement(IntraConfig(plan="mean", migration=False)), cfg)
