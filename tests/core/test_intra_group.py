@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from rollmux.core.group import Group
+from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import (
     IntraConfig,
     PhaseTimes,
@@ -270,16 +270,32 @@ def test_period_is_the_steady_state_when_load_barely_exceeds_cycle():
 @given(group=groups(max_members=5, single_node=True))
 def test_best_round_robin_order_reaches_t_cycle_when_unsaturated(group):
     """Theorem 1: with T_load < T_cycle (no switch cost, no migration) round-robin meta-iterations
-    last T_cycle, in the theorem's setting where every member runs each phase on one node.
+    last T_cycle, in the theorem's setting where every member runs each phase on one node and
+    only the training node is shared (each member rolls out on a node of its own).
 
     It holds for the best cyclic order, which `best_order` finds; a given order may miss T_cycle
-    (next test), and a member spanning several rollout nodes can keep every order above it."""
+    (next test), a member spanning several rollout nodes can keep every order above it, and so
+    can two members sharing a rollout node while both pools are nearly full (the test after)."""
+    assume(len({m.rollout_nodes for m in group.members}) == group.size)
     cfg = IntraConfig(migration=False, warm_switch_s=0.0)
     times = fixed_times(group)
     tc = t_cycle(group.members, times)
     assume(t_load(group.members, group.n_rollout, group.n_train, times, 0.0) < tc)
     _, best = best_order(group.members, group.n_rollout, group.n_train, times, cfg)
     assert best == pytest.approx(tc, rel=1e-9)
+
+
+def test_a_shared_rollout_node_can_keep_every_order_above_t_cycle_when_both_pools_are_nearly_full():
+    # Found by hypothesis: T_cycle 35 (j2), T_load 34.5 (training; rollout node 0 carries 33),
+    # yet every cyclic order runs 35.25 s meta-iterations: j1 and j2 queue for node 0 and the
+    # training node in turn, and neither pool has the slack to absorb it.
+    members = (Member(make_job("j0", rollout=10.0, train=14.5, sync=0.0), (1,), (0,)),
+               Member(make_job("j1", rollout=11.0, train=10.0, sync=3.0), (0,), (0,)),
+               Member(make_job("j2", rollout=22.0, train=10.0, sync=3.0), (0,), (0,)))
+    cfg = IntraConfig(migration=False, warm_switch_s=0.0)
+    times = fixed_times(Group(0, 2, 1, members))
+    assert t_cycle(members, times) == 35.0 and t_load(members, 2, 1, times, 0.0) == 34.5
+    assert best_order(members, 2, 1, times, cfg)[1] == pytest.approx(35.25)
 
 
 def test_given_round_robin_order_can_miss_t_cycle_when_unsaturated():
