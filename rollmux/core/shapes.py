@@ -192,9 +192,10 @@ def place(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Re
 
 def _option_plan(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: "_Refusals | None",
                  cands: list, own: PhaseTimes, factor: dict, own_cycle: dict,
-                 option: tuple[int, int, int, int]) -> PlacementPlan | None:
+                 option: tuple[int, int, int, int], explain: bool = True) -> PlacementPlan | None:
     """The plan of one option (added training nodes, new rollout nodes, candidate position or
-    _ISOLATED, rollout nodes), or None when it is not valid (a refusal is noted in `why`)."""
+    _ISOLATED, rollout nodes), or None when it is not valid (a refusal is noted in `why`); an
+    isolated plan carries `why`'s result only if `explain` (`_cheapest` builds the kept one's)."""
     new_t, new_r, pos, k = option
     cluster = view.cluster
     if pos == _ISOLATED:
@@ -206,7 +207,7 @@ def _option_plan(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, wh
         if not _admits(g, view, policy.cfg):
             return None  # ("mean": its own confident mean on fewer nodes breaks its budget)
         return PlacementPlan(job.job_id, Case.ISOLATED, g, k, kt, g.cost_per_hour(cluster),
-                             why.result() if why is not None else None)
+                             why.result() if why is not None and explain else None)
     g, slack, rollout_min = cands[pos]
     if own_cycle[k] > slack:
         if why is not None:
@@ -246,7 +247,8 @@ def _cheapest(policy: "RollMuxPlacement", job: JobSpec, view: ClusterView, why: 
         if delta * shortest / 3600 >= best_cost or valid >= STRETCH_TRIES or best_cost <= 0:
             rest = i
             break
-        plan = _option_plan(policy, job, view, why, cands, own, factor, own_cycle, (new_t, new_r, pos, k))
+        plan = _option_plan(policy, job, view, why, cands, own, factor, own_cycle, (new_t, new_r, pos, k),
+                            explain=False)
         if plan is None:
             continue
         valid += 1
