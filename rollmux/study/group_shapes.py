@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from rollmux.core.group import Group
-from rollmux.core.intra_group import IntraConfig, group_planning_times
+from rollmux.core.intra_group import IntraConfig, group_planning_times, node_loads
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.runner import rollmux_policy
 from rollmux.sim.simulator import SimConfig, Simulation
@@ -26,9 +26,9 @@ def planned_use(g: Group, cfg: IntraConfig) -> tuple[float, float, float]:
     """(rollout-pool, training-pool utilization, period / longest member cycle) of a planned group."""
     times = group_planning_times(g.members, cfg)
     period = g.shape.period_s
-    r = sum(t.rollout * len(m.rollout_nodes) for m, t in zip(g.members, times)) / (g.n_rollout * period)
-    t = sum(pt.train * len(m.train_nodes) for m, pt in zip(g.members, times)) / (g.n_train * period)
-    return r, t, period / max(pt.rollout + pt.train + pt.sync for pt in times)
+    r_load, _, t_load, _ = node_loads(g.members, g.n_rollout, g.n_train, times)
+    return (sum(r_load) / (g.n_rollout * period), sum(t_load) / (g.n_train * period),
+            period / max(pt.rollout + pt.train + pt.sync for pt in times))
 
 
 def group_shapes(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig, every_s: float = 600.0) -> dict:
