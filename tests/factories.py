@@ -13,6 +13,11 @@ from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import IntraConfig, PhaseTimes
 from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec
 
+# Worst-case SLO admission: the plan of `IntraConfig()` and of a bare `RollMuxPlacement()`.
+# The simulator's default admits by the mean (sim/simulator.py SimConfig), and a simulation
+# refuses a policy that admits by other rules, so tests written for the worst case pass it.
+WORST = IntraConfig()
+
 
 def make_job(job_id: str = "j0", *, rollout: float = 100.0, train: float = 100.0,
              sync: float = 5.0, sigma: float = 0.0, rollout_max: float | None = None,

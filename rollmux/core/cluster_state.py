@@ -83,7 +83,7 @@ def check_same_admission(policy: PlacementPolicy, intra: IntraConfig) -> None:
     the scheduler's (e.g. a `RollMuxPlacement()` under `--plan mean`); other fields (long-tail
     migration, switch time) may differ."""
     own = getattr(policy, "cfg", None)
-    if not isinstance(own, IntraConfig):
+    if not policy.admits_by_slo or not isinstance(own, IntraConfig):
         return
     diff = [f for f in ADMISSION_FIELDS if getattr(own, f) != getattr(intra, f)]
     if diff:

@@ -215,6 +215,7 @@ class RollMuxPlacement(PlacementPolicy):
 
     name = "rollmux"
     regroups = True  # its SLO admission makes departure-time re-placement safe
+    admits_by_slo = True  # by `cfg`: the scheduler's config must admit by the same rules
     explains = True  # its isolated plans say why no group took the job (PlacementPlan.why)
     # Flexible group shapes (core/shapes.py): training scaling, elastic rollout parallelism;
     # both off (the default): Algorithm 1 as written. Set by the runner from SchedulerConfig.

@@ -117,6 +117,9 @@ class PlacementPolicy(ABC):
     """Decides where an arriving job goes."""
 
     name: str = "policy"
+    # Admits by SLO with its own IntraConfig (`cfg`), which must then be the scheduler's
+    # (cluster_state.check_same_admission). The baselines plan groups but admit without SLOs.
+    admits_by_slo: bool = False
 
     @abstractmethod
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:

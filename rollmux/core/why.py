@@ -15,9 +15,15 @@ than one would fail (the first failing one in this order wins):
                 the newcomer's own (no member's budget is tighter);
   member_slo    ... and a member's budget is tighter than the newcomer's: the tightest SLO in
                 the group is an existing member's.
+  untried       the group passed every check short of the exact SLO check, which the bounded
+                search of the mean plan (core/shapes.py `EXACT_TRIES`) never reached: it
+                tries the groups with the most closed-form headroom first, and stopped;
   costlier      the group would take the job, but with stretch pricing (core/marginal.py)
                 joining it adds more per iteration than a group of the job's own: the
                 members' stretch (or the nodes added) costs more than new nodes would.
+
+Codes follow the enum, whose members are only ever appended (journal records store counts by
+code): `untried`, added last, is attributed before `costlier` all the same (ATTRIBUTION).
 
 Which SLO is named depends only on the budgets, not on how far over it the period is: a
 period bound proves that the tightest budget is broken, not by how much, so the same rule
@@ -58,9 +64,12 @@ class Refusal(str, Enum):
     NEWCOMER_SLO = "newcomer_slo"
     MEMBER_SLO = "member_slo"
     COSTLIER = "costlier"
+    UNTRIED = "untried"
 
 
-REFUSALS: tuple[Refusal, ...] = tuple(Refusal)          # attribution order; codes are indices
+REFUSALS: tuple[Refusal, ...] = tuple(Refusal)          # codes are indices
+# The attribution order (module docstring): the enum's, with `untried` before `costlier`.
+ATTRIBUTION: tuple[Refusal, ...] = REFUSALS[:-2] + (Refusal.UNTRIED, Refusal.COSTLIER)
 REASON_NAMES: tuple[str, ...] = tuple(r.value for r in REFUSALS)
 CODE = {r: i for i, r in enumerate(REFUSALS)}           # Refusal -> its code (index in REFUSALS)
 
@@ -87,9 +96,9 @@ class PlacementWhy:
     @property
     def reason(self) -> Refusal:
         """The placement's one reason: the nearest miss (see the module docstring)."""
-        for code in range(len(REFUSALS) - 1, 0, -1):
-            if self.refused[code]:
-                return REFUSALS[code]
+        for r in reversed(ATTRIBUTION[1:]):
+            if self.refused[CODE[r]]:
+                return r
         return Refusal.NO_GROUPS
 
     def counts(self) -> dict[str, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -11,7 +12,6 @@ from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPolicy, validate_plan
-from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.sim.simulator import SimConfig
 
@@ -48,15 +48,16 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: b
 
     `indexed`: the view carries the group index, as `ClusterState` hands it to the policy
     (False: the plain scan over every group, for comparison). `shipped`: the group search as
-    `rollmux simulate` runs it (elastic rollout shapes, sim/runner.py); False: Algorithm 1 with
-    nominal shapes. The co-located mode stays off here: these jobs (8:8) would all run
-    co-located, leaving no group to search (that answer takes ~0.3 ms at any size)."""
+    `rollmux simulate` runs it (its admission, elastic rollout shapes and stretch pricing,
+    sim/runner.py); False: Algorithm 1 with nominal shapes, Δ pricing and worst-case admission.
+    The co-located mode stays off here: these jobs (8:8) would all run co-located, leaving no
+    group to search (that answer takes ~0.3 ms at any size)."""
     from rollmux.workload import paper_jobs
     cluster = default_cluster()
+    from rollmux.sim.runner import rollmux_policy
+
     cfg = SimConfig()
-    policy = RollMuxPlacement(cfg.intra)  # the admission `rollmux simulate` ships
-    if shipped:  # and its shapes (sim/runner.py sets them from the config)
-        policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)
+    policy = rollmux_policy(replace(cfg, colocate=False)) if shipped else RollMuxPlacement(IntraConfig())
     active = paper_jobs(n_active, seed=seed)
     t0 = time.perf_counter()
     groups = build_state(active, policy, cluster)
@@ -71,6 +72,6 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: b
         times.append((time.perf_counter() - t0) * 1e3)
         cpu.append((time.process_time() - c0) * 1e3)
     # CPU time as well: on a shared machine wall time also counts other processes' turns.
-    return {"jobs": n_active, "groups": len(groups), "shipped": shipped, "p50_ms": float(np.percentile(times, 50)),
+    return {"jobs": n_active, "groups": len(groups), "shipped": shipped, "plan": policy.cfg.plan, "p50_ms": float(np.percentile(times, 50)),
             "p99_ms": float(np.percentile(times, 99)), "p50_cpu_ms": float(np.percentile(cpu, 50)),
             "p99_cpu_ms": float(np.percentile(cpu, 99)), "build_s": build_s}

@@ -122,3 +122,7 @@ def test_a_policy_that_admits_by_other_rules_than_the_config_is_refused_naming_t
         ClusterState(SimEnvironment(), make_cluster(), RollMuxPlacement(), cfg)
     # Fields outside admission (long-tail migration here) may differ.
     ClusterState(SimEnvironment(), make_cluster(), RollMuxPlacement(IntraConfig(plan="mean", migration=False)), cfg)
+    # A policy that admits without SLOs (the baselines) only plans with its config.
+    unchecked = RollMuxPlacement()
+    unchecked.admits_by_slo = False
+    ClusterState(SimEnvironment(), make_cluster(), unchecked, cfg)

@@ -12,6 +12,7 @@ from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import ClusterView
 from rollmux.core.regroup import dissolve_decision, migration_seconds, shrink
 from rollmux.sim.simulator import SimConfig, Simulation
+from tests.factories import WORST
 
 CLUSTER = make_cluster()
 
@@ -83,7 +84,7 @@ def test_no_move_when_the_migration_breaks_the_members_slo():
 def test_regroup_migrates_jobs_and_keeps_every_slo():
     jobs = synthetic_trace(np.random.default_rng(5), 40, sigma=0.1, mean_gap_s=300.0,
                            duration_range=(3_000.0, 40_000.0))
-    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(regroup=True, shrink=True))
+    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, regroup=True, shrink=True))
     res = sim.run()
     assert sim.migrations > 0
     assert len(res.outcomes) == 40
@@ -93,8 +94,8 @@ def test_regroup_migrates_jobs_and_keeps_every_slo():
 def test_regroup_and_shrink_cost_no_more_than_static_groups():
     jobs = synthetic_trace(np.random.default_rng(6), 40, sigma=0.1, mean_gap_s=300.0,
                            duration_range=(3_000.0, 40_000.0))
-    static = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(regroup=False, shrink=False)).run()
-    dynamic = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig()).run()
+    static = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, regroup=False, shrink=False)).run()
+    dynamic = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST)).run()
     assert dynamic.cost_usd < static.cost_usd
 
 
@@ -102,7 +103,7 @@ def test_shrink_releases_nodes_before_the_group_empties():
     # a founds a group on two rollout nodes; b packs onto one of them and outlives a.
     a = make_job("a", rollout=100, train=100, slo=2.0, duration=200.0 * 40, rollout_gpus=16)
     b = make_job("b", rollout=100, train=100, slo=2.0, duration=200.0 * 400, rollout_gpus=8)
-    sim = Simulation([a, b], CLUSTER, RollMuxPlacement(), SimConfig(regroup=False, shrink=True))
+    sim = Simulation([a, b], CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, regroup=False, shrink=True))
     sim.run()
     assert sim.ledger.nodes == {"rollout": 0, "train": 0}
     drops = [rate for t, rate in sim.ledger.rate_changes if 0 < t < sim.env.now()]
@@ -112,9 +113,9 @@ def test_shrink_releases_nodes_before_the_group_empties():
 def test_consolidation_dissolves_small_groups_on_any_departure():
     jobs = synthetic_trace(np.random.default_rng(9), 40, sigma=0.1, mean_gap_s=300.0,
                            duration_range=(3_000.0, 40_000.0))
-    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(consolidate=0))
+    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, consolidate=0))
     plain.run()
-    consol = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(consolidate=2))
+    consol = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, consolidate=2))
     consol_res = consol.run()
     assert consol.migrations > plain.migrations
     assert consol_res.slo_attainment == 1.0 and len(consol_res.outcomes) == 40

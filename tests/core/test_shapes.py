@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rollmux.core import shapes
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import IndexedGroups
@@ -160,8 +162,14 @@ def _job(name: str, p: tuple):
 @given(specs=st.lists(job_st, min_size=1, max_size=10), probes=st.lists(job_st, min_size=1, max_size=3),
        switches=st.sampled_from([(True, False), (False, True), (True, True), (False, True, True),
                                  (False, False, True)]),
-       plan=st.sampled_from(["worst", "mean"]))
-def test_indexed_placement_equals_a_brute_force_scan_and_join_matrix_stays_necessary(specs, probes, switches, plan):
+       plan=st.sampled_from(["worst", "mean"]), cap=st.sampled_from([shapes.EXACT_TRIES, 1, 3]))
+def test_indexed_placement_equals_a_brute_force_scan_and_join_matrix_stays_necessary(specs, probes, switches, plan,
+                                                                                    cap):
+    with mock.patch.object(shapes, "EXACT_TRIES", cap):  # (the mean plan's bounded search binds too)
+        _equal_with_and_without_the_index(specs, probes, switches, plan)
+
+
+def _equal_with_and_without_the_index(specs, probes, switches, plan):
     p = policy(*switches)
     p.cfg = IntraConfig(plan=plan)
     groups = IndexedGroups(p.cfg)
@@ -222,3 +230,37 @@ def test_under_the_mean_plan_an_isolated_job_on_fewer_nodes_must_pass_the_confid
     roomy = job.model_copy(update={"slo": 3.0})
     assert place(mean_policy(), roomy, view()).group.n_rollout == 1
 
+
+
+def _tight_groups(n: int) -> list[Group]:
+    """`n` lone members whose SLO leaves a newcomer's training no room under the mean plan."""
+    return [plan_group(isolated_group(i, make_job(f"a{i}", rollout=200.0, train=60.0 + i, sigma=0.2,
+                                                  rollout_max=400.0, slo=1.02), CLUSTER), MEAN)
+            for i in range(n)]
+
+
+NEWCOMER = dict(rollout=150.0, train=50.0, sigma=0.2, rollout_max=300.0, slo=3.0)
+
+
+def test_the_mean_search_checks_the_options_with_most_headroom_first_and_at_most_exact_tries():
+    # In Δ order the roomy group's options come after every tight group's; by headroom, first.
+    n = shapes.EXACT_TRIES + 4
+    roomy = plan_group(isolated_group(n, make_job("roomy", rollout=200.0, train=40.0, sigma=0.2,
+                                                  rollout_max=400.0, slo=3.0), CLUSTER), MEAN)
+    p = mean_policy()
+    p.stretch_pricing = True
+    planned = []
+    real = shapes.plan_group
+    with mock.patch.object(shapes, "plan_group", side_effect=lambda *a, **k: planned.append(1) or real(*a, **k)):
+        plan = place(p, make_job("b", **NEWCOMER), view(*_tight_groups(n), roomy))
+    assert plan.group.group_id == n and len(planned) <= shapes.EXACT_TRIES
+
+
+def test_a_group_the_bounded_search_never_checked_exactly_is_refused_as_untried():
+    p = mean_policy()
+    p.stretch_pricing = True
+    with mock.patch.object(shapes, "EXACT_TRIES", 1):
+        plan = place(p, make_job("b", **NEWCOMER), view(*_tight_groups(3)))
+    counts = plan.why.counts()
+    assert plan.case is Case.ISOLATED and plan.why.groups == 3 and counts["untried"] >= 1
+    assert plan.why.reason is Refusal.UNTRIED

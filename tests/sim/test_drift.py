@@ -8,6 +8,7 @@ from factories import make_cluster, make_job
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.spec import Drift
 from rollmux.sim.simulator import SimConfig, Simulation
+from tests.factories import WORST
 
 CLUSTER = make_cluster()
 
@@ -19,7 +20,7 @@ def _pair(drift: Drift | None):
 
 
 def _run(jobs, **cfg):
-    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(**cfg))
+    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, **cfg))
     return sim, sim.run()
 
 

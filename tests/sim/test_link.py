@@ -6,6 +6,7 @@ import pytest
 
 from rollmux.core.env import SimEnvironment
 from rollmux.sim.link import SharedLink
+from tests.factories import WORST
 
 
 def test_one_transfer_gets_the_whole_link():
@@ -39,7 +40,7 @@ def _run(jobs, gbps, **cfg):
     from rollmux.core.inter_group import RollMuxPlacement
     from rollmux.sim.simulator import SimConfig, simulate
     cluster = make_cluster().model_copy(update={"inter_pool_gbps": gbps})
-    return simulate(jobs, cluster, RollMuxPlacement(), SimConfig(**cfg))
+    return simulate(jobs, cluster, RollMuxPlacement(), SimConfig(intra=WORST, **cfg))
 
 
 def test_without_a_link_bandwidth_behaviour_is_unchanged():

@@ -46,7 +46,7 @@ def test_off_no_colocated_key_and_the_old_result():
 
 def test_a_mixed_trace_meets_every_slo_and_its_counts_add_up():
     jobs = synthetic_trace(np.random.default_rng(7), 30, sigma=0.2, gpus=(8, 16))
-    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(colocate=True), ON)
+    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(ON.intra, colocate=True), ON)
     res = sim.run()
     assert res.slo_attainment == 1.0 and len(res.outcomes) == len(jobs)
     cases = res.placements
@@ -79,7 +79,7 @@ def test_colo_speed_slows_the_simulated_job_as_planned():
 
 
 def test_the_policy_alone_also_runs_under_plain_simulate():
-    res = simulate([rollout_heavy("a")], CLUSTER, RollMuxPlacement(colocate=True), ON)
+    res = simulate([rollout_heavy("a")], CLUSTER, RollMuxPlacement(ON.intra, colocate=True), ON)
     assert res.placements == {"colocated": 1}
 
 
