@@ -516,7 +516,8 @@ def bench_placement(
     seed: int = typer.Option(0, "--seed"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write {jobs, p50_ms, p99_ms} here."),
     nominal: bool = typer.Option(False, "--nominal",
-                                 help="Nominal shapes (default: elastic rollout shapes, as simulate runs them)."),
+                                 help="Algorithm 1: nominal shapes, worst-case admission, Δ pricing (default: "
+                                      "the search simulate runs, co-located mode aside)."),
 ) -> None:
     """Latency of one RollMux placement decision with N active jobs."""
     from rollmux.study.placement_bench import placement_latency
