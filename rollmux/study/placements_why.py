@@ -7,7 +7,8 @@ arrival it isolates, the policy says why each existing group refused it (core/wh
 section tabulates one reason per isolated placement (its nearest miss) and the groups each
 reason refused. Rows: before issue 14's mechanisms (nominal shapes, no co-located jobs),
 planning at the worst case and at the median rollout (`--plan-quantile 0.5`), then what
-`rollmux simulate` ships (elastic rollout and the per-job co-located mode on): the before and
+`rollmux simulate` ships (admission by the mean, elastic rollout, the per-job co-located mode,
+stretch pricing): the before and
 after of the issue.
 """
 
@@ -25,7 +26,7 @@ from rollmux.study.sweep import Pmap
 
 # (label, rollout quantile the SLO admission plans with, issue 14's shipped mechanisms on)
 ROWS = (("worst case, before issue 14", 1.0, False), ("median (--plan-quantile 0.5), before issue 14", 0.5, False),
-        ("shipped default (elastic rollout, co-located mode, stretch pricing)", 1.0, True))
+        ("shipped default (admission by the mean, elastic rollout, co-located mode, stretch pricing)", 1.0, True))
 
 
 def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
