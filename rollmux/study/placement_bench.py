@@ -13,6 +13,7 @@ from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPolicy, validate_plan
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
+from rollmux.sim.runner import rollmux_policy
 from rollmux.sim.simulator import SimConfig
 
 
@@ -54,8 +55,6 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: b
     group to search (that answer takes ~0.3 ms at any size)."""
     from rollmux.workload import paper_jobs
     cluster = default_cluster()
-    from rollmux.sim.runner import rollmux_policy
-
     cfg = SimConfig()
     policy = rollmux_policy(replace(cfg, colocate=False)) if shipped else RollMuxPlacement(IntraConfig())
     active = paper_jobs(n_active, seed=seed)
