@@ -8,8 +8,8 @@ against that state and reports p50 / p99 in milliseconds, wall clock and CPU
 time of this process (on a shared machine the wall clock also counts other
 processes' turns), and how long building the state took. `rollmux bench
 placement --jobs N` prints the same wall-clock row for one size. The group search is the
-one `rollmux simulate` runs (elastic rollout shapes); `--nominal`: nominal shapes (before
-issue 14). The per-job co-located mode stays off: these 8:8 jobs would all run co-located,
+one `rollmux simulate` runs (admission by the mean, elastic rollout shapes, stretch pricing);
+`--nominal`: Algorithm 1 (nominal shapes, worst-case admission, Δ pricing; before issue 14). The per-job co-located mode stays off: these 8:8 jobs would all run co-located,
 leaving no group to search (0.3 ms p50 at 10,000 jobs with the mode on, measured 2026-12-01).
 """
 
@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--sizes", default="10,100,1000,10000")
     ap.add_argument("--probes", type=int, default=50)
-    ap.add_argument("--nominal", action="store_true", help="nominal shapes (default: elastic rollout shapes)")
+    ap.add_argument("--nominal", action="store_true", help="Algorithm 1 (default: the search rollmux simulate runs)")
     args = ap.parse_args()
     print(f"{'active jobs':>12} {'groups':>7} {'p50 ms':>9} {'p99 ms':>9} {'p50 cpu':>9} {'p99 cpu':>9} {'build s':>8}",
           flush=True)
