@@ -65,3 +65,13 @@ def test_the_section_renders_every_row_on_both_profiles(monkeypatch):
     assert "rollmux study --quick --sections mechanisms" in text
     colo = [r for r in data["runs"] if r["row"].startswith("only co-located")]
     assert colo and all(r["colocated"] + r["isolated"] <= r["jobs"] for r in colo)
+
+
+def test_a_flipped_row_the_configuration_refuses_is_named_in_the_section():
+    assert mechanisms.refused_rows() == ["default with SLO-aware order"]
+    solo = {"cost_usd": 100.0, "slo": 1.0, "jobs": 1}
+    runs = [{"trace": f"philly {mode}{d}", "row": row, **solo, "migrations": 0, "isolated": 0, "colocated": 0}
+            for mode in mechanisms.MODES for d in ("", ", drifted") for row in ("solo-d", "default")]
+    data = {"vc": "v", "quick": True, "bounds": {f"philly {m}": 50.0 for m in mechanisms.MODES}, "runs": runs,
+            "refused": mechanisms.refused_rows()}
+    assert 'refuses the combination: "default with SLO-aware order"' in mechanisms.render(data)
