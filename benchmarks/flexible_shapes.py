@@ -7,7 +7,9 @@ For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace (
 than the study's 0) and runs, as independent tasks (a private local Ray by default): Solo-D,
 RollMux as it is (both switches off), with training scaling alone, with elastic rollout alone,
 and with both. Every run keeps the defaults otherwise (priced migrations, regrouping, drift
-repair). Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound (b: at
+repair, and since 2026-12-01 also admission by the mean, the co-located mode and stretch
+pricing: the policy is built as `rollmux simulate` builds it; before, it ran groups alone
+under Δ pricing). Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound (b: at
 nominal shapes; e: every job at its cheapest elastic shape, core/elastic.py) and
 migrations, then the isolated placements by reason (core/why.py) and what the shapes chose
 (joined with added training nodes, on fewer or more rollout nodes, isolated on fewer).
@@ -22,12 +24,11 @@ import time
 from dataclasses import asdict, replace
 
 from rollmux.core.elastic import busy_time_bound_elastic
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import busy_time_bound
+from rollmux.sim.runner import rollmux_policy
 from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.sections import summary
 from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
@@ -47,8 +48,7 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
         res = simulate(jobs, cluster, SoloPlacement(cfg.intra), cfg)
         return {**summary(res), "why": None, "shapes": None}
     cfg = replace(cfg, train_scaling=switches[0], elastic_rollout=switches[1])
-    policy = RollMuxPlacement(cfg.intra)
-    policy.shapes = ShapeConfig(*switches)
+    policy = rollmux_policy(cfg)  # everything else as `rollmux simulate` ships it
     res = simulate(jobs, cluster, policy, cfg)
     why = (res.placements_why or {}).get("placements", {})
     return {**summary(res), "why": why, "shapes": asdict(policy.shape_stats)}
