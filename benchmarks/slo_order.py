@@ -9,9 +9,9 @@ RollMux with round robin inside groups (`--order rr`, today) and with the SLO or
 (`--order slo`). Both plan with the worst case (`--plan worst`: the SLO order plans with it,
 so round robin is compared at the same admission), and the policy is Algorithm 1's search (nominal
 shapes, no co-located jobs, Δ pricing), as when this was measured; otherwise the defaults
-(priced migrations, regrouping, drift repair). Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound and
-migrations, then the isolated placements by reason (core/why.py: member_slo is the one the SLO
-order targets). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after
+(priced migrations, regrouping, drift repair). Per run it prints gain over Solo-D, SLO
+attainment, cost over the busy-time bound and migrations, then the isolated placements by
+reason (core/why.py: member_slo is the one the SLO order targets). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after
 20-60% of their life).
 """
 

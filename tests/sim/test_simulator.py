@@ -82,7 +82,8 @@ def test_placements_are_counted_once_per_job(rollmux_result):
 
 def test_progress_is_reported_per_finished_job():
     calls = []
-    simulate(TRACE[:6], CLUSTER, SoloPlacement(), SimConfig(intra=WORST, seed=0), progress=lambda d, t: calls.append((d, t)))
+    simulate(TRACE[:6], CLUSTER, SoloPlacement(), SimConfig(intra=WORST, seed=0),
+             progress=lambda d, t: calls.append((d, t)))
     assert calls == [(k, 6) for k in range(1, 7)]
 
 
