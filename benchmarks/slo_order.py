@@ -11,8 +11,8 @@ so round robin is compared at the same admission), and the policy is Algorithm 1
 shapes, no co-located jobs, Δ pricing), as when this was measured; otherwise the defaults
 (priced migrations, regrouping, drift repair). Per run it prints gain over Solo-D, SLO
 attainment, cost over the busy-time bound and migrations, then the isolated placements by
-reason (core/why.py: member_slo is the one the SLO order targets). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after
-20-60% of their life).
+reason (core/why.py: member_slo is the one the SLO order targets). --drift: 30% of each
+trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
 """
 
 import argparse
