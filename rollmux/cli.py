@@ -104,6 +104,9 @@ def simulate(
                                        "cheaper at its SLO (core/colocate.py)."),
     colo_margin: float = typer.Option(0.75, "--colo-margin", min=0.0,
                                       help="Co-located only when below this share of the disaggregated cost."),
+    colo_regroup: bool = typer.Option(True, "--colo-regroup/--no-colo-regroup",
+                                      help="A co-located job may later move into a group (a priced migration) when "
+                                           "that costs less per iteration (core/regroup.py)."),
     colo_speed: float = typer.Option(1.0, "--colo-speed",
                                      help="Co-located phases run this many times as fast as calibrated (sensitivity)."),
     stretch_pricing: bool = typer.Option(True, "--stretch-pricing/--no-stretch-pricing",
@@ -135,7 +138,7 @@ def simulate(
                         migration_scale=migration_scale, regroup_margin=regroup_margin,
                         flat_sync=flat_sync, consolidate=consolidate,
                         train_scaling=train_scaling, elastic_rollout=elastic_rollout,
-                        colocate=colocate, colo_margin=colo_margin, colo_speed=colo_speed,
+                        colocate=colocate, colo_margin=colo_margin, colo_speed=colo_speed, colo_regroup=colo_regroup,
                         stretch_pricing=stretch_pricing)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),

@@ -66,6 +66,9 @@ class SchedulerConfig:
     colocate: bool = False        # an arrival may run co-located on training nodes, veRL mode (core/colocate.py)
     colo_speed: float = 1.0       # co-located phases run this many times as fast as calibrated
     colo_margin: float = COLO_MARGIN  # co-located only when below this share of the disaggregated cost
+    # A co-located job is a consolidation candidate like a lone group: it moves into a group
+    # (migrating, priced) when that saves its training nodes for more than the move costs.
+    colo_regroup: bool = True
     # Placement takes the valid option that adds least per iteration, the members' stretch
     # included (core/marginal.py), instead of the first in Δ order. On in the simulator
     # (sim/simulator.py SimConfig); off here by default, so the live service keeps Algorithm
@@ -242,6 +245,7 @@ class ClusterState:
         """Remove the job from its group; return what is left (None if the group is gone)."""
         if group_id in self.colocated:  # a co-located job gives its training nodes back
             self.ledger.release("train", self.colocated.pop(group_id).n_train, self.env.now())
+            self.dissolving.discard(group_id)  # (it may have left for a group: colo_regroup)
             return None
         now, old = self.env.now(), self.groups[group_id]
         rest = Group(old.group_id, old.n_rollout, old.n_train,
@@ -278,7 +282,7 @@ class ClusterState:
         for g in self.consolidation_candidates(rest, progress):
             # The departure freed room: small groups elsewhere may now fit into others.
             # An earlier move of this pass may have reserved a slot in it: take it as it is now.
-            now = self.groups.get(g.group_id)
+            now = self.groups.get(g.group_id) or self.colocated.get(g.group_id)
             if now is not None and now.size <= self.cfg.consolidate:
                 movers += self._dissolve(now, progress, commit)
         self.decision_ms["departure"].append((time.perf_counter() - t0) * 1e3)
@@ -306,6 +310,8 @@ class ClusterState:
             return []
         small = (groups.index.small(k) if indexed else [g for g in groups.values() if len(g.members) <= k])
         skip = self.dissolving if rest is None else self.dissolving | {rest.group_id}
+        if self.cfg.colo_regroup:  # a co-located job is a group of one (on its own training nodes)
+            small = list(small) + list(self.colocated.values())
         small = [g for g in small if g.group_id not in skip]
         pools = self.cluster.pools
         join_matrix = getattr(self.policy, "join_matrix", None)

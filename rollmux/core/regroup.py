@@ -26,6 +26,7 @@ import numpy as np
 
 from rollmux.core.group import Group, Member
 from rollmux.core.group_index import progress_rows
+from rollmux.core.marginal import group_cost_per_period, plan_added_cost
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -254,6 +255,17 @@ def remaining_s(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> floa
     return max(job.iterations - done, 0) * per_iter
 
 
+def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView) -> float:
+    """$ a co-located job saves over its remaining iterations by running in `plan`'s group
+    instead: what its own nodes cost per co-located iteration less what the join adds per
+    iteration, the members' stretch included (core/marginal.py). Its $/h alone would not do:
+    a co-located iteration is faster than a shared one, so the job lives longer in a group."""
+    job = group.members[0].job
+    done = view.progress.get(job.job_id, (0, 0.0))[0]
+    left = max(job.iterations - done, 0)
+    return left * (group_cost_per_period(group, view.cluster) - plan_added_cost(plan, view))
+
+
 def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, scale: float,
                       margin: float) -> Regroup | None:
     """Dissolve `group` (absent from `view`) when re-placing its members saves more than
@@ -278,6 +290,8 @@ def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, 
         return None
     moves, added = planned
     saving = (group.cost_per_hour(cluster) - added) * max(horizon, 0.0) / 3600
+    if group.n_rollout == 0:  # a co-located job (core/colocate.py): priced per iteration, as placed
+        saving = min(saving, colocated_saving(group, moves[0].plan, view))
     if saving <= margin * cost or saving <= 0:
         return None
     return Regroup(group.group_id, tuple(moves), True, saving, cost)

@@ -5,12 +5,16 @@ worst-case admission: admission by the SLO's own terms (`--plan mean`, core/admi
 the SLO-aware order inside a group (`--order slo`, core/slo_order.py), training scaling and
 elastic rollout parallelism (core/shapes.py, core/elastic.py), the per-job co-located
 mode (core/colocate.py) and stretch pricing (core/marginal.py: a join is charged the
-members' stretch and placement takes the option that adds least). Each row runs RollMux with priced migrations and drift repair on
-the study's Philly-driven traces (paper and catalog profiles) and on the same traces with
-30% of the jobs drifting (moderate severity, as in the drift section):
+members' stretch and placement takes the option that adds least). A seventh switch acts
+through the co-located mode: a co-located job may later move into a group (`--colo-regroup`,
+core/regroup.py); its "only" row is the co-located mode with it. Each row runs RollMux with
+priced migrations and drift repair on the study's Philly-driven traces (paper and catalog
+profiles) and on the same traces with 30% of the jobs drifting (moderate severity, as in the
+drift section):
 
-* "all off": none of the six (RollMux before issue 14);
-* "only X": all off but X, so each mechanism is measured alone against that row;
+* "all off": none of them (RollMux before issue 14);
+* "only X": all off but X, so each mechanism is measured alone against that row (co-located
+  jobs regrouping: against "only co-located mode");
 * "default": the shipped defaults, whatever they turn on;
 * "default without X" / "default with X": the default with one switch flipped.
 
@@ -43,6 +47,9 @@ class Mechanism:
     on: object
     off: object
     intra: bool = False
+    # A switch that acts only through another (co-located jobs regroup only if there are any):
+    # its "only" row turns that one on too, so it reads against that one's "only" row.
+    needs: "Mechanism | None" = None
 
     def value(self, cfg: SimConfig) -> object:
         """The switch's value in `cfg`."""
@@ -56,12 +63,15 @@ class Mechanism:
         return replace(cfg, **{self.field: v})
 
 
+COLOCATED_MODE = Mechanism("co-located mode", "--colocate", "colocate", True, False)
 MECHANISMS = (
     Mechanism("admission by the mean", "--plan mean", "plan", "mean", "worst", intra=True),
     Mechanism("SLO-aware order", "--order slo", "order", "slo", "rr", intra=True),
     Mechanism("training scaling", "--train-scaling", "train_scaling", True, False),
     Mechanism("elastic rollout", "--elastic-rollout", "elastic_rollout", True, False),
-    Mechanism("co-located mode", "--colocate", "colocate", True, False),
+    COLOCATED_MODE,
+    Mechanism("co-located jobs regrouping", "--colocate --colo-regroup", "colo_regroup", True, False,
+              needs=COLOCATED_MODE),
     Mechanism("stretch pricing", "--stretch-pricing", "stretch_pricing", True, False),
 )
 
@@ -85,7 +95,7 @@ def rows(base: SimConfig | None = None) -> dict[str, SimConfig]:
         off = _flipped(off, m, False)
     out: dict[str, SimConfig | None] = {"all off (before issue 14)": off}
     for m in MECHANISMS:
-        out[f"only {m.name} ({m.flag})"] = _flipped(off, m, True)
+        out[f"only {m.name} ({m.flag})"] = _flipped(_flipped(off, m.needs, True) if m.needs else off, m, True)
     out["default"] = default
     for m in MECHANISMS:
         out[_flip_label(default, m)] = _flipped(default, m, m.value(default) != m.on)

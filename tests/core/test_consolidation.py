@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.colocate import colocated_group
 from rollmux.core.env import SimEnvironment
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.placement import ClusterView
+from rollmux.core.regroup import dissolve_decision
 
 CLUSTER = make_cluster()
 CAPPED = make_cluster(max_rollout_nodes=1000, max_train_nodes=1000)
@@ -129,3 +131,38 @@ def test_a_departure_with_room_but_no_small_group_revisits_none():
     rest = state.leave("j0", next(iter(state.groups)))
     assert rest is not None and rest.size == 3
     assert state.consolidation_candidates(rest, {}) == []
+
+
+def _with_colocated(colo_regroup: bool) -> tuple[ClusterState, int]:
+    """A co-located train-heavy job, then a rollout-heavy 16:8 job in a group of its own."""
+    cfg = SchedulerConfig(colocate=True, colo_regroup=colo_regroup)
+    state = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(colocate=True), cfg)
+    x = state.place(make_job("x", rollout=50.0, train=300.0), {})
+    state.place(make_job("y", rollout=300.0, train=50.0, rollout_gpus=16), {})
+    return state, x.group.group_id
+
+
+def test_a_colocated_job_is_a_consolidation_candidate_unless_colo_regroup_is_off():
+    state, x = _with_colocated(True)
+    assert x in state.colocated
+    assert [g.group_id for g in state.consolidation_candidates(None, {})] == [x]
+    off, x = _with_colocated(False)
+    assert x in off.colocated and off.consolidation_candidates(None, {}) == []
+
+
+def test_a_colocated_job_moves_when_the_pass_finds_it_a_group():
+    state, x = _with_colocated(True)
+    assert state.after_departure(None, {"x": (0, 0.0), "y": (0, 0.0)}) == ["x"]
+    assert x in state.dissolving and "x" in state.arriving
+
+
+def test_a_colocated_job_is_priced_per_iteration_not_per_hour():
+    """Same nodes, same $/h: only what one co-located iteration costs differs. A job whose own
+    iterations are nearly free saves nothing by joining, however long it still runs."""
+    state, x = _with_colocated(True)
+    own = state.colocated[x]
+    view = state.view({"x": (0, 0.0), "y": (0, 0.0)})
+    assert dissolve_decision(own, view, state.policy, 1.0, 2.0) is not None
+    cheap = colocated_group(x, own.members[0].job, CLUSTER, planned_s=1.0)
+    assert cheap.cost_per_hour(CLUSTER) == own.cost_per_hour(CLUSTER)
+    assert dissolve_decision(cheap, view, state.policy, 1.0, 2.0) is None

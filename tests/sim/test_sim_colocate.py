@@ -90,3 +90,26 @@ def test_under_node_caps_colocated_jobs_queue_within_the_training_pool():
     assert len(res.outcomes) == len(jobs) and res.placements.get("colocated", 0) > 0
     assert res.peak_gpus["train"] <= 3 * 8 and res.peak_gpus["rollout"] <= 4 * 8
     assert max(o.queued_s for o in res.outcomes) > 0  # the caps made someone wait
+
+
+def _colo_then_group(colo_regroup: bool):
+    """x and z co-located (train-heavy 8:8, nobody to share with), then y, a rollout-heavy 16:8
+    job, founds a group whose bubbles fit x; z's departure runs the consolidation pass."""
+    x = make_job("x", rollout=50.0, train=300.0, duration=200_000.0, slo=2.0)
+    z = make_job("z", rollout=50.0, train=300.0, duration=3_000.0, slo=2.0, arrival=500.0)
+    y = make_job("y", rollout=300.0, train=50.0, rollout_gpus=16, duration=200_000.0, slo=2.0, arrival=1000.0)
+    sim = Simulation([x, z, y], CLUSTER, RollMuxPlacement(ON.intra, colocate=True),
+                     replace(ON, colo_regroup=colo_regroup))
+    return sim, sim.run()
+
+
+def test_a_colocated_job_moves_into_a_group_that_has_room_for_it_and_the_run_costs_less():
+    sim, res = _colo_then_group(True)
+    kept_sim, kept = _colo_then_group(False)
+    assert res.placements == kept.placements == {"colocated": 2, "isolated": 1}
+    assert res.migrations["count"] == 1 and kept.migrations["count"] == 0
+    assert res.slo_attainment == kept.slo_attainment == 1.0
+    assert res.cost_usd < kept.cost_usd
+    # What the move cost is in the bill: the migration held x's destination nodes while it ran.
+    assert res.migrations["cost_usd"] > 0
+    assert sim.ledger.nodes == kept_sim.ledger.nodes == {"rollout": 0, "train": 0}
