@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rollmux.core.cluster_state import SchedulerConfig
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.trace_io import dump_jobs, load_cluster, load_jobs, parse_jobs
 from rollmux.errors import InputError, has_extra, require_extra
@@ -258,6 +259,10 @@ def serve(
     repair: bool = typer.Option(True, "--repair/--no-repair",
                                 help="Re-plan a group from its jobs' measured phase times and move members it "
                                      "cannot keep (the simulator's drift repair; a new store only)."),
+    colocate: bool = typer.Option(False, "--colocate/--no-colocate",
+                                  help="A job may be placed co-located (veRL mode) when that is cheaper at its SLO: "
+                                       "its rollout permits then name pool 'train' and its training nodes, and the "
+                                       "job must run its rollout there (a new store only)."),
 ) -> None:
     """Serve the scheduler's authenticated HTTP API until SIGINT/SIGTERM.
 
@@ -285,9 +290,12 @@ def serve(
                 err.print(f"[yellow]warning:[/] {w}", highlight=False)
             holder: dict = {}
             telemetry = Telemetry(lambda: holder["core"].request("metrics").result(timeout=10))
-            core = SchedulerCore(None if recovering and cluster is None else spec.model_dump(), store=journal,
-                                 heartbeat_timeout_s=heartbeat_timeout, admin_token=token, lease_min_s=lease_min,
-                                 telemetry=telemetry, watch_ray_nodes=False, repair=repair)
+            # A new store's knobs (a journal's own config wins on recovery).
+            cfg = SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s), repair=repair,
+                                  colocate=colocate)
+            core = SchedulerCore(None if recovering and cluster is None else spec.model_dump(), cfg=cfg,
+                                 store=journal, heartbeat_timeout_s=heartbeat_timeout, admin_token=token,
+                                 lease_min_s=lease_min, telemetry=telemetry, watch_ray_nodes=False, repair=repair)
             holder["core"] = core
         except (JournalError, ServiceError) as exc:
             journal.close()

@@ -16,14 +16,16 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from rollmux.core.accounting import Ledger
-from rollmux.core.colocate import COLO_MARGIN
+from rollmux.core.colo_controller import ColocatedController
+from rollmux.core.colo_model import colocated_iter_s
+from rollmux.core.colocate import COLO_MARGIN, colocated_group, colocated_phases
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
 from rollmux.core.group_index import IndexedGroups, IndexSnapshot, progress_rows
 from rollmux.core.inter_group import group_fits
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import IntraConfig, job_planning_times, plan_group
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
 from rollmux.core.regroup import (
     Move,
@@ -63,7 +65,9 @@ class SchedulerConfig:
     # the study's RollMux (sim/runner.py, study/sections.py). The live plane keeps nominal shapes:
     # its jobs do not resize their rollout workers.
     elastic_rollout: bool = True
-    colocate: bool = False        # an arrival may run co-located on training nodes, veRL mode (core/colocate.py)
+    # An arrival may run co-located on training nodes, veRL mode (core/colocate.py); off here:
+    # a live job must be able to run its rollout on training GPUs (`rollmux serve --colocate`).
+    colocate: bool = False
     colo_speed: float = 1.0       # co-located phases run this many times as fast as calibrated
     colo_margin: float = COLO_MARGIN  # co-located only when below this share of the disaggregated cost
     # A co-located job is a consolidation candidate like a lone group: it moves into a group
@@ -106,7 +110,9 @@ class ClusterState:
         # Every write to the groups also updates their placement index (core/group_index.py).
         self.groups: dict[int, Group] = IndexedGroups(cfg.intra)
         self._view_groups: tuple = (None, (), None)  # (key, groups, index snapshot) of the last view
-        self.controllers: dict[int, GroupController] = {}
+        # A co-located job's controller grants its permits on its own training nodes (the live
+        # plane asks it; the simulator plays co-located iterations without permits).
+        self.controllers: dict[int, GroupController | ColocatedController] = {}
         self.dissolving: set[int] = set()
         self.cases: dict[str, int] = {}
         self.why = WhyTally()  # why isolated arrivals joined no group (plans that say: core/why.py)
@@ -122,7 +128,8 @@ class ClusterState:
         self.planned: dict[str, JobSpec] = {}  # measured profiles that replaced declared ones
         self._next_gid = 0
         # Co-located jobs' own placements (core/colocate.py), apart from the groups: never a
-        # candidate, never re-planned or dissolved. A policy with the mode on counts them.
+        # candidate, never re-planned; with `colo_regroup` a consolidation pass may move one
+        # into a group (as it dissolves a lone group). A policy with the mode on counts them.
         self.colocated: dict[int, Group] = {}
         if getattr(policy, "colocate", False):
             self.cases[Case.COLOCATED.value] = 0
@@ -197,8 +204,9 @@ class ClusterState:
             self.cases[plan.case.value] = self.cases.get(plan.case.value, 0) + 1
             if plan.why is not None:
                 self.why.add(plan.why)
-        if plan.case == Case.COLOCATED:  # its training nodes, no group, no controller
+        if plan.case == Case.COLOCATED:  # its training nodes, no group
             self.colocated[g.group_id] = g
+            self.controllers[g.group_id] = ColocatedController(self.env, g, self.cfg.intra)
             self._next_gid = max(self._next_gid, g.group_id + 1)
             return
         self.groups[g.group_id] = g
@@ -245,6 +253,7 @@ class ClusterState:
         """Remove the job from its group; return what is left (None if the group is gone)."""
         if group_id in self.colocated:  # a co-located job gives its training nodes back
             self.ledger.release("train", self.colocated.pop(group_id).n_train, self.env.now())
+            del self.controllers[group_id]
             self.dissolving.discard(group_id)  # (it may have left for a group: colo_regroup)
             return None
         now, old = self.env.now(), self.groups[group_id]
@@ -360,25 +369,17 @@ class ClusterState:
         self.settling.pop(job_id, None)  # a migrant's first iteration there: its stall is past
         if not (self.cfg.repair and getattr(self.policy, "regroups", False)) or group_id in self.dissolving:
             return []  # only a policy with SLO admission repairs (baselines never check SLOs)
-        if group_id in self.colocated:
-            return []  # a co-located job shares nothing: no group to re-plan
+        if group_id in self.colocated:  # it shares nothing: no group to re-plan
+            self._observe_colocated(job_id, group_id, rollout_s, train_s)
+            return []
         g = self.groups[group_id]
         member = g.member(job_id)
-        est = self.estimates.get(job_id)
-        if est is None:
-            est = self.estimates[job_id] = PhaseEstimate(member.job)  # the declared profile
         # Measured against the profile: an elastic member's rollout (core/elastic.py) is brought
         # back to its nominal nodes first, else its factor would read as drift (either executor).
-        est.observe(rollout_s / member.rollout_factor, train_s)
-        scales = est.scales()
-        if est.accepted is not None and est.accepted[0] == scales and est.accepted[1] is member.job:
-            return []
-        spec = measured_spec(est.job, *scales)
-        if abs(spec.solo_iter_s / member.job.solo_iter_s - 1) <= 0.05:
-            est.accepted = (scales, member.job)
+        spec = self._measured(job_id, member.job, rollout_s / member.rollout_factor, train_s)
+        if spec is None:
             return []
         t0 = time.perf_counter()
-        self.planned[job_id] = spec
         members = tuple(Member(spec, m.rollout_nodes, m.train_nodes, m.rollout_factor) if m.job_id == job_id else m
                         for m in g.members)
         g = plan_group(Group(g.group_id, g.n_rollout, g.n_train, members), self.cfg.intra)
@@ -389,6 +390,41 @@ class ClusterState:
         movers = self._evict(g, progress, commit or self.apply_regroup)
         self.decision_ms["repair"].append((time.perf_counter() - t0) * 1e3)
         return movers
+
+    def _measured(self, job_id: str, job: JobSpec, rollout_s: float, train_s: float) -> JobSpec | None:
+        """Add one iteration's measured (nominal-shape, disaggregated) phase times to the job's
+        estimate; its measured profile when that differs by more than 5% from `job`, the profile
+        it is planned with now (it then replaces it in `planned`), else None."""
+        est = self.estimates.get(job_id)
+        if est is None:
+            est = self.estimates[job_id] = PhaseEstimate(job)  # the declared profile
+        est.observe(rollout_s, train_s)
+        scales = est.scales()
+        if est.accepted is not None and est.accepted[0] == scales and est.accepted[1] is job:
+            return None
+        spec = measured_spec(est.job, *scales)
+        if abs(spec.solo_iter_s / job.solo_iter_s - 1) <= 0.05:
+            est.accepted = (scales, job)
+            return None
+        self.planned[job_id] = spec
+        return spec
+
+    def _observe_colocated(self, job_id: str, group_id: int, rollout_s: float, train_s: float) -> None:
+        """A co-located job's measured phase times, taken back to disaggregated ones by the veRL
+        model's scales (of its declared profile, as it was placed): when they move its profile as
+        in `observe`, it is planned with measured times from then on, so a later move into a
+        group (`colo_regroup`) plans what it runs."""
+        member = self.colocated[group_id].members[0]
+        est = self.estimates.get(job_id)
+        declared = member.job if est is None else est.job
+        r_scale, t_scale, _ = colocated_phases(declared, self.cluster, 1.0, 1.0, self.cfg.colo_speed)
+        spec = self._measured(job_id, member.job, rollout_s / r_scale, train_s / t_scale)
+        if spec is None:
+            return
+        planned_s = colocated_iter_s(spec, self.cluster, job_planning_times(spec, self.cfg.intra).rollout,
+                                     self.cfg.colo_speed)
+        g = self.colocated[group_id] = colocated_group(group_id, spec, self.cluster, planned_s)
+        self.controllers[group_id].update_group(g)
 
     def _evict(self, g: Group, progress: Progress, commit: Callable[[Regroup], None]) -> list[str]:
         """Move members out of `g` (re-planned) until its period fits every staying member's budget."""

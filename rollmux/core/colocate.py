@@ -5,7 +5,9 @@ train_gpus) training-pool (H800) GPUs, with no inter-pool sync; its phase times 
 the veRL model (core/colo_model.py, calibrated to the paper's co-located pairs). It is a
 placement of its own (`Case.COLOCATED`): a one-member "group" with no rollout nodes and
 `colocated_nodes` training nodes, which the executor keeps apart from the co-execution
-groups (never a candidate for another job, never dissolved or re-planned).
+groups (never a candidate for another job, never re-planned; with `colo_regroup` the
+departure-time consolidation pass may move the job into a group, core/regroup.py). Its
+permits, on the live plane, come from core/colo_controller.py.
 
 When RollMux's placement (core/inter_group.py, `RollMuxPlacement(colocate=True)`) has its
 disaggregated answer for an arrival, the cheapest valid group placement or else an isolated
@@ -90,8 +92,11 @@ def colocated_option(job: JobSpec, view: ClusterView, cfg: IntraConfig,
                      speed: float = 1.0) -> PlacementPlan | None:
     """The co-located plan for an arriving `job`, or None when it is not valid (see the module)."""
     cluster = view.cluster
-    if view.progress.get(job.job_id) is not None:
-        return None  # a migrant: it brings a disaggregated past; moves stay between groups
+    if view.moving or view.progress.get(job.job_id, (0, 0.0))[0] > 0:
+        # A migrant: moves stay between groups, and a job placed again with iterations done brings
+        # a disaggregated past. (A job with none has no past: the live plane lists a queued job's
+        # wait as its progress.)
+        return None
     pool = cluster.pools.train
     nt = colocated_nodes(job, cluster)
     if view.free_train_nodes is not None and nt > view.free_train_nodes:

@@ -53,6 +53,9 @@ class ClusterView:
     # executor charges them to its members' `progress`; a policy charges a newcomer the
     # group's own when it plans the newcomer into it (it waits for them too).
     owed_s: Mapping[int, float] = field(default_factory=dict, compare=False, repr=False)
+    # The job placed is a migrant whose slot is reserved now (core/regroup.py `plan_moves`):
+    # it moves between groups only (the co-located mode takes arrivals, core/colocate.py).
+    moving: bool = field(default=False, compare=False)
 
     def group(self, group_id: int) -> Group | None:
         """The group with this id, if any."""

@@ -225,7 +225,8 @@ def plan_moves(members: tuple[Member, ...], from_group: int, view: ClusterView, 
     longest = max(charges.values(), default=0.0)
     assert longest >= 0 and wait_s >= 0, "a charge only adds time (budget_bounds relies on it)"
     scratch = replace(view, progress=_Charged(view.progress, longest,
-                                              {m.job_id: wait_s + charges[m.job_id] for m in members}))
+                                              {m.job_id: wait_s + charges[m.job_id] for m in members}),
+                      moving=True)
     # A policy that can say "no existing group" without planning an isolated one saves that work.
     place = policy.place if isolated_ok else getattr(policy, "place_joined", policy.place)
     moves, added = [], 0.0

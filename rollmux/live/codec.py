@@ -7,7 +7,9 @@ the policy reads wall-clock progress, which a replay cannot reproduce.
 
 from __future__ import annotations
 
-from rollmux.core.group import Group, Member
+from dataclasses import replace
+
+from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import Case, PlacementPlan
 from rollmux.core.regroup import Move, Regroup
@@ -36,15 +38,23 @@ def group_to_dict(group: Group) -> dict:
                          "train_nodes": list(m.train_nodes),
                          # elastic rollout (core/elastic.py) only: records without it read 1.0
                          **({"rollout_factor": m.rollout_factor} if m.rollout_factor != 1.0 else {})}
-                        for m in group.members]}
+                        for m in group.members],
+            # A co-located job's own placement (core/colocate.py): its shape is its planned
+            # co-located iteration, which no group schedule recomputes.
+            **({"colocated_period_s": group.shape.period_s} if group.n_rollout == 0 and group.shape else {})}
 
 
 def group_from_dict(d: dict, cfg: IntraConfig) -> Group:
-    """Rebuild a group in its recorded order and recompute its planning shape."""
+    """Rebuild a group in its recorded order and recompute its planning shape (a co-located
+    job's: the one it was recorded with)."""
     members = tuple(Member(JobSpec.model_validate(m["job"]), tuple(m["rollout_nodes"]), tuple(m["train_nodes"]),
                            float(m.get("rollout_factor", 1.0)))
                     for m in d["members"])
-    return plan_group(Group(d["group_id"], d["n_rollout"], d["n_train"], members), cfg, reorder=False)
+    group = Group(d["group_id"], d["n_rollout"], d["n_train"], members)
+    if "colocated_period_s" in d:
+        p = float(d["colocated_period_s"])
+        return replace(group, shape=GroupShape(period_s=p, t_cycle_s=p, t_load_s=p))
+    return plan_group(group, cfg, reorder=False)
 
 
 def plan_to_dict(plan: PlacementPlan) -> dict:

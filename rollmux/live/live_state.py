@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate
 from rollmux.core.group import Group, Member
@@ -41,7 +42,6 @@ from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.regroup import Regroup
 from rollmux.core.spec import ClusterSpec, HostGB, JobSpec
 from rollmux.core.why import WhyTally
-from rollmux.errors import InputError
 from rollmux.live.codec import (
     group_from_dict,
     group_to_dict,
@@ -103,11 +103,12 @@ class LiveState:
     """Jobs plus the shared `ClusterState`; changed only through `apply`."""
 
     def __init__(self, env: Environment, cluster: ClusterSpec, cfg: SchedulerConfig) -> None:
-        if cfg.colocate:  # no co-located execution here (no permits, no shim for it): refuse, never ignore
-            raise InputError("colocate", "the co-located mode (core/colocate.py) is simulator-only; "
-                                         "the live service places jobs in groups")
         self.cfg = cfg
-        policy = RollMuxPlacement(cfg.intra)
+        # With `colocate` a job may be told to run co-located: its permits name its training
+        # nodes for every phase (core/colo_controller.py), and the job must honour a rollout
+        # permit on pool "train" (the veRL way). Off by default (SchedulerConfig).
+        policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed,
+                                  colo_margin=cfg.colo_margin)
         # Stretch pricing (core/marginal.py) only chooses among the same nominal-shape options,
         # so the service honours it; it is off in SchedulerConfig by default.
         policy.stretch_pricing = cfg.stretch_pricing
@@ -270,6 +271,7 @@ class LiveState:
                 for j, r in self.jobs.items()}
         return {"jobs": jobs, "grants": self.grants,
                 "groups": [group_to_dict(g) for g in cs.groups.values()],
+                "colocated": [group_to_dict(g) for g in cs.colocated.values()],
                 "controllers": {str(g): c.export_state() for g, c in cs.controllers.items()},
                 "dissolving": sorted(cs.dissolving), "next_gid": cs._next_gid, "cases": cs.cases,
                 "why": cs.why.to_json(),
@@ -289,6 +291,11 @@ class LiveState:
             g = group_from_dict(gd, self.cfg.intra)
             cs.groups[g.group_id] = g
             cs.controllers[g.group_id] = GroupController(cs.env, g, self.cfg.intra)
+            cs.controllers[g.group_id].import_state(d["controllers"][str(g.group_id)])
+        for gd in d.get("colocated", ()):  # (older snapshots: none; the service refused the mode)
+            g = group_from_dict(gd, self.cfg.intra)
+            cs.colocated[g.group_id] = g
+            cs.controllers[g.group_id] = ColocatedController(cs.env, g, self.cfg.intra)
             cs.controllers[g.group_id].import_state(d["controllers"][str(g.group_id)])
         cs.dissolving = set(d["dissolving"])
         cs.arriving = {j: move_from_dict(m, self.cfg.intra) for j, m in d.get("arriving", {}).items()}

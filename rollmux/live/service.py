@@ -38,6 +38,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rollmux.core.cluster_state import SchedulerConfig
+from rollmux.core.colo_model import verl_rollout_scale, verl_train_scale
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -368,9 +369,13 @@ class SchedulerCore(Supervision, InProcessApi):
         out = {"group_id": job.group_id, "group": job.group_id, "epoch": job.epoch, "status": job.status,
                "case": job.case, "nodes": None}
         if job.group_id is not None:
-            m = self.state.cluster.groups[job.group_id].member(job_id)
+            cs = self.state.cluster
+            colocated = job.group_id in cs.colocated
+            m = (cs.colocated if colocated else cs.groups)[job.group_id].member(job_id)
+            # "colocated": every phase runs on its training nodes (its rollout permits say pool "train").
             out.update(rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes),
-                       nodes={"rollout": list(m.rollout_nodes), "train": list(m.train_nodes)})
+                       nodes={"rollout": list(m.rollout_nodes), "train": list(m.train_nodes)},
+                       mode="colocated" if colocated else "disaggregated")
         return out
 
     def _op_drain(self) -> None:
@@ -439,7 +444,8 @@ class SchedulerCore(Supervision, InProcessApi):
             at = time.time()
             payload = {**asdict(grant), "nodes": list(grant.nodes), "epoch": job.epoch, "at": at,
                        "grant_no": self.state.grants + 1,
-                       "lease_s": self.lease_s(self.state.planning_spec(job_id), phase, grant.switch_s),
+                       "lease_s": self.lease_s(self.state.planning_spec(job_id), phase, grant.switch_s,
+                                               self._phase_scale(job_id, phase)),
                        "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
                        # JSON-native, as a replay reads them back from the journal (tuples would differ)
                        "workers": [list(w) for w in grant.workers], "keep": [list(k) for k in grant.keep],
@@ -451,6 +457,16 @@ class SchedulerCore(Supervision, InProcessApi):
                 self.telemetry.permit_wait(time.monotonic() - fut.asked_at)
             self._reply(fut, payload)
         ctl.request(job_id, phase, on_grant)
+
+    def _phase_scale(self, job_id: str, phase: str) -> float:
+        """How much longer than declared the job's `phase` runs where it is placed: a co-located
+        job's phases follow the veRL model (core/colo_model.py); a disaggregated one's are 1."""
+        cs = self.state.cluster
+        if self.state.jobs[job_id].group_id not in cs.colocated or phase not in ("rollout", "train"):
+            return 1.0
+        spec, speed = self.state.planning_spec(job_id), self.state.cfg.colo_speed
+        return (verl_rollout_scale(spec, cs.cluster, speed) if phase == "rollout"
+                else verl_train_scale(spec, speed))
 
     def _opened(self, grant: dict) -> None:
         """A phase interval per node starts (the dashboard's timeline)."""

@@ -10,7 +10,8 @@ def _s(v: float | None, unit: str = "s") -> str:
 
 
 def groups_table(status: dict) -> Table:
-    """One row per group: members in cyclic order, node counts, planned period, turn per node."""
+    """One row per group: members in cyclic order, node counts, planned period, turn per node;
+    then one per co-located job."""
     t = Table(title="Groups")
     for col in ("group", "members", "rollout nodes", "train nodes", "period", "turn (rollout | train)"):
         t.add_column(col)
@@ -19,6 +20,9 @@ def groups_table(status: dict) -> Table:
         t.add_row(str(g["group_id"]), " ".join(g["members"]), str(g["rollout_nodes"]), str(g["train_nodes"]),
                   _s(g.get("period_s")),
                   " ".join(str(x) for x in turn["rollout"]) + " | " + " ".join(str(x) for x in turn["train"]))
+    for c in status.get("colocated", ()):  # co-located jobs: every phase on their own training nodes
+        t.add_row(f"{c['group_id']} (co-located)", c["job_id"], "0", str(c["train_nodes"]), _s(c.get("period_s")),
+                  f"- | {c['job_id']} (rollout and training)")
     return t
 
 

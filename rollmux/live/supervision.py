@@ -34,10 +34,11 @@ class Supervision:
     _stopping: threading.Event
     _leases: list[tuple[float, int, str, str]]
 
-    def lease_s(self, spec: JobSpec, phase: str, switch_s: float) -> float:
-        """How long a permit may be held: the declared worst-case phase time with a margin."""
+    def lease_s(self, spec: JobSpec, phase: str, switch_s: float, scale: float = 1.0) -> float:
+        """How long a permit may be held: the declared worst-case phase time (x `scale`: a
+        co-located phase's, core/colo_model.py) with a margin."""
         worst = spec.rollout_s.max if phase == "rollout" else spec.train_s * spec.rollout_s.max / spec.rollout_s.median
-        return max(self.lease_min_s, self.lease_factor * worst + switch_s)
+        return max(self.lease_min_s, self.lease_factor * worst * scale + switch_s)
 
     def _op_nodes_lost(self, dead: set[str]) -> list[str]:
         """Ray nodes died: every job with workers there is re-admitted (placed again)."""

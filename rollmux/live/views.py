@@ -65,12 +65,17 @@ def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> di
                "train_nodes": g.n_train, "period_s": g.shape.period_s if g.shape else None,
                "turn": cs.controllers[g.group_id].whose_turn()}
               for g in islice(cs.groups.values(), offset, offset + limit)]
+    # Co-located jobs (core/colocate.py): each on its own training nodes, every phase there.
+    colocated = [{"group_id": g.group_id, "job_id": g.members[0].job_id, "train_nodes": g.n_train,
+                  "period_s": g.shape.period_s if g.shape else None}
+                 for g in islice(cs.colocated.values(), offset, offset + limit)]
     jobs = {jid: job_view(r, now, cs.planned.get(jid))
             for jid, r in islice(core.state.jobs.items(), offset, offset + limit)}
     timeline = [dict(row) for row in core._timeline if row["end"] is None or row["end"] > now - TIMELINE_S]
-    page = {"offset": offset, "limit": limit, "groups_total": len(cs.groups), "jobs_total": len(core.state.jobs)}
+    page = {"offset": offset, "limit": limit, "groups_total": len(cs.groups), "jobs_total": len(core.state.jobs),
+            "colocated_total": len(cs.colocated)}
     why = cs.why.to_json()
-    return {"now": now, "page": page, "groups": groups, "jobs": jobs, "pools": _pools(core),
+    return {"now": now, "page": page, "groups": groups, "colocated": colocated, "jobs": jobs, "pools": _pools(core),
             # Why admitted jobs got a group of their own (core/why.py): one reason per isolated
             # admission, and the groups each reason refused, over the service's life.
             "isolated_placements": cs.why.isolated, "placements_why": why["placements"],

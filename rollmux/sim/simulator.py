@@ -36,8 +36,8 @@ class SimConfig(SchedulerConfig):
     """The scheduler's knobs as the simulator runs them: the same, but with the per-job
     co-located mode on (core/colocate.py) and stretch pricing (core/marginal.py). The mode
     paid on 17 of 18 unseen traces and on the study's (benchmarks/README.md,
-    docs/study/study.md); the live plane cannot execute it (no shim for a co-located job),
-    so `SchedulerConfig` keeps it off there. Stretch pricing paid on paper-profile traces
+    docs/study/study.md); the live plane runs it only when asked (`rollmux serve --colocate`:
+    its jobs must run a rollout on training GPUs), so `SchedulerConfig` keeps it off. Stretch pricing paid on paper-profile traces
     and held catalog ones (benchmarks/stretch.py); the live service keeps Algorithm 1's
     choice by default. And SLO admission by the mean (`--plan mean`, core/admission.py):
     it paid on 12 of 14 unseen traces, and since its search is bounded (core/shapes.py
@@ -370,7 +370,10 @@ class Simulation:
 
     def _observe(self, run: _JobRun) -> None:
         """Hand the iteration's measured times to the scheduler (drift repair may evict members)."""
-        self.state.observe(run.job.job_id, run.group_id, run.rollout_s, run.train_s, self.progress())
+        rollout, train = run.rollout_s, run.train_s
+        if run.colo is not None and run.group_id in self.state.colocated:  # measured where it ran
+            rollout, train = rollout * run.colo[0], train * run.colo[1]
+        self.state.observe(run.job.job_id, run.group_id, rollout, train, self.progress())
 
     def _migrate(self, run: _JobRun) -> None:
         """At its boundary a mover leaves its old group and takes its reserved slot."""

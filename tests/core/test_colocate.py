@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -115,6 +116,10 @@ def test_colocated_slo_ok_means_the_run_meets_its_slo(median, train, sync, sigma
 def test_no_option_for_a_migrant_a_full_pool_or_too_much_host_state():
     job = rollout_heavy()
     assert colocated_option(job, view(progress={"a": (3, 4000.0)}), CFG) is None
+    # A migrant with no iteration done yet still moves between groups only; a queued arrival
+    # whose wait the live plane lists as its progress (no iteration done) may go co-located.
+    assert colocated_option(job, replace(view(progress={"a": (0, 40.0)}), moving=True), CFG) is None
+    assert colocated_option(job, view(progress={"a": (0, 40.0)}), CFG) is not None
     assert colocated_option(job, view(free_train=1), CFG) is None
     assert place(job, view(free_train=1)) is None  # the isolated group needs 2 training nodes too
     heavy = rollout_heavy(host_rollout=1100.0, host_train=1000.0)  # each fits a node, both do not

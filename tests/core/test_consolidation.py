@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from factories import make_cluster, make_job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
-from rollmux.core.colocate import colocated_group
+from rollmux.core.colocate import colocated_group, colocated_phases
 from rollmux.core.env import SimEnvironment
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.placement import ClusterView
@@ -166,3 +167,29 @@ def test_a_colocated_job_is_priced_per_iteration_not_per_hour():
     cheap = colocated_group(x, own.members[0].job, CLUSTER, planned_s=1.0)
     assert cheap.cost_per_hour(CLUSTER) == own.cost_per_hour(CLUSTER)
     assert dissolve_decision(cheap, view, state.policy, 1.0, 2.0) is None
+
+
+def test_a_drifting_colocated_job_is_planned_with_what_it_measures():
+    """Its co-located phase times, taken back to disaggregated ones, replace its profile (so a
+    move into a group plans what it runs); its own placement's planned iteration follows."""
+    state, x = _with_colocated(True)
+    own = state.colocated[x]
+    job = own.members[0].job
+    r_scale, t_scale, _ = colocated_phases(job, CLUSTER, 1.0, 1.0)
+    for _ in range(8):  # rollout and training both twice as long as declared, measured co-located
+        state.observe("x", x, 2 * job.rollout_s.median * r_scale, 2 * job.train_s * t_scale, {})
+    planned = state.planned["x"]
+    assert planned.rollout_s.median == pytest.approx(2 * job.rollout_s.median)
+    assert planned.train_s == pytest.approx(2 * job.train_s)
+    assert state.colocated[x].members[0].job is planned
+    assert state.colocated[x].shape.period_s > 1.9 * own.shape.period_s
+    assert state.controllers[x].group is state.colocated[x]
+
+
+def test_a_colocated_job_on_profile_keeps_its_declared_one():
+    state, x = _with_colocated(True)
+    job = state.colocated[x].members[0].job
+    r_scale, t_scale, _ = colocated_phases(job, CLUSTER, 1.0, 1.0)
+    for _ in range(8):
+        state.observe("x", x, job.rollout_s.median * r_scale, job.train_s * t_scale, {})
+    assert "x" not in state.planned and state.colocated[x].members[0].job is job

@@ -159,3 +159,19 @@ def test_login_page_shows_the_error_only_after_a_failed_sign_in(open_server):
 
     assert error_hidden(open_server.url + "/login")
     assert not error_hidden(open_server.url + "/login?failed=1")
+
+
+def test_a_colocated_job_has_a_card_and_its_training_node_a_timeline_row():
+    status = canned_status()
+    status["colocated"] = [{"group_id": 7, "job_id": "verl-style-8b", "train_nodes": 1, "period_s": 420.0}]
+    status["jobs"]["verl-style-8b"] = dict(status["jobs"]["grpo-a"], group_id=7)
+    status["timeline"].append({"group_id": 7, "pool": "train", "node": 0, "job_id": "verl-style-8b",
+                               "phase": "rollout", "start": status["now"] - 30.0, "end": None})
+    with serve(status) as server:
+        dom = dump_dom(server.url + "/")
+    check_dashboard_dom(dom, status)  # the groups' cards are still exactly the groups
+    tree = parse(dom)
+    (card,) = tree.find_all("section", data_colocated_id=None)
+    assert card.attrs["data-colocated-id"] == "7" and "verl-style-8b" in card.text()
+    assert "Co-located 7" in card.text() and "1 train node" in card.text()
+    assert "g7 train0" in tree.find_all(id="timeline-svg")[0].text()

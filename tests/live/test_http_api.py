@@ -208,6 +208,6 @@ def test_status_comes_a_page_at_a_time(api):
     rest = http.get("/v1/status?offset=2&limit=10", headers=_auth(ADMIN)).json()
     assert list(first["jobs"]) == ["a", "b"] and list(rest["jobs"]) == ["c", "d", "e", "f"]
     assert first["page"] == {"offset": 0, "limit": 2, "groups_total": first["page"]["groups_total"],
-                             "jobs_total": 6}
+                             "jobs_total": 6, "colocated_total": 0}
     assert http.get("/v1/status?limit=0", headers=_auth(ADMIN)).json()["field"] == "limit"
     assert http.get("/v1/status?offset=-1", headers=_auth(ADMIN)).status_code == 400

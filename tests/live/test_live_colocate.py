@@ -1,21 +1,137 @@
-"""The live plane does not run the co-located mode (core/colocate.py): it says so, it never ignores it."""
+"""The live plane runs the co-located mode (core/colocate.py) when its config asks: every phase
+of a co-located job on its own training nodes (core/colo_controller.py); off by default."""
 
 from __future__ import annotations
 
 import pytest
 
 from rollmux.core.cluster_state import SchedulerConfig
+from rollmux.core.colo_model import verl_rollout_scale
 from rollmux.core.env import SimEnvironment
-from rollmux.errors import InputError
+from rollmux.core.intra_group import IntraConfig
+from rollmux.core.spec import default_cluster
 from rollmux.live.live_state import LiveState
-from tests.factories import make_cluster
+from rollmux.live.service import SchedulerCore
+from tests.factories import make_cluster, make_job
+
+CLUSTER = default_cluster().model_dump()
+COLO = SchedulerConfig(intra=IntraConfig(warm_switch_s=2.0), colocate=True)
+TIMINGS = {"wait_s": 0.0, "onload_s": 0.0, "run_s": 0.01, "offload_s": 0.0}
 
 
-def test_a_colocating_config_is_refused_with_one_line():
-    with pytest.raises(InputError, match="colocate: the co-located mode .* is simulator-only"):
-        LiveState(SimEnvironment(), make_cluster(), SchedulerConfig(colocate=True))
+def _train_heavy(job_id: str, **kw) -> dict:
+    """An 8:8 job co-located placement prefers to a group of its own (0.58 of its cost)."""
+    return make_job(job_id, rollout=100.0, train=300.0, slo=2.0, **kw).model_dump(exclude_none=True)
+
+
+def _rollout_heavy_wide(job_id: str) -> dict:
+    """A 16:8 job: co-located it would need 16 H800 GPUs, so it founds a group; x fits its bubbles."""
+    return make_job(job_id, rollout=300.0, train=100.0, rollout_gpus=16, slo=2.0).model_dump(exclude_none=True)
+
+
+def _iteration(core: SchedulerCore, job_id: str, token: str) -> list[dict]:
+    grants = []
+    for phase in ("rollout", "train", "sync"):
+        grants.append(core.acquire(job_id, phase, token))
+        core.release(job_id, phase, TIMINGS, token)
+    return grants
+
+
+@pytest.fixture
+def core():
+    c = SchedulerCore(CLUSTER, cfg=COLO)
+    yield c
+    c.shutdown()
 
 
 def test_the_default_config_places_without_it():
     state = LiveState(SimEnvironment(), make_cluster(), SchedulerConfig())
     assert not state.cluster.policy.colocate and "colocated" not in state.cluster.cases
+
+
+def test_a_colocated_job_gets_every_permit_on_its_training_nodes(core):
+    got = core.submit(_train_heavy("x"))
+    assert got["case"] == "colocated" and got["mode"] == "colocated"
+    assert got["nodes"] == {"rollout": [], "train": [0]}
+    assert core.state.cluster.ledger.nodes == {"rollout": 0, "train": 1}
+    first, second = _iteration(core, "x", got["token"]), _iteration(core, "x", got["token"])
+    for rollout, train, sync in (first, second):
+        assert (rollout["pool"], rollout["nodes"]) == ("train", [0]) == (train["pool"], train["nodes"])
+        assert (sync["pool"], sync["nodes"]) == ("link", [])
+        assert train["switch_s"] == 2.0  # the rollout's state is offloaded, the trainer's onloaded
+    assert first[0]["switch_s"] == 0.0 and second[0]["switch_s"] == 2.0  # nothing loaded before the first
+    status = core.status()
+    assert status["groups"] == [] and status["page"]["colocated_total"] == 1
+    assert status["colocated"][0]["job_id"] == "x" and status["jobs"]["x"]["iterations"] == 2
+    core.finish("x", got["token"])
+    assert core.state.cluster.ledger.nodes == {"rollout": 0, "train": 0} and core.status()["colocated"] == []
+
+
+def test_a_held_colocated_permit_counts_its_training_node_busy(core):
+    tok = core.submit(_train_heavy("x"))["token"]
+    core.acquire("x", "rollout", tok)
+    pools = core.status()["pools"]
+    assert pools["train"]["busy_gpus"] == 8 and pools["rollout"]["busy_gpus"] == 0
+
+
+def test_a_colocated_rollout_lease_follows_the_verl_model(core):
+    tok = core.submit(_train_heavy("x"))["token"]
+    grant = core.acquire("x", "rollout", tok)
+    spec = core.state.planning_spec("x")
+    scale = verl_rollout_scale(spec, core.state.cluster.cluster)
+    assert scale != 1.0 and grant["lease_s"] == pytest.approx(max(60.0, 2.0 * spec.rollout_s.max * scale))
+
+
+def test_another_jobs_token_gets_no_colocated_permit(core):
+    tok_x = core.submit(_train_heavy("x"))["token"]
+    tok_z = core.submit(_train_heavy("z"))["token"]
+    with pytest.raises(Exception, match="forbidden|another job"):
+        core.acquire("x", "rollout", tok_z)
+    with pytest.raises(Exception, match="token"):
+        core.acquire("x", "rollout", "not-a-token")
+    assert core.acquire("x", "rollout", tok_x)["job_id"] == "x"
+
+
+@pytest.mark.parametrize("snapshot_every", [2000, 3])
+def test_a_restart_rebuilds_a_colocated_job_and_its_held_permit(url, snapshot_every):
+    store = url  # each backend (tests/live/conftest.py)
+    core = SchedulerCore(CLUSTER, cfg=COLO, store=store, snapshot_every=snapshot_every)
+    tok = core.submit(_train_heavy("x"))["token"]
+    _iteration(core, "x", tok)
+    held = core.acquire("x", "rollout", tok)
+    before = core.status()
+    core.shutdown()
+    again = SchedulerCore(None, store=store)
+    try:
+        assert again.state.cfg.colocate and again.status()["colocated"] == before["colocated"]
+        assert again.status()["jobs"]["x"]["held"] == ["rollout"]
+        assert again.acquire("x", "rollout", tok)["grant_no"] == held["grant_no"]  # the same permit
+        again.release("x", "rollout", TIMINGS, tok)
+        train = again.acquire("x", "train", tok)
+        assert (train["pool"], train["nodes"], train["switch_s"]) == ("train", [0], 2.0)
+        assert again.state.cluster.ledger.nodes == {"rollout": 0, "train": 1}
+    finally:
+        again.shutdown()
+
+
+def test_a_colocated_job_moves_into_a_group_that_appears_with_room_for_it(core):
+    """x and z co-located; y founds a group whose bubbles fit x; z's departure runs the
+    consolidation pass, and x moves at its next iteration boundary (colo_regroup)."""
+    tok = {"x": core.submit(_train_heavy("x"))["token"], "z": core.submit(_train_heavy("z"))["token"]}
+    y = core.submit(_rollout_heavy_wide("y"))
+    assert y["case"] == "isolated"
+    tok["y"] = y["token"]
+    core.finish("z", tok["z"])
+    assert core.state.jobs["x"].migrate
+    core.acquire("x", "rollout", tok["x"])
+    core.release("x", "rollout", TIMINGS, tok["x"])
+    core.acquire("x", "train", tok["x"])
+    core.release("x", "train", TIMINGS, tok["x"])  # its boundary: it leaves its training node
+    status = core.status()
+    assert status["colocated"] == [] and status["groups"][0]["members"] == ["y", "x"]
+    assert core.state.jobs["x"].case == "colocated"  # how it was admitted
+    core.acquire("y", "rollout", tok["y"])  # round robin: y's turn comes first on their node
+    core.release("y", "rollout", TIMINGS, tok["y"])
+    rollout = core.acquire("x", "rollout", tok["x"])
+    assert rollout["pool"] == "rollout" and rollout["switch_s"] > 100  # its migration: a cold start
+    assert core.state.cluster.ledger.nodes == {"rollout": 2, "train": 1}

@@ -202,3 +202,18 @@ def test_a_bad_listen_address_stops_rollmux_serve_with_one_line(tmp_path, listen
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and f"--listen {listen!r}: expected HOST:PORT" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_serve_colocate_places_a_job_on_its_training_nodes_over_http(tmp_path):
+    store = str(tmp_path / "j.db")
+    server = ProcessServer(store, tmp_path, extra=["--colocate"])
+    try:
+        client = HttpPermitClient(server.url, admin_token=server.admin_token)
+        record = make_job("x", rollout=100, train=300, slo=2.0).model_dump(exclude_none=True)
+        got = client.submit(record)
+        assert got["case"] == "colocated" and got["mode"] == "colocated"
+        grant = client.acquire("x", "rollout")  # with the job's token, kept from its submission
+        assert grant.pool == "train" and grant.nodes == (0,)
+        client.close()
+    finally:
+        server.signal(signal.SIGTERM)

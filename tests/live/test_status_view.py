@@ -5,6 +5,7 @@ from __future__ import annotations
 from factories import make_job
 from rich.console import Console
 
+from rollmux.core.cluster_state import SchedulerConfig
 from rollmux.core.spec import default_cluster
 from rollmux.live.service import SchedulerCore
 from rollmux.live.status_view import groups_table, jobs_table, summary_line
@@ -31,3 +32,14 @@ def test_status_tables_show_groups_turns_and_jobs_against_their_slo():
     assert "b | a" in text                    # b's turn on the rollout node, a's on the train node
     assert "0.5 s" in text                    # a's measured rollout
     assert "2 requests refused" not in text and "permits granted" in text
+
+
+def test_a_colocated_job_is_a_row_of_its_own():
+    core = SchedulerCore(default_cluster().model_dump(), cfg=SchedulerConfig(colocate=True))
+    try:
+        core.submit(make_job("x", rollout=100, train=300).model_dump(exclude_none=True))
+        st = core.status()
+    finally:
+        core.shutdown()
+    text = _render(groups_table(st))
+    assert "0 (co-located)" in text and "x (rollout and training)" in text

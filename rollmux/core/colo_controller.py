@@ -1,0 +1,88 @@
+"""Permits of a co-located job (core/colocate.py): every phase on its own training nodes.
+
+A co-located job shares its nodes with nobody and runs its phases one after another, so
+its permits are granted at once: `init`, `rollout` and `train` on all its training nodes
+(pool "train": the rollout runs on training GPUs, the veRL way), `sync` on the link with no
+node (its weights are resharded in place: it is on the critical path of nothing). Each
+rollout and training permit carries a warm switch, the offload/onload the veRL model
+charges twice per iteration (core/colo_model.py); there is no long-tail migration (the
+rollout has every GPU to itself), so a reported tail frees nothing.
+
+It answers the calls the live plane makes on a `GroupController` (request, release,
+tail_started, withdraw, update_group, whose_turn, export_state / import_state), so the
+service and its journal replay treat both alike. The simulator plays a co-located job
+without permits (sim/colocated.py): the same phases, one event per iteration.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rollmux.core.env import Environment
+from rollmux.core.group import Group
+from rollmux.core.group_controller import CONTROLLED, INIT, ROLLOUT, SYNC, TRAIN, Grant
+from rollmux.core.intra_group import IntraConfig
+
+COLOCATED_POOL = "train"  # where a co-located job's rollout permit sends it
+
+
+class ColocatedController:
+    """The permit controller of one co-located job: grants at once, on its training nodes."""
+
+    def __init__(self, env: Environment, group: Group, cfg: IntraConfig) -> None:
+        self.env, self.cfg = env, cfg
+        self.group = group
+        self.holder: str | None = None  # the phase it runs now (rollout or train), for status
+        self.last: str | None = None    # the phase whose state is loaded
+
+    @property
+    def job_id(self) -> str:
+        """The co-located job."""
+        return self.group.members[0].job_id
+
+    def update_group(self, group: Group, rollout_map: dict[int, int] | None = None) -> None:
+        """Adopt the group's new form (its member's profile may have been re-counted)."""
+        self.group = group
+
+    def request(self, job_id: str, phase: str, on_grant: Callable[[Grant], None]) -> None:
+        """Grant `phase` at once (the job's phases never overlap: nothing to wait for)."""
+        if job_id != self.job_id:
+            raise KeyError(job_id)
+        if phase not in CONTROLLED:
+            raise ValueError(f"unknown phase {phase!r}; use one of {CONTROLLED}")
+        gid, now, nodes = self.group.group_id, self.env.now(), self.group.members[0].train_nodes
+        if phase == SYNC:
+            on_grant(Grant(gid, job_id, SYNC, "link", (), 0.0, now, 0.0))
+            return
+        if phase == INIT:
+            on_grant(Grant(gid, job_id, INIT, COLOCATED_POOL, nodes, 0.0, now, 0.0))
+            return
+        # The other phase's state is offloaded and this one's onloaded: a warm switch, unless
+        # this phase's state is the one loaded (a retried permit).
+        switch = self.cfg.warm_switch_s if self.last not in (None, phase) else 0.0
+        self.holder = self.last = phase
+        on_grant(Grant(gid, job_id, phase, COLOCATED_POOL, nodes, switch, now, 0.0))
+
+    def release(self, job_id: str, phase: str) -> None:
+        """The phase is done: its nodes are free (for the job's own next phase)."""
+        if phase in (ROLLOUT, TRAIN) and self.holder == phase:
+            self.holder = None
+
+    def tail_started(self, job_id: str) -> None:
+        """No long-tail migration when co-located: the rollout keeps every GPU."""
+
+    def withdraw(self, job_id: str) -> None:
+        """The job crashed or left: it holds nothing any more."""
+        self.holder = None
+
+    def whose_turn(self) -> dict[str, list[str | None]]:
+        """Its training nodes are always its own."""
+        return {ROLLOUT: [], TRAIN: [self.job_id] * self.group.n_train}
+
+    def export_state(self) -> dict:
+        """What a snapshot keeps: the phase running and the state loaded."""
+        return {"colocated": True, "holder": self.holder, "last": self.last}
+
+    def import_state(self, d: dict) -> None:
+        """Adopt an exported state."""
+        self.holder, self.last = d.get("holder"), d.get("last")
