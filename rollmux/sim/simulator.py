@@ -40,9 +40,10 @@ class SimConfig(SchedulerConfig):
     its jobs must run a rollout on training GPUs), so `SchedulerConfig` keeps it off. Stretch
     pricing paid on paper-profile traces and held catalog ones (benchmarks/stretch.py); the
     live service keeps Algorithm 1's choice by default. And SLO admission by the mean
-    (`--plan mean`, core/admission.py): it paid on 12 of 14 unseen traces, and since its search is bounded (core/shapes.py
-    `EXACT_TRIES`) it meets the 10,000-job targets (benchmarks/README.md); the live
-    service, like `IntraConfig`, keeps the per-iteration worst case (`--plan worst`)."""
+    (`--plan mean`, core/admission.py): it paid on 12 of 14 unseen traces, and since its
+    search is bounded (core/shapes.py `EXACT_TRIES`) it meets the 10,000-job targets
+    (benchmarks/README.md); the live service, like `IntraConfig`, keeps the per-iteration
+    worst case (`--plan worst`)."""
 
     intra: IntraConfig = field(default_factory=lambda: IntraConfig(plan="mean"))
     colocate: bool = True
