@@ -8,6 +8,9 @@ For each VC:seed and mode it synthesizes a 200-job, 14-day trace, runs RollMux a
 nodes), its share of the cost and, weighted by cost, its planned rollout- and training-pool
 utilization and its planned period over its longest member cycle; co-located jobs are one row.
 A pool at 0.6 in a shape that holds 40% of the cost is where the gap to the busy-time bound is.
+Then by kind (co-located / lone / formed, tight when the tightest member's SLO is below 1.2):
+cost share, busy share (the busy-time bound's price of the kind's planned work over its cost)
+and waste share (its cost less that, over the run's): where the gap is, in the bound's terms.
 """
 
 import argparse
@@ -53,6 +56,10 @@ def main() -> None:
             cells = (f"{r['rollout_use']:6.2f} {r['train_use']:6.2f} {r['stretch']:8.2f}"
                      if "train_use" in r else f"{'-':>6} {'-':>6} {'-':>8}")
             print(f"  {shape:24} {100 * r['cost_share']:5.1f}% {cells}", flush=True)
+        print(f"  {'kind (SLO < 1.2: tight)':24} {'cost':>6} {'busy':>6} {'waste':>6}")
+        for k in res["kinds"]:
+            print(f"  {k['kind']:24} {100 * k['cost_share']:5.1f}% {k['busy_share']:6.2f} "
+                  f"{100 * k['waste_share']:5.1f}%", flush=True)
         out.append({"vc": vc, "mode": mode, "seed": seed, "plan": args.plan, **res})
     print(f"# wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if args.json:
