@@ -48,11 +48,11 @@ def test_a_bad_colo_speed_is_one_line_exit_2(catalog_trace, speed):
     assert "--colo-speed" in res.output and "Traceback" not in res.output
 
 
-def test_no_colo_regroup_keeps_every_colocated_job_where_it_started(catalog_trace, tmp_path):
-    on, _ = _run(catalog_trace, tmp_path)
-    stay, _ = _run(catalog_trace, tmp_path, "--no-colo-regroup")
-    # On this trace the arrivals land alike either way; the default then moves co-located jobs
-    # into groups (migrations), which costs less; with the flag off they stay where they began.
+def test_colo_regroup_moves_colocated_jobs_into_groups(catalog_trace, tmp_path):
+    on, _ = _run(catalog_trace, tmp_path, "--colo-regroup")
+    stay, _ = _run(catalog_trace, tmp_path)
+    # On this trace the arrivals land alike either way; with the flag co-located jobs then move
+    # into groups (migrations), which costs less; by default they stay where they began.
     assert stay["placements"] == on["placements"] and stay["slo_attainment"] == on["slo_attainment"] == 1.0
     assert on["migrations"]["count"] > stay["migrations"]["count"]
     assert on["cost_usd"] < stay["cost_usd"]

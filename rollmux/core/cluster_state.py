@@ -10,7 +10,7 @@ it arrivals and departures and tell it each job's progress.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -72,13 +72,18 @@ class SchedulerConfig:
     colo_margin: float = COLO_MARGIN  # co-located only when below this share of the disaggregated cost
     # A co-located job is a consolidation candidate like a lone group: it moves into a group
     # (migrating, priced) when that saves its training nodes for more than the move costs.
-    colo_regroup: bool = True
+    # Off by default: +1.3% on paper-profile traces, but ~1.6x the CPU of a 10,000-job run,
+    # past its 5-minute target (benchmarks/README.md, "Co-located jobs regrouping").
+    colo_regroup: bool = False
     # Placement takes the valid option that adds least per iteration, the members' stretch
     # included (core/marginal.py), instead of the first in Δ order. On in the simulator
     # (sim/simulator.py SimConfig); off here by default, so the live service keeps Algorithm
     # 1's choice unless its config turns it on (live/live_state.py honours it).
     stretch_pricing: bool = False
 
+
+# Co-located jobs a departure's consolidation pass tries to move into groups, at most.
+COLO_TRIES = 4
 
 # The IntraConfig fields that decide SLO admission: the policy admits a job by them and this
 # executor re-plans and repairs groups by them (`group_fits`), so the two must agree.
@@ -131,6 +136,7 @@ class ClusterState:
         # candidate, never re-planned; with `colo_regroup` a consolidation pass may move one
         # into a group (as it dissolves a lone group). A policy with the mode on counts them.
         self.colocated: dict[int, Group] = {}
+        self._pass_targets: set[int] | None = None  # the groups a consolidation pass found new room in
         if getattr(policy, "colocate", False):
             self.cases[Case.COLOCATED.value] = 0
 
@@ -293,7 +299,10 @@ class ClusterState:
             # An earlier move of this pass may have reserved a slot in it: take it as it is now.
             now = self.groups.get(g.group_id) or self.colocated.get(g.group_id)
             if now is not None and now.size <= self.cfg.consolidate:
-                movers += self._dissolve(now, progress, commit)
+                # A co-located job was placed against the groups of its arrival: only those
+                # with new room can take it now, so its (full) placement search looks there.
+                within = self._pass_targets if g.group_id in self.colocated else None
+                movers += self._dissolve(now, progress, commit, within)
         self.decision_ms["departure"].append((time.perf_counter() - t0) * 1e3)
         return movers
 
@@ -310,6 +319,7 @@ class ClusterState:
         with caps, or with a policy without that check, every small group is. `rest` itself was just
         tried: left out. The pass adds and removes no group, so the list is taken once."""
         groups = self.groups
+        self._pass_targets = None  # (set below when the pass knows which groups have new room)
         indexed = isinstance(groups, IndexedGroups)
         roomier = set(groups.roomier) if indexed else set()
         if indexed:
@@ -330,6 +340,7 @@ class ClusterState:
             targets = [groups[i] for i in sorted(roomier) if i in groups and i not in self.dissolving]
             if not targets:
                 return []  # no room was freed anywhere
+            self._pass_targets = {t.group_id for t in targets}
             view = self.view(progress if progress is not None else {})
             small = [g for g in small if g.members]  # (an empty segment would break reduceat)
             sizes = [len(g.members) for g in small]
@@ -338,18 +349,38 @@ class ClusterState:
             can &= own[:, None] != np.array([t.group_id for t in targets])[None, :]  # not its own group
             hit = np.logical_or.reduceat(can.any(axis=1), np.cumsum([0] + sizes[:-1])).tolist() if sizes else []
             small = [g for g, h in zip(small, hit) if h]
+        small = self._fewer_colocated(small, progress if progress is not None else {})
         return sorted(small, key=lambda g: g.size)
 
+    def _fewer_colocated(self, small: list[Group], progress: Progress) -> list[Group]:
+        """At most COLO_TRIES co-located candidates, those whose own nodes would cost most over
+        their remaining iterations first: each try is a full placement search, and co-located
+        jobs outnumber the room a departure frees (on a 10,000-job trace, most of its time)."""
+        colo = [g for g in small if g.group_id in self.colocated]
+        if len(colo) <= COLO_TRIES:
+            return small
+
+        def at_stake(g: Group) -> float:
+            job = g.members[0].job
+            left = job.iterations - progress.get(job.job_id, (0, 0.0))[0]
+            return -left * g.cost_per_hour(self.cluster) * g.shape.period_s  # (sorted ascending)
+        keep = {g.group_id for g in sorted(colo, key=at_stake)[:COLO_TRIES]}
+        return [g for g in small if g.group_id not in self.colocated or g.group_id in keep]
+
     def _dissolve(self, group: Group, progress: Progress,
-                  commit: Callable[[Regroup], None] | None = None) -> list[str]:
-        """Dissolve the group if its members fit elsewhere for less than the moves cost; the movers."""
+                  commit: Callable[[Regroup], None] | None = None, within: set[int] | None = None) -> list[str]:
+        """Dissolve the group if its members fit elsewhere (in the groups `within`, if given) for
+        less than the moves cost; the movers."""
         gid = group.group_id
         if gid in self.dissolving or any(j in self.arriving for j in group.job_ids()):
             return []  # a group still waiting for a migrant is not moved again (hysteresis)
         self.dissolving.add(gid)  # hides it from the view below
         try:
-            decision = dissolve_decision(group, self.view(progress), self.policy,
-                                         self.cfg.migration_scale, self.cfg.regroup_margin)
+            view = self.view(progress)
+            if within is not None:  # (a few groups: no index needed to search them)
+                view = replace(view, groups=tuple(g for g in view.groups if g.group_id in within), index=None)
+            decision = dissolve_decision(group, view, self.policy, self.cfg.migration_scale,
+                                         self.cfg.regroup_margin)
         finally:
             self.dissolving.discard(gid)
         if decision is None:
@@ -370,7 +401,8 @@ class ClusterState:
         if not (self.cfg.repair and getattr(self.policy, "regroups", False)) or group_id in self.dissolving:
             return []  # only a policy with SLO admission repairs (baselines never check SLOs)
         if group_id in self.colocated:  # it shares nothing: no group to re-plan
-            self._observe_colocated(job_id, group_id, rollout_s, train_s)
+            if self.cfg.colo_regroup:  # (its measured profile serves a move only)
+                self._observe_colocated(job_id, group_id, rollout_s, train_s)
             return []
         g = self.groups[group_id]
         member = g.member(job_id)

@@ -3,6 +3,8 @@ of a co-located job on its own training nodes (core/colo_controller.py); off by 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from rollmux.core.cluster_state import SchedulerConfig
@@ -114,9 +116,17 @@ def test_a_restart_rebuilds_a_colocated_job_and_its_held_permit(url, snapshot_ev
         again.shutdown()
 
 
-def test_a_colocated_job_moves_into_a_group_that_appears_with_room_for_it(core):
+def test_a_colocated_job_moves_into_a_group_that_appears_with_room_for_it():
     """x and z co-located; y founds a group whose bubbles fit x; z's departure runs the
     consolidation pass, and x moves at its next iteration boundary (colo_regroup)."""
+    core = SchedulerCore(CLUSTER, cfg=replace(COLO, colo_regroup=True))
+    try:
+        _moves_into_a_group(core)
+    finally:
+        core.shutdown()
+
+
+def _moves_into_a_group(core: SchedulerCore) -> None:
     tok = {"x": core.submit(_train_heavy("x"))["token"], "z": core.submit(_train_heavy("z"))["token"]}
     y = core.submit(_rollout_heavy_wide("y"))
     assert y["case"] == "isolated"
