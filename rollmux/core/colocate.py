@@ -61,7 +61,7 @@ from rollmux.core.spec import ClusterSpec, JobSpec
 COLO_MARGIN = 0.75  # co-located only when below this share of the disaggregated cost (see above)
 
 __all__ = ["COLO_MARGIN", "choose", "colocated_group", "colocated_option", "colocated_phases", "colocated_slo_ok",
-           "iteration_cost", "colocated_gpus", "colocated_nodes"]
+           "iteration_cost", "colocated_gpus", "colocated_nodes", "is_colocated"]
 
 
 def colocated_group(group_id: int, job: JobSpec, cluster: ClusterSpec, planned_s: float) -> Group:
@@ -70,6 +70,11 @@ def colocated_group(group_id: int, job: JobSpec, cluster: ClusterSpec, planned_s
     nt = colocated_nodes(job, cluster)
     return Group(group_id, 0, nt, (Member(job, (), tuple(range(nt))),),
                  GroupShape(period_s=planned_s, t_cycle_s=planned_s, t_load_s=planned_s))
+
+
+def is_colocated(group: Group) -> bool:
+    """True for a co-located job's own placement (`colocated_group`): no rollout nodes."""
+    return group.n_rollout == 0
 
 
 def colocated_slo_ok(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0) -> bool:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from rollmux.core.colocate import is_colocated
 from rollmux.core.group import Group, Member
 from rollmux.core.group_index import progress_rows
 from rollmux.core.marginal import group_cost_per_period, plan_added_cost
@@ -291,7 +292,7 @@ def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, 
         return None
     moves, added = planned
     saving = (group.cost_per_hour(cluster) - added) * max(horizon, 0.0) / 3600
-    if group.n_rollout == 0:  # a co-located job (core/colocate.py): priced per iteration, as placed
+    if is_colocated(group):  # priced per iteration, as it was placed
         saving = min(saving, colocated_saving(group, moves[0].plan, view))
     if saving <= margin * cost or saving <= 0:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from rollmux.core.colocate import is_colocated
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.placement import Case, PlacementPlan
@@ -41,7 +42,7 @@ def group_to_dict(group: Group) -> dict:
                         for m in group.members],
             # A co-located job's own placement (core/colocate.py): its shape is its planned
             # co-located iteration, which no group schedule recomputes.
-            **({"colocated_period_s": group.shape.period_s} if group.n_rollout == 0 and group.shape else {})}
+            **({"colocated_period_s": group.shape.period_s} if is_colocated(group) and group.shape else {})}
 
 
 def group_from_dict(d: dict, cfg: IntraConfig) -> Group:

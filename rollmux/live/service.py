@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rollmux.core.cluster_state import SchedulerConfig
-from rollmux.core.colo_model import verl_rollout_scale, verl_train_scale
+from rollmux.core.colocate import colocated_phases
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -464,9 +464,9 @@ class SchedulerCore(Supervision, InProcessApi):
         cs = self.state.cluster
         if self.state.jobs[job_id].group_id not in cs.colocated or phase not in ("rollout", "train"):
             return 1.0
-        spec, speed = self.state.planning_spec(job_id), self.state.cfg.colo_speed
-        return (verl_rollout_scale(spec, cs.cluster, speed) if phase == "rollout"
-                else verl_train_scale(spec, speed))
+        rollout, train, _ = colocated_phases(self.state.planning_spec(job_id), cs.cluster, 1.0, 1.0,
+                                             self.state.cfg.colo_speed)
+        return rollout if phase == "rollout" else train
 
     def _opened(self, grant: dict) -> None:
         """A phase interval per node starts (the dashboard's timeline)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from rollmux.core.colocate import is_colocated
 from rollmux.core.group import Group
 from rollmux.core.intra_group import IntraConfig, group_planning_times, job_planning_times, node_loads
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -47,7 +48,7 @@ def busy_rate(g: Group, cluster: ClusterSpec, cfg: IntraConfig) -> float:
 def kind(g: Group) -> str:
     """The group's kind: co-located, lone (one member) or formed, and tight or loose by its
     tightest member's SLO (TIGHT_SLO)."""
-    how = COLOCATED if g.n_rollout == 0 else ("lone" if len(g.members) == 1 else "formed")
+    how = COLOCATED if is_colocated(g) else ("lone" if len(g.members) == 1 else "formed")
     return f"{how}, {'tight' if min(m.job.slo for m in g.members) < TIGHT_SLO else 'loose'}"
 
 
@@ -65,11 +66,11 @@ def group_shapes(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig, ever
 
     def tick() -> None:
         # A co-located job holds its own training nodes, busy whenever it runs (state.colocated).
-        if sim.state.colocated:
-            acc[COLOCATED][0] += sum(g.n_train for g in sim.state.colocated.values()) * pt * hours
         for g in sim.state.colocated.values():
+            usd = g.n_train * pt * hours
+            acc[COLOCATED][0] += usd
             k = kinds[kind(g)]
-            k[0] += g.n_train * pt * hours
+            k[0] += usd
             k[1] += busy_rate(g, cluster, cfg.intra) * hours
         for g in sim.state.groups.values():
             if g.shape is None or not g.members:
