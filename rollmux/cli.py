@@ -92,7 +92,7 @@ def simulate(
     flat_sync: bool = typer.Option(False, "--flat-sync", help="Weight sync sends one copy per rollout node over the inter-pool link."),
     consolidate: int = typer.Option(2, "--consolidate", min=0,
                                     help="On any departure, also try to dissolve groups of at most N members."),
-    static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup --no-repair."),
+    static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup --no-repair --no-compact."),
     train_scaling: bool = typer.Option(False, "--train-scaling/--no-train-scaling",
                                        help="A job may join a group by adding the training nodes it lacks (core/shapes.py)."),
     elastic_rollout: bool = typer.Option(True, "--elastic-rollout/--no-elastic-rollout",
@@ -110,6 +110,9 @@ def simulate(
                                            "that costs less per iteration (core/regroup.py)."),
     colo_speed: float = typer.Option(1.0, "--colo-speed",
                                      help="Co-located phases run this many times as fast as calibrated (sensitivity)."),
+    compact: bool = typer.Option(True, "--compact/--no-compact",
+                                 help="A group gives back an idle rollout node when the members pinned there can "
+                                      "narrow onto their other nodes within their SLOs (core/compaction.py)."),
     stretch_pricing: bool = typer.Option(True, "--stretch-pricing/--no-stretch-pricing",
                                          help="Place each job where it adds least per iteration, the members' stretch "
                                               "included (core/marginal.py); off: the first valid option in Δ order."),
@@ -140,7 +143,7 @@ def simulate(
                         flat_sync=flat_sync, consolidate=consolidate,
                         train_scaling=train_scaling, elastic_rollout=elastic_rollout,
                         colocate=colocate, colo_margin=colo_margin, colo_speed=colo_speed, colo_regroup=colo_regroup,
-                        stretch_pricing=stretch_pricing)
+                        stretch_pricing=stretch_pricing, compact=compact and not static)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:

@@ -19,6 +19,7 @@ from rollmux.core.accounting import Ledger
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colo_model import colocated_iter_s
 from rollmux.core.colocate import COLO_MARGIN, colocated_group, colocated_phases
+from rollmux.core.compaction import compactions
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
@@ -80,6 +81,11 @@ class SchedulerConfig:
     # (sim/simulator.py SimConfig); off here by default, so the live service keeps Algorithm
     # 1's choice unless its config turns it on (live/live_state.py honours it).
     stretch_pricing: bool = False
+    # Rollout compaction (core/compaction.py): a group drops an idle rollout node when the members
+    # pinned there can narrow onto their other nodes within their SLO budgets (elastic rollout
+    # only), tried at a member's iteration end, at most once per `compact_every_s` per group.
+    compact: bool = True
+    compact_every_s: float = 1800.0
 
 
 # Co-located jobs a departure's consolidation pass tries to move into groups, at most.
@@ -137,6 +143,8 @@ class ClusterState:
         # into a group (as it dissolves a lone group). A policy with the mode on counts them.
         self.colocated: dict[int, Group] = {}
         self._pass_targets: set[int] | None = None  # the groups a consolidation pass found new room in
+        self._compact_at: dict[int, float] = {}  # group -> earliest next compaction try
+        self.compacted = 0  # rollout nodes given back by compaction
         if getattr(policy, "colocate", False):
             self.cases[Case.COLOCATED.value] = 0
 
@@ -268,6 +276,7 @@ class ClusterState:
         if not rest.members:
             del self.groups[group_id], self.controllers[group_id]
             self.dissolving.discard(group_id)
+            self._compact_at.pop(group_id, None)
             self.ledger.release("rollout", rest.n_rollout, now)
             self.ledger.release("train", rest.n_train, now)
             return None
@@ -390,13 +399,56 @@ class ClusterState:
 
     # -- drift repair ---------------------------------------------------------------------
     def observe(self, job_id: str, group_id: int, rollout_s: float, train_s: float, progress: Progress,
-                commit: Callable[[Regroup], None] | None = None) -> list[str]:
-        """A member finished an iteration with these measured phase times.
+                commit: Callable[[Regroup], None] | None = None, rollout_factor: float | None = None) -> list[str]:
+        """A member finished an iteration with these measured phase times (its rollout at
+        `rollout_factor`, core/elastic.py; None: its member's factor now).
 
         When they move its measured profile (`estimates`) by more than 5% from what its
         group was planned with, the group is re-planned with measured times; if that plan
         breaks a member's SLO budget, members are evicted (slowest first) until it does
-        not. Returns the evicted jobs (they migrate at their next boundary)."""
+        not. Returns the evicted jobs (they migrate at their next boundary). Else the group
+        may give back idle rollout nodes (`compact`)."""
+        movers = self._repair(job_id, group_id, rollout_s, train_s, progress, commit, rollout_factor)
+        if not movers and self.compacts:
+            self.compact(group_id, progress)
+        return movers
+
+    @property
+    def compacts(self) -> bool:
+        """Rollout compaction is on and the policy may narrow rollouts (elastic rollout)."""
+        return self.cfg.compact and getattr(getattr(self.policy, "shapes", None), "elastic_rollout", False)
+
+    def compact(self, group_id: int, progress: Progress) -> int:
+        """Rollout compaction (core/compaction.py): drop the group's idle rollout nodes that its
+        members can do without within their SLO budgets; the nodes dropped. Tried at most once
+        per `compact_every_s` per group (an exact SLO check each), and only where the policy
+        may narrow rollouts (elastic rollout: the simulator's RollMux, not the live plane's)."""
+        g = self.groups.get(group_id)
+        if (g is None or g.n_rollout < 2 or not self.compacts or group_id in self.dissolving
+                or any(j in self.arriving or j in self.settling for j in g.job_ids())):
+            return 0  # (a migration still owed to the group: its members' budgets are charged elsewhere)
+        now = self.env.now()
+        if now < self._compact_at.get(group_id, 0.0):
+            return 0
+        ctl = self.controllers[group_id]
+        idle = ctl.idle_rollout_nodes()
+        if not idle:
+            return 0  # (not a try: a later iteration's end may find a node idle)
+        self._compact_at[group_id] = now + self.cfg.compact_every_s
+        if self.planned:
+            progress = _MeasuredProgress(progress, self.estimates, self.planned)
+        dropped = 0
+        for g, drop in compactions(g, self.cluster, self.cfg.intra, progress, idle):
+            self.ledger.release("rollout", 1, now)
+            self.groups[group_id] = g
+            ctl.update_group(g, {n: n - (n > drop) for n in range(g.n_rollout + 1) if n != drop})
+            dropped += 1
+        self.compacted += dropped
+        return dropped
+
+    def _repair(self, job_id: str, group_id: int, rollout_s: float, train_s: float, progress: Progress,
+                commit: Callable[[Regroup], None] | None, rollout_factor: float | None) -> list[str]:
+        """Drift repair of `observe`: the evicted jobs."""
         self.settling.pop(job_id, None)  # a migrant's first iteration there: its stall is past
         if not (self.cfg.repair and getattr(self.policy, "regroups", False)) or group_id in self.dissolving:
             return []  # only a policy with SLO admission repairs (baselines never check SLOs)
@@ -408,7 +460,8 @@ class ClusterState:
         member = g.member(job_id)
         # Measured against the profile: an elastic member's rollout (core/elastic.py) is brought
         # back to its nominal nodes first, else its factor would read as drift (either executor).
-        spec = self._measured(job_id, member.job, rollout_s / member.rollout_factor, train_s)
+        factor = member.rollout_factor if rollout_factor is None else rollout_factor
+        spec = self._measured(job_id, member.job, rollout_s / factor, train_s)
         if spec is None:
             return []
         t0 = time.perf_counter()

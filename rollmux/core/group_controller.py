@@ -348,6 +348,14 @@ class GroupController:
                 node.slots = None if slots is None else tuple(slots)
                 node.kept = {j: tuple(k) for j, k in st.get("kept", {}).items()}
 
+    def idle_rollout_nodes(self) -> set[int]:
+        """Rollout nodes no phase holds, no migrated tail runs on and no init waits for; empty
+        while a lone member's iteration is played in one step (`before_change`: not known)."""
+        if self.before_change is not None:
+            return set()
+        inits = self._inits[ROLLOUT]
+        return {i for i, n in enumerate(self.nodes[ROLLOUT]) if n.holder is None and not n.tails and i not in inits}
+
     def any_tails(self, idxs: tuple[int, ...]) -> bool:
         """True when a migrated tail still runs on one of these rollout nodes."""
         nodes = self.nodes[ROLLOUT]

@@ -83,6 +83,8 @@ class PolicyResult:
     # Policies that explain isolated placements (core/why.py): WhyTally.to_json(), i.e.
     # {"placements": {reason: isolated placements}, "groups": {reason: groups refused}}.
     placements_why: dict[str, dict[str, int]] | None = None
+    # Rollout nodes given back by rollout compaction (core/compaction.py); None: not a policy that compacts.
+    compactions: int | None = None
 
     @classmethod
     def from_ledger(cls, policy: str, ledger: Ledger, jobs_total: int, outcomes: list[JobOutcome],
@@ -144,6 +146,8 @@ class PolicyResult:
             out["decision_ms"] = self.decision_percentiles()
         if self.migrations is not None:
             out["migrations"] = dict(self.migrations)
+        if self.compactions is not None:
+            out["compactions"] = self.compactions
         if self.placements_why is not None:
             why = self.placements_why
             out["isolated_placements"] = sum(why["placements"].values())

@@ -175,7 +175,7 @@ class Simulation:
         return PolicyResult.from_ledger(self.policy.name, self.ledger, len(self.jobs), self.outcomes,
                                         placements=dict(self.state.cases), decision_ms=self.state.decision_ms,
                                         migrations=self.moves.to_json() if regroups or self.moves.count else None,
-                                        placements_why=why)
+                                        placements_why=why, compactions=self.state.compacted if self.state.compacts else None)
 
     # -- placement ------------------------------------------------------------------
     def progress(self) -> Mapping[str, tuple[int, float]]:
@@ -374,7 +374,8 @@ class Simulation:
         rollout, train = run.rollout_s, run.train_s
         if run.colo is not None and run.group_id in self.state.colocated:  # measured where it ran
             rollout, train = rollout * run.colo[0], train * run.colo[1]
-        self.state.observe(run.job.job_id, run.group_id, rollout, train, self.progress())
+        self.state.observe(run.job.job_id, run.group_id, rollout, train, self.progress(),
+                           rollout_factor=run.r_factor)  # (the factor it rolled out at: compaction may narrow it since)
 
     def _migrate(self, run: _JobRun) -> None:
         """At its boundary a mover leaves its old group and takes its reserved slot."""

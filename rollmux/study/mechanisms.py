@@ -5,16 +5,18 @@ worst-case admission: admission by the SLO's own terms (`--plan mean`, core/admi
 the SLO-aware order inside a group (`--order slo`, core/slo_order.py), training scaling and
 elastic rollout parallelism (core/shapes.py, core/elastic.py), the per-job co-located
 mode (core/colocate.py) and stretch pricing (core/marginal.py: a join is charged the
-members' stretch and placement takes the option that adds least). A seventh switch acts
-through the co-located mode: a co-located job may later move into a group (`--colo-regroup`,
-core/regroup.py); its "only" row is the co-located mode with it. Each row runs RollMux with
+members' stretch and placement takes the option that adds least). Two more switches act
+through one of these: a co-located job may later move into a group (`--colo-regroup`,
+core/regroup.py), and a group may give back an idle rollout node by narrowing the members
+pinned there (`--compact`, core/compaction.py, through elastic rollout); each one's "only" row
+turns the switch it needs on too. Each row runs RollMux with
 priced migrations and drift repair on the study's Philly-driven traces (paper and catalog
 profiles) and on the same traces with 30% of the jobs drifting (moderate severity, as in the
 drift section):
 
 * "all off": none of them (RollMux before issue 14);
 * "only X": all off but X, so each mechanism is measured alone against that row (co-located
-  jobs regrouping: against "only co-located mode");
+  jobs regrouping: against "only co-located mode"; compaction: against "only elastic rollout");
 * "default": the shipped defaults, whatever they turn on;
 * "default without X" / "default with X": the default with one switch flipped.
 
@@ -64,11 +66,13 @@ class Mechanism:
 
 
 COLOCATED_MODE = Mechanism("co-located mode", "--colocate", "colocate", True, False)
+ELASTIC_ROLLOUT = Mechanism("elastic rollout", "--elastic-rollout", "elastic_rollout", True, False)
 MECHANISMS = (
     Mechanism("admission by the mean", "--plan mean", "plan", "mean", "worst", intra=True),
     Mechanism("SLO-aware order", "--order slo", "order", "slo", "rr", intra=True),
     Mechanism("training scaling", "--train-scaling", "train_scaling", True, False),
-    Mechanism("elastic rollout", "--elastic-rollout", "elastic_rollout", True, False),
+    ELASTIC_ROLLOUT,
+    Mechanism("rollout compaction", "--elastic-rollout --compact", "compact", True, False, needs=ELASTIC_ROLLOUT),
     COLOCATED_MODE,
     Mechanism("co-located jobs regrouping", "--colocate --colo-regroup", "colo_regroup", True, False,
               needs=COLOCATED_MODE),

@@ -18,6 +18,7 @@ import numpy as np
 
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.study.config import StudyConfig
+from rollmux.study.part_a import STATIC
 from rollmux.study.sections import GROUPS_NOTE, MODES, groups_config, pct, philly_jobs, regenerate, run_config, summary
 from rollmux.study.sweep import Pmap
 
@@ -30,7 +31,7 @@ def migration_run(mode: str, row: str, jobs: list[JobSpec], cluster: ClusterSpec
     """One row of the section on one trace."""
     cfg = groups_config(seed)
     if row == "static":
-        cfg = replace(cfg, shrink=False, regroup=False, repair=False)
+        cfg = replace(cfg, **STATIC)
     elif row.startswith("x"):
         cfg = replace(cfg, migration_scale=float(row[1:]))
     return {"mode": mode, "row": row, **summary(run_config(jobs, cluster, cfg, solo=row == "solo-d"))}

@@ -40,7 +40,7 @@ SLOS: tuple[float | None, ...] = (1.2, 1.5, 2.0, None)  # None: U(1, 2)
 SMALL_POLICIES = ("rollmux", "rollmux-paper", "random", "greedy", "gavel")
 RANDOMIZED = ("random",)  # policies whose placements depend on a placement seed
 PLACEMENT_SEEDS = 5       # placement seeds per instance for a randomized policy
-STATIC = dict(shrink=False, regroup=False, repair=False)  # the paper's groups: fixed once formed
+STATIC = dict(shrink=False, regroup=False, repair=False, compact=False)  # the paper's groups: fixed once formed
 
 # Per group that was ever placed: (its $/h in its final planned composition, its members' job ids).
 GroupRecord = list[tuple[float, list[str]]]

@@ -53,7 +53,7 @@ def summary(res: PolicyResult) -> dict:
     mig = res.migrations or {"count": 0, "stall_hours": 0.0, "cost_usd": 0.0}
     return {"cost_usd": res.cost_usd, "slo": res.slo_attainment, "migrations": dict(mig),
             "mean_slowdown": float(res.slowdowns.mean()) if len(res.outcomes) else 0.0,
-            "placements": res.placement_shares()}
+            "placements": res.placement_shares(), "compactions": res.compactions or 0}
 
 
 def pct(x: float) -> str:

@@ -7,6 +7,7 @@ import pytest
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.shapes import ShapeConfig
+from rollmux.sim.runner import rollmux_policy
 from rollmux.sim.simulator import SimConfig, Simulation
 from tests.factories import make_cluster, make_job
 
@@ -85,3 +86,22 @@ def test_stress_seed_6_meets_every_slo_with_elastic_rollout():
     res = simulate(jobs, default_cluster(), policy, SimConfig(seed=6, intra=IntraConfig()))  # worst case
     assert res.migrations["count"] > 0 and len(res.outcomes) == 30
     assert [o.job_id for o in res.outcomes if not o.slo_met] == []
+
+
+def test_compaction_gives_back_a_rollout_node_the_members_can_spare_and_every_slo_holds():
+    # Two training-heavy 16-GPU jobs and a third: once they run, a group narrows a member
+    # onto fewer rollout nodes (core/compaction.py) and pays for one node fewer.
+    def job(job_id, rollout, train, duration, arrival):
+        return make_job(job_id, rollout=rollout, train=train, slo=1.4, rollout_gpus=16, sigma=0.1,
+                        rollout_max=rollout * 1.3, duration=duration, arrival=arrival)
+    jobs = [job("a", 200.0, 300.0, 50_000.0, 0.0), job("b", 200.0, 300.0, 50_000.0, 10.0),
+            job("c", 150.0, 100.0, 30_000.0, 20.0)]
+    runs = {}
+    for on in (False, True):
+        cfg = SimConfig(compact=on)
+        sim = Simulation(jobs, CLUSTER, rollmux_policy(cfg), cfg)
+        runs[on] = (sim.run(), sim.state.compacted)
+    (off, n_off), (on, n_on) = runs[False], runs[True]
+    assert n_off == 0 and n_on >= 1
+    assert on.cost_usd < off.cost_usd
+    assert on.slo_attainment == off.slo_attainment == 1.0 and len(on.outcomes) == 3

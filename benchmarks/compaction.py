@@ -1,0 +1,86 @@
+"""Rollout compaction measured alone (core/compaction.py): a group gives back an idle rollout node.
+
+Usage: .venv/bin/python benchmarks/compaction.py [--traces-spec 2869ce:11,b436b2:12,e13805:13,7f04ca:23]
+                                                 [--modes paper,catalog] [--every 600,1800,3600] [--drift]
+                                                 [--json OUT] [--address HOST:PORT] [--workers N] [--serial]
+For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace and runs, as
+independent tasks (a private local Ray by default): Solo-D, RollMux as shipped but without
+compaction (`--no-compact`), and RollMux as shipped with compaction tried at most once per
+--every seconds per group (1800 is the default). Every run keeps the other defaults (priced
+migrations, regrouping, drift repair, elastic rollout, the co-located mode). Per run it
+prints gain over Solo-D, SLO attainment, cost over the busy-time bound, migrations and the
+rollout nodes compaction gave back.
+--drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
+"""
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+
+from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
+from rollmux.errors import InputError
+from rollmux.sim.baselines import busy_time_bound
+from rollmux.sim.runner import run_policy
+from rollmux.sim.simulator import SimConfig
+from rollmux.study.sections import summary
+from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
+from rollmux.workload.drift import add_drift
+
+
+def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drift: bool) -> dict:
+    """One row's simulation (a sweep task): "solo-d", "off" or "every@SECONDS"."""
+    if drift:
+        jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
+    cfg = SimConfig(seed=seed, compact=False)
+    if run.startswith("every@"):
+        cfg = replace(cfg, compact=True, compact_every_s=float(run.split("@")[1]))
+    return summary(run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg))
+
+
+def main() -> None:
+    """Parse the options, map every simulation, print the ablation side by side."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_sweep_options(ap, "2869ce:11,b436b2:12,e13805:13,7f04ca:23")
+    ap.add_argument("--every", default=f"{SimConfig().compact_every_s:g}")
+    ap.add_argument("--drift", action="store_true")
+    args = ap.parse_args()
+    try:
+        every = [float(e) for e in args.every.split(",")]
+    except ValueError:
+        sys.exit(f"error: --every: expected seconds, e.g. 600,1800 (got {args.every!r})")
+    if any(not e >= 0 for e in every):
+        sys.exit("error: --every: every interval must be >= 0 seconds")
+    runs = ["solo-d", "off"] + [f"every@{e:g}" for e in every]
+    cluster, rows = default_cluster(), sweep_rows(args)
+    tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in runs]
+    t0 = time.perf_counter()
+    try:
+        with sweep_map(args) as pmap:
+            results = pmap(one_run, tasks)
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
+    out = []
+    print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>34}" for r in runs[1:]))
+    for i, (vc, mode, seed, jobs) in enumerate(rows):
+        res = dict(zip(runs, results[i * len(runs):(i + 1) * len(runs)]))
+        solo, bound = res["solo-d"]["cost_usd"], busy_time_bound(jobs, cluster)
+        cells = [f"{solo / res[r]['cost_usd']:.3f}x {100 * res[r]['slo']:5.1f}% {res[r]['cost_usd'] / bound:.3f}b "
+                 f"{res[r]['migrations']['count']:4d}m {res[r]['compactions']:3d}c" for r in runs[1:]]
+        print(f"{vc:7} {mode:8} {seed:>4}  " + "  ".join(f"{c:>34}" for c in cells), flush=True)
+        out.append({"vc": vc, "mode": mode, "seed": seed, "busy_time_bound_usd": bound,
+                    "solo_cost_usd": solo, "drift": args.drift, "runs": res})
+    for mode in dict.fromkeys(m for _, m, _, _ in rows):
+        mine = [o for o in out if o["mode"] == mode]
+        means = [sum(o["solo_cost_usd"] / o["runs"][r]["cost_usd"] for o in mine) / len(mine) for r in runs[1:]]
+        print(f"{'mean':7} {mode:8} {'':>4}  " + "  ".join(f"{m:>33.3f}x" for m in means))
+    print("# per run: gain over Solo-D, SLO met, cost / busy-time bound, migrations, rollout nodes compacted; "
+          f"wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

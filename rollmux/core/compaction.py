@@ -1,0 +1,84 @@
+"""Rollout compaction: a group gives back a rollout node by narrowing the members pinned there.
+
+A group's members bank time: admission plans them conservatively (the mean plan's confidence
+bound, worst-case switches), so most run ahead of their SLO budget, and a departure leaves the
+rest more room than they were admitted with. Elastic rollout parallelism (core/elastic.py) turns
+that slack into node-hours: a member pinned on several rollout nodes may roll out on fewer,
+its rollout slower by the elastic model's factor. Compaction drops one rollout node of a group
+when every member pinned on it can narrow onto the others it already holds, and the narrowed
+group still passes the policy's own SLO admission test (`group_fits`) with the members'
+progress so far. It repeats while a node can go.
+
+Nothing moves: a narrowed member's state is already resident on the nodes it keeps (no cold
+start, no migration); its cost is its longer rollout, which the plan and the admission test
+include. A node is dropped only while idle (no phase, no migrated tail, no init waiting on it),
+so no running rollout loses a node; a member pinned on it then is not rolling out, and its next
+rollout permit covers the nodes it keeps. The controller renumbers the rest (as after `shrink`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterator, Mapping
+
+from rollmux.core.elastic import allowed_factor
+from rollmux.core.group import Group, Member, residency_ok
+from rollmux.core.inter_group import group_fits
+from rollmux.core.intra_group import IntraConfig, group_planning_times, node_loads, plan_group
+from rollmux.core.marginal import group_cost_per_period
+from rollmux.core.spec import ClusterSpec
+
+
+def narrowed(group: Group, drop: int, cluster: ClusterSpec) -> Group | None:
+    """`group` without rollout node `drop` (the rest renumbered), each member pinned there
+    narrowed onto its other nodes at the elastic factor of its new count; None when a member
+    holds that node alone or its count leaves the elastic range (unplanned)."""
+    remap = {old: new for new, old in enumerate(n for n in range(group.n_rollout) if n != drop)}
+    members = []
+    for m in group.members:
+        nodes = m.rollout_nodes
+        factor = m.rollout_factor
+        if drop in nodes:
+            nodes = tuple(n for n in nodes if n != drop)
+            factor = allowed_factor(m.job, cluster, len(nodes)) if nodes else None
+            if factor is None:
+                return None
+        members.append(Member(m.job, tuple(remap[n] for n in nodes), m.train_nodes, factor))
+    return Group(group.group_id, group.n_rollout - 1, group.n_train, tuple(members))
+
+
+def drop_order(group: Group, cfg: IntraConfig, idle: Container[int]) -> list[int]:
+    """The idle rollout nodes a compaction may drop, least planned load first (the narrowing
+    that slows its members least is tried first)."""
+    times = group_planning_times(group.members, cfg)
+    loads = node_loads(group.members, group.n_rollout, group.n_train, times)[0]
+    return sorted((n for n in range(group.n_rollout) if n in idle), key=lambda n: (loads[n], n))
+
+
+def compact(group: Group, cluster: ClusterSpec, cfg: IntraConfig, progress: Mapping[str, tuple[int, float]],
+            idle: Container[int]) -> tuple[Group, int] | None:
+    """The planned group with one idle rollout node fewer that still meets every member's SLO
+    budget, and the node it drops (an index of `group`); None if no node can go."""
+    if group.n_rollout < 2:
+        return None
+    for drop in drop_order(group, cfg, idle):
+        cand = narrowed(group, drop, cluster)
+        if cand is None or not residency_ok(cand, cluster):
+            continue
+        cand = plan_group(cand, cfg, reorder=False)  # (the turn order stays: no transient)
+        if (group_cost_per_period(cand, cluster) < group_cost_per_period(group, cluster)
+                and group_fits(cand, progress, cfg)):
+            return cand, drop
+    return None
+
+
+def compactions(group: Group, cluster: ClusterSpec, cfg: IntraConfig, progress: Mapping[str, tuple[int, float]],
+                idle: set[int]) -> Iterator[tuple[Group, int]]:
+    """Successive compactions of `group` (each from the previous one's group), while a node
+    can go: (group after, dropped node as an index of the group before)."""
+    while True:
+        step = compact(group, cluster, cfg, progress, idle)
+        if step is None:
+            return
+        group, drop = step
+        idle = {n - (n > drop) for n in idle if n != drop}
+        yield step
