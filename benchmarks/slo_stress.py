@@ -2,10 +2,13 @@
 
 Usage: .venv/bin/python benchmarks/slo_stress.py [--traces 100] [--start 0] [--order rr|slo] [--plan worst|mean]
        [--no-elastic-rollout] [--train-scaling] [--no-colocate] [--no-stretch-pricing]
+       [--no-compact] [--compact-every SECONDS]
 Shapes and modes as `rollmux simulate` ships them (core/shapes.py, core/colocate.py,
 core/marginal.py): elastic rollout on, training scaling off, the per-job co-located mode and
 stretch pricing on; `--no-elastic-rollout`, `--train-scaling`, `--no-colocate` and
-`--no-stretch-pricing` switch them as the CLI's flags do.
+`--no-stretch-pricing` switch them as the CLI's flags do; rollout compaction (core/compaction.py)
+is on, tried at most once per `--compact-every` seconds per group (the default's 1800; 0: at
+every iteration end, the hardest test of its SLO check).
 Each trace: 30 jobs of the paper's profile classes (tests/factories.synthetic_trace),
 SLO ~ U(1, 1.5), rollout sigma cycling over 0 / 0.1 / 0.3, arrivals every ~60 s or all
 at t=0 (alternating), long-tail migration on for half of the traces. Prints every miss and
@@ -44,11 +47,15 @@ def main() -> None:
                     help="an arrival may run co-located on training nodes (core/colocate.py; on, as the CLI ships)")
     ap.add_argument("--stretch-pricing", action=argparse.BooleanOptionalAction, default=True,
                     help="take the option that adds least per iteration (core/marginal.py; on, as the CLI ships)")
+    ap.add_argument("--compact", action=argparse.BooleanOptionalAction, default=True,
+                    help="rollout compaction (core/compaction.py; on, as the CLI ships)")
+    ap.add_argument("--compact-every", type=float, default=SimConfig().compact_every_s,
+                    help="seconds between a group's compaction tries")
     args = ap.parse_args()
     if args.order == "slo" and args.plan == "mean":
         ap.error("--order slo plans with --plan worst only")
     cluster = default_cluster()
-    bad = shared = colocated = 0
+    bad = shared = colocated = compacted = 0
     for seed in range(args.start, args.start + args.traces):
         jobs = synthetic_trace(np.random.default_rng(seed), 30, sigma=(0.0, 0.1, 0.3)[seed % 3],
                                mean_gap_s=(60.0, 0.0)[seed % 2], slo_range=(1.0, 1.5),
@@ -61,10 +68,12 @@ def main() -> None:
         # (the cluster state re-plans groups on departures with its own IntraConfig: same order)
         cfg = SimConfig(seed=seed, intra=IntraConfig(order=args.order, plan=args.plan),
                         train_scaling=args.train_scaling, elastic_rollout=args.elastic_rollout,
-                        colocate=args.colocate, stretch_pricing=args.stretch_pricing)
+                        colocate=args.colocate, stretch_pricing=args.stretch_pricing,
+                        compact=args.compact, compact_every_s=args.compact_every)
         res = simulate(jobs, cluster, policy, cfg)
         shared += res.placements.get("direct_packing", 0) + res.placements.get("rollout_scaling", 0)
         colocated += res.placements.get("colocated", 0)
+        compacted += res.compactions or 0
         missed = [o.job_id for o in res.outcomes if not o.slo_met]
         if missed or len(res.outcomes) != len(jobs):
             bad += 1
@@ -72,9 +81,9 @@ def main() -> None:
     onoff = {True: "on", False: "off"}
     shapes = (f"elastic rollout {onoff[args.elastic_rollout]}, training scaling {onoff[args.train_scaling]}, "
               f"co-located mode {onoff[args.colocate]}, stretch pricing {onoff[args.stretch_pricing]}, "
-              f"plan {args.plan}")
+              f"plan {args.plan}, compaction {onoff[args.compact]} every {args.compact_every:g} s")
     print(f"{args.traces} traces ({shapes}), {bad} with an SLO miss or unfinished job; {shared} shared placements, "
-          f"{colocated} co-located")
+          f"{colocated} co-located, {compacted} rollout nodes compacted")
 
 
 if __name__ == "__main__":

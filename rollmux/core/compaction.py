@@ -7,7 +7,10 @@ that slack into node-hours: a member pinned on several rollout nodes may roll ou
 its rollout slower by the elastic model's factor. Compaction drops one rollout node of a group
 when every member pinned on it can narrow onto the others it already holds, and the narrowed
 group still passes the policy's own SLO admission test (`group_fits`) with the members'
-progress so far. It repeats while a node can go.
+progress so far, and when it costs less per planned meta-iteration (rate x period, as stretch
+pricing prices a join, core/marginal.py): a narrowed rollout can stretch the period, and the
+whole group, its training node included, then holds its nodes longer for the same work. It
+repeats while a node can go.
 
 Nothing moves: a narrowed member's state is already resident on the nodes it keeps (no cold
 start, no migration); its cost is its longer rollout, which the plan and the admission test
@@ -22,8 +25,8 @@ from collections.abc import Container, Iterator, Mapping
 
 from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, Member, residency_ok
-from rollmux.core.inter_group import group_fits
-from rollmux.core.intra_group import IntraConfig, group_planning_times, node_loads, plan_group
+from rollmux.core.inter_group import group_fits, period_budget
+from rollmux.core.intra_group import IntraConfig, group_planning_times, node_loads, plan_group, t_cycle, t_load
 from rollmux.core.marginal import group_cost_per_period
 from rollmux.core.spec import ClusterSpec
 
@@ -60,15 +63,29 @@ def compact(group: Group, cluster: ClusterSpec, cfg: IntraConfig, progress: Mapp
     budget, and the node it drops (an index of `group`); None if no node can go."""
     if group.n_rollout < 2:
         return None
+    before = group_cost_per_period(group, cluster)
+    least_budget = min(period_budget(m.job, progress) for m in group.members)
     for drop in drop_order(group, cfg, idle):
         cand = narrowed(group, drop, cluster)
-        if cand is None or not residency_ok(cand, cluster):
+        if cand is None or not residency_ok(cand, cluster) or not _may_pay(cand, cluster, cfg, before, least_budget):
             continue
         cand = plan_group(cand, cfg, reorder=False)  # (the turn order stays: no transient)
-        if (group_cost_per_period(cand, cluster) < group_cost_per_period(group, cluster)
-                and group_fits(cand, progress, cfg)):
+        if group_cost_per_period(cand, cluster) < before and group_fits(cand, progress, cfg):
             return cand, drop
     return None
+
+
+def _may_pay(cand: Group, cluster: ClusterSpec, cfg: IntraConfig, before: float, least_budget: float) -> bool:
+    """A closed-form necessary check before the planned one (a sampled schedule under the mean
+    plan): the period is at least max(T_cycle, T_load) at the planning times (the schedule is
+    monotone and convex in its durations, so its sampled mean is too), so that bound must cost
+    less per period than the group now and, in round robin, fit the tightest member's budget."""
+    times = group_planning_times(cand.members, cfg)
+    bound = max(t_cycle(cand.members, times), t_load(cand.members, cand.n_rollout, cand.n_train, times,
+                                                      cfg.warm_switch_s))
+    if cand.cost_per_hour(cluster) * bound / 3600 >= before:
+        return False
+    return cfg.order != "rr" or bound <= least_budget * (1 + 1e-9)
 
 
 def compactions(group: Group, cluster: ClusterSpec, cfg: IntraConfig, progress: Mapping[str, tuple[int, float]],

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
-from rollmux.core.compaction import compact, compactions, narrowed
+from rollmux.core.compaction import _may_pay, compact, compactions, narrowed
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Member
-from rollmux.core.inter_group import RollMuxPlacement, group_fits
+from rollmux.core.inter_group import RollMuxPlacement, group_fits, period_budget
 from rollmux.core.intra_group import IntraConfig, plan_group
 from rollmux.core.marginal import group_cost_per_period
 from rollmux.core.placement import Case, PlacementPlan
@@ -125,3 +126,32 @@ def test_members_keep_their_training_nodes():
     gid = _install(st)
     st.compact(gid, {})
     assert all(isinstance(m, Member) and m.train_nodes == (0,) for m in st.groups[gid].members)
+
+
+@pytest.mark.parametrize("plan", ["worst", "mean"])
+def test_the_closed_form_check_never_refuses_a_narrowing_the_planned_check_takes(plan):
+    # _may_pay only saves the planned check (a sampled schedule under the mean plan): whatever
+    # it refuses must fail that check too, else compaction would differ with and without it.
+    cfg = IntraConfig(plan=plan)
+    rng = np.random.default_rng(7)
+    refused = 0
+    for _ in range(150):
+        n, nr = int(rng.integers(1, 4)), int(rng.integers(2, 5))
+        pairs = []
+        for i in range(n):
+            job = make_job(f"j{i}", rollout=float(rng.uniform(40, 300)), train=float(rng.uniform(40, 400)),
+                           sigma=float(rng.choice([0.0, 0.1])), rollout_max=None, rollout_gpus=16,
+                           slo=float(rng.uniform(1.0, 2.0)), tail_frac=float(rng.uniform(0.0, 0.3)))
+            first = int(rng.integers(nr - 1))
+            pairs.append((job, (first, first + 1)))
+        g = plan_group(make_group(pairs, nr), cfg)
+        before = group_cost_per_period(g, CLUSTER)
+        least = min(period_budget(m.job, {}) for m in g.members)
+        for drop in range(nr):
+            cand = narrowed(g, drop, CLUSTER)
+            if cand is None or _may_pay(cand, CLUSTER, cfg, before, least):
+                continue
+            refused += 1
+            planned = plan_group(cand, cfg, reorder=False)
+            assert group_cost_per_period(planned, CLUSTER) >= before or not group_fits(planned, {}, cfg)
+    assert refused > 50
