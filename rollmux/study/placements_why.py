@@ -26,7 +26,8 @@ from rollmux.study.sweep import Pmap
 
 # (label, rollout quantile the SLO admission plans with, issue 14's shipped mechanisms on)
 ROWS = (("worst case, before issue 14", 1.0, False), ("median (--plan-quantile 0.5), before issue 14", 0.5, False),
-        ("shipped default (admission by the mean, elastic rollout, co-located mode, stretch pricing)", 1.0, True))
+        ("shipped default (admission by the mean, elastic rollout, compaction, co-located mode, stretch pricing)",
+         1.0, True))
 
 
 def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:

@@ -214,8 +214,8 @@ def write_report(out: Path, sc, small: list, philly: list[dict], sections: list[
             f"{sc.philly_days:g} days)",
             "",
             f"Busy-time bound ${run['bound']:,.0f}. `rollmux` runs what `rollmux simulate` ships (shrink, "
-            "re-placement and consolidation of small groups, admission by the mean, elastic rollout, the "
-            "per-job co-located mode, stretch pricing); "
+            "re-placement and consolidation of small groups, admission by the mean, elastic rollout with "
+            "rollout compaction, the per-job co-located mode, stretch pricing); "
             "`rollmux-static` is the paper's static groups. Part C's rows keep nominal shapes and no "
             "co-located jobs: its \"default\" is the regrouping default before issue 14's mechanisms "
             "(each of those is a row of the mechanisms section).",
