@@ -170,3 +170,14 @@ def test_quick_study_writes_tables_and_plots(tmp_path):
 def test_study_refuses_an_unknown_section(tmp_path):
     res = runner.invoke(app, ["study", "--quick", "--serial", "--sections", "drift,nope", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "--sections" in res.output and "'nope'" in res.output
+
+
+def test_no_compact_and_static_turn_rollout_compaction_off(tmp_path):
+    counts = {}
+    for flag in ("--compact", "--no-compact", "--static"):
+        out = tmp_path / f"{flag}.json"
+        res = runner.invoke(app, ["simulate", "--policy", "rollmux", flag, "--json", str(out)])
+        assert res.exit_code == 0, res.output
+        counts[flag] = json.loads(out.read_text())["policies"]["rollmux"].get("compactions")
+    assert counts["--compact"] > 0  # (the key is only there where compaction runs)
+    assert counts["--no-compact"] is None and counts["--static"] is None
