@@ -92,7 +92,8 @@ def simulate(
     flat_sync: bool = typer.Option(False, "--flat-sync", help="Weight sync sends one copy per rollout node over the inter-pool link."),
     consolidate: int = typer.Option(2, "--consolidate", min=0,
                                     help="On any departure, also try to dissolve groups of at most N members."),
-    static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup --no-repair --no-compact."),
+    static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup "
+                                                       "--no-repair --no-compact."),
     train_scaling: bool = typer.Option(False, "--train-scaling/--no-train-scaling",
                                        help="A job may join a group by adding the training nodes it lacks (core/shapes.py)."),
     elastic_rollout: bool = typer.Option(True, "--elastic-rollout/--no-elastic-rollout",

@@ -175,7 +175,8 @@ class Simulation:
         return PolicyResult.from_ledger(self.policy.name, self.ledger, len(self.jobs), self.outcomes,
                                         placements=dict(self.state.cases), decision_ms=self.state.decision_ms,
                                         migrations=self.moves.to_json() if regroups or self.moves.count else None,
-                                        placements_why=why, compactions=self.state.compacted if self.state.compacts else None)
+                                        placements_why=why,
+                                        compactions=self.state.compacted if self.state.compacts else None)
 
     # -- placement ------------------------------------------------------------------
     def progress(self) -> Mapping[str, tuple[int, float]]:
