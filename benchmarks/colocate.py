@@ -18,18 +18,16 @@ placed (co-located, isolated, joined a group).
 """
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace
 
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
-from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound, simulate_verl
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import summary
-from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
+from rollmux.study.sweep import add_sweep_options, sweep_done, sweep_rows, sweep_run
 from rollmux.workload.drift import add_drift
 
 
@@ -63,11 +61,7 @@ def main() -> None:
     cluster, rows = default_cluster(), sweep_rows(args)
     tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in runs]
     t0 = time.perf_counter()
-    try:
-        with sweep_map(args) as pmap:
-            results = pmap(one_run, tasks)
-    except InputError as exc:
-        sys.exit(f"error: {exc}")
+    results = sweep_run(args, one_run, tasks)
     names = runs[1:] + ([] if args.drift else ["verl"])  # (the veRL closed form has no drift)
     out = []
     print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>30}" for r in names))
@@ -88,11 +82,7 @@ def main() -> None:
                   f"joined {joined}")
         out.append({"vc": vc, "mode": mode, "seed": seed, "busy_time_bound_usd": bound,
                     "solo_cost_usd": solo, "drift": args.drift, "runs": res})
-    print("# per run: gain over Solo-D, SLO met, cost / busy-time bound, migrations; "
-          f"wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    sweep_done(args, out, "per run: gain over Solo-D, SLO met, cost / busy-time bound, migrations", t0)
 
 
 if __name__ == "__main__":

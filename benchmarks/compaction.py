@@ -14,18 +14,16 @@ rollout nodes compaction gave back.
 """
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace
 
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
-from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import summary
-from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
+from rollmux.study.sweep import add_sweep_options, sweep_done, sweep_rows, sweep_run
 from rollmux.workload.drift import add_drift
 
 
@@ -56,11 +54,7 @@ def main() -> None:
     cluster, rows = default_cluster(), sweep_rows(args)
     tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in runs]
     t0 = time.perf_counter()
-    try:
-        with sweep_map(args) as pmap:
-            results = pmap(one_run, tasks)
-    except InputError as exc:
-        sys.exit(f"error: {exc}")
+    results = sweep_run(args, one_run, tasks)
     out = []
     print(f"{'vc':7} {'mode':8} {'seed':>4}  " + "  ".join(f"{r:>34}" for r in runs[1:]))
     for i, (vc, mode, seed, jobs) in enumerate(rows):
@@ -75,11 +69,8 @@ def main() -> None:
         mine = [o for o in out if o["mode"] == mode]
         means = [sum(o["solo_cost_usd"] / o["runs"][r]["cost_usd"] for o in mine) / len(mine) for r in runs[1:]]
         print(f"{'mean':7} {mode:8} {'':>4}  " + "  ".join(f"{m:>33.3f}x" for m in means))
-    print("# per run: gain over Solo-D, SLO met, cost / busy-time bound, migrations, rollout nodes compacted; "
-          f"wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    sweep_done(args, out, "per run: gain over Solo-D, SLO met, cost / busy-time bound, migrations, "
+                          "rollout nodes compacted", t0)
 
 
 if __name__ == "__main__":

@@ -216,3 +216,28 @@ def sweep_rows(args) -> list[tuple[str, str, int, list]]:
                 for vc, seed in parse_traces_spec(args.traces_spec) for mode in args.modes.split(",")]
     except InputError as exc:
         sys.exit(f"error: {exc}")
+
+
+def sweep_run(args, fn: Callable[..., Any], tasks: Sequence[tuple]) -> list:
+    """Every task's result, mapped as the parsed options ask (`sweep_map`); a task's input
+    error exits with its one-line error."""
+    import sys
+
+    try:
+        with sweep_map(args) as pmap:
+            return pmap(fn, tasks)
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
+
+
+def sweep_done(args, out: list, legend: str, t0: float) -> None:
+    """A benchmark's closing line (its legend and wall time since `t0`, on stderr), and its
+    rows as JSON where --json asks."""
+    import json
+    import sys
+    import time
+
+    print(f"# {legend}; wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
