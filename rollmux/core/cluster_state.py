@@ -409,7 +409,7 @@ class ClusterState:
         not. Returns the evicted jobs (they migrate at their next boundary). Else the group
         may give back idle rollout nodes (`compact`)."""
         movers = self._repair(job_id, group_id, rollout_s, train_s, progress, commit, rollout_factor)
-        if not movers and self.compacts:
+        if not movers:
             self.compact(group_id, progress)
         return movers
 
