@@ -18,7 +18,6 @@ placed (co-located, isolated, joined a group).
 """
 
 import argparse
-import sys
 import time
 from dataclasses import replace
 
@@ -27,7 +26,7 @@ from rollmux.sim.baselines import busy_time_bound, simulate_verl
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import summary
-from rollmux.study.sweep import add_sweep_options, sweep_done, sweep_rows, sweep_run
+from rollmux.study.sweep import add_sweep_options, number_list, sweep_done, sweep_rows, sweep_run
 from rollmux.workload.drift import add_drift
 
 
@@ -51,12 +50,7 @@ def main() -> None:
     ap.add_argument("--regroup", action="store_true", help="also each margin with --colo-regroup")
     ap.add_argument("--drift", action="store_true")
     args = ap.parse_args()
-    try:
-        margins = [float(m) for m in args.margins.split(",")]
-    except ValueError:
-        sys.exit(f"error: --margins: expected numbers, e.g. 0.8,1.0 (got {args.margins!r})")
-    if any(not m > 0 for m in margins):
-        sys.exit("error: --margins: every margin must be > 0")
+    margins = number_list(args.margins, "--margins", "0.8,1.0")
     runs = ["solo-d", "off"] + [f"{kind}@{m:g}" for m in margins for kind in ("colo", "regroup")[:1 + args.regroup]]
     cluster, rows = default_cluster(), sweep_rows(args)
     tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in runs]

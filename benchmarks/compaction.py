@@ -14,7 +14,6 @@ rollout nodes compaction gave back.
 """
 
 import argparse
-import sys
 import time
 from dataclasses import replace
 
@@ -23,7 +22,7 @@ from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import summary
-from rollmux.study.sweep import add_sweep_options, sweep_done, sweep_rows, sweep_run
+from rollmux.study.sweep import add_sweep_options, number_list, sweep_done, sweep_rows, sweep_run
 from rollmux.workload.drift import add_drift
 
 
@@ -44,12 +43,7 @@ def main() -> None:
     ap.add_argument("--every", default=f"{SimConfig().compact_every_s:g}")
     ap.add_argument("--drift", action="store_true")
     args = ap.parse_args()
-    try:
-        every = [float(e) for e in args.every.split(",")]
-    except ValueError:
-        sys.exit(f"error: --every: expected seconds, e.g. 600,1800 (got {args.every!r})")
-    if any(not e >= 0 for e in every):
-        sys.exit("error: --every: every interval must be >= 0 seconds")
+    every = number_list(args.every, "--every", "600,1800", inclusive=True)
     runs = ["solo-d", "off"] + [f"every@{e:g}" for e in every]
     cluster, rows = default_cluster(), sweep_rows(args)
     tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in runs]

@@ -21,7 +21,7 @@ from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.sections import run_config, summary
-from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
+from rollmux.study.sweep import add_sweep_options, number_list, sweep_map, sweep_rows
 
 RUNS = ("solo-d", "stretch", "delta", "groups alone")
 
@@ -42,12 +42,7 @@ def main() -> None:
     add_sweep_options(ap, "2869ce:11,b436b2:12,e13805:13,0e4a51:0,103959:21,11cb48:22,7f04ca:23")
     ap.add_argument("--speeds", default="1.0,0.8", help="co-located speeds, comma-separated")
     args = ap.parse_args()
-    try:
-        speeds = [float(s) for s in args.speeds.split(",")]
-        if any(not s > 0 for s in speeds):
-            raise ValueError
-    except ValueError:
-        sys.exit(f"error: --speeds: expected numbers > 0, e.g. 1.0,0.8 (got {args.speeds!r})")
+    speeds = number_list(args.speeds, "--speeds", "1.0,0.8")
     cluster = default_cluster()
     rows = [(vc, mode, seed, speed, jobs) for vc, mode, seed, jobs in sweep_rows(args) for speed in speeds]
     runs = {speed: RUNS if speed != 1.0 else RUNS[:3] for speed in speeds}

@@ -241,3 +241,18 @@ def sweep_done(args, out: list, legend: str, t0: float) -> None:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
+
+
+def number_list(text: str, option: str, example: str, minimum: float = 0.0, inclusive: bool = False) -> list[float]:
+    """A benchmark option's comma-separated numbers, each above `minimum` (or equal, with
+    `inclusive`); a bad one exits with a one-line error naming the option."""
+    import sys
+
+    bound = f"{'>=' if inclusive else '>'} {minimum:g}"
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = None
+    if values is None or any(not (v >= minimum if inclusive else v > minimum) for v in values):
+        sys.exit(f"error: {option}: expected numbers {bound}, e.g. {example} (got {text!r})")
+    return values

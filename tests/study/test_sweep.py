@@ -14,7 +14,7 @@ from rollmux.sim.simulator import SimConfig
 from rollmux.study import sweep
 from rollmux.study.config import StudyConfig
 from rollmux.study.experiments import philly_runs
-from rollmux.study.sweep import RayMap, SweepTaskError, ray_session, serial_map
+from rollmux.study.sweep import RayMap, SweepTaskError, number_list, ray_session, serial_map
 from rollmux.workload import find_traces_dir, paper_jobs
 
 CLUSTER = default_cluster()
@@ -182,3 +182,12 @@ def test_sweep_rows_synthesize_each_trace_and_mode_or_exit_with_the_error(tmp_pa
         with pytest.raises(SystemExit) as exit_:
             sweep_rows(ap.parse_args(argv))
         assert str(exit_.value.code).startswith("error: ") and where in str(exit_.value.code)
+
+
+def test_number_list_reads_comma_separated_numbers_or_exits_naming_the_option(capsys):
+    assert number_list("0.8,1", "--margins", "0.8,1.0") == [0.8, 1.0]
+    assert number_list("0,1800", "--every", "600", inclusive=True) == [0.0, 1800.0]
+    for text, inclusive in (("0", False), ("-1", True), ("x", False), ("nan", True)):
+        with pytest.raises(SystemExit) as exc:
+            number_list(text, "--opt", "1,2", inclusive=inclusive)
+        assert "--opt" in str(exc.value) and repr(text) in str(exc.value)
