@@ -267,6 +267,11 @@ def serve(
                                   help="A job may be placed co-located (veRL mode) when that is cheaper at its SLO: "
                                        "its rollout permits then name pool 'train' and its training nodes, and the "
                                        "job must run its rollout there (a new store only)."),
+    elastic_rollout: bool = typer.Option(False, "--elastic-rollout/--no-elastic-rollout",
+                                         help="A job may be placed on more or fewer rollout nodes than it declares, "
+                                              "and groups give back rollout nodes their members can spare "
+                                              "(compaction): its rollout permits name the nodes it has now, and the "
+                                              "job must roll out on exactly those (a new store only)."),
 ) -> None:
     """Serve the scheduler's authenticated HTTP API until SIGINT/SIGTERM.
 
@@ -296,7 +301,7 @@ def serve(
             telemetry = Telemetry(lambda: holder["core"].request("metrics").result(timeout=10))
             # A new store's knobs (a journal's own config wins on recovery).
             cfg = SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s), repair=repair,
-                                  colocate=colocate)
+                                  colocate=colocate, elastic_rollout=elastic_rollout)
             core = SchedulerCore(None if recovering and cluster is None else spec.model_dump(), cfg=cfg,
                                  store=journal, heartbeat_timeout_s=heartbeat_timeout, admin_token=token,
                                  lease_min_s=lease_min, telemetry=telemetry, watch_ray_nodes=False, repair=repair)

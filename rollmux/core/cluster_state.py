@@ -19,7 +19,7 @@ from rollmux.core.accounting import Ledger
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colo_model import colocated_iter_s
 from rollmux.core.colocate import COLO_MARGIN, colocated_group, colocated_phases
-from rollmux.core.compaction import compactions
+from rollmux.core.compaction import compactions, narrowed
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
@@ -61,11 +61,11 @@ class SchedulerConfig:
     batch_order: bool = True      # jobs arriving together are placed shortest cycle first (beyond the paper)
     consolidate: int = 2          # on any departure, also try to dissolve groups of at most this many members
     train_scaling: bool = False   # a job may join a group by adding training nodes (core/shapes.py)
-    # A job may roll out on fewer/more rollout nodes (core/elastic.py). On by default: it paid on
-    # paper-profile and catalog traces (benchmarks/flexible_shapes.py); read by the simulator's and
-    # the study's RollMux (sim/runner.py, study/sections.py). The live plane keeps nominal shapes:
-    # its jobs do not resize their rollout workers.
-    elastic_rollout: bool = True
+    # A job may roll out on fewer/more rollout nodes (core/elastic.py). It paid on paper-profile
+    # and catalog traces (benchmarks/flexible_shapes.py), so the simulator turns it on (SimConfig);
+    # off here: a live job must then run its rollout on whichever rollout nodes its permit names,
+    # a count that compaction may lower while it runs (`rollmux serve --elastic-rollout`).
+    elastic_rollout: bool = False
     # An arrival may run co-located on training nodes, veRL mode (core/colocate.py); off here:
     # a live job must be able to run its rollout on training GPUs (`rollmux serve --colocate`).
     colocate: bool = False
@@ -399,7 +399,8 @@ class ClusterState:
 
     # -- drift repair ---------------------------------------------------------------------
     def observe(self, job_id: str, group_id: int, rollout_s: float, train_s: float, progress: Progress,
-                commit: Callable[[Regroup], None] | None = None, rollout_factor: float | None = None) -> list[str]:
+                commit: Callable[[Regroup], None] | None = None, rollout_factor: float | None = None,
+                compact_commit: Callable[[int, int], None] | None = None) -> list[str]:
         """A member finished an iteration with these measured phase times (its rollout at
         `rollout_factor`, core/elastic.py; None: its member's factor now).
 
@@ -407,10 +408,10 @@ class ClusterState:
         group was planned with, the group is re-planned with measured times; if that plan
         breaks a member's SLO budget, members are evicted (slowest first) until it does
         not. Returns the evicted jobs (they migrate at their next boundary). Else the group
-        may give back idle rollout nodes (`compact`)."""
+        may give back idle rollout nodes (`compact`, each drop through `compact_commit`)."""
         movers = self._repair(job_id, group_id, rollout_s, train_s, progress, commit, rollout_factor)
         if not movers:
-            self.compact(group_id, progress)
+            self.compact(group_id, progress, compact_commit)
         return movers
 
     @property
@@ -418,11 +419,12 @@ class ClusterState:
         """Rollout compaction is on and the policy may narrow rollouts (elastic rollout)."""
         return self.cfg.compact and getattr(getattr(self.policy, "shapes", None), "elastic_rollout", False)
 
-    def compact(self, group_id: int, progress: Progress) -> int:
+    def compact(self, group_id: int, progress: Progress, commit: Callable[[int, int], None] | None = None) -> int:
         """Rollout compaction (core/compaction.py): drop the group's idle rollout nodes that its
         members can do without within their SLO budgets; the nodes dropped. Tried at most once
         per `compact_every_s` per group (an exact SLO check each), and only where the policy
-        may narrow rollouts (elastic rollout: the simulator's RollMux, not the live plane's)."""
+        may narrow rollouts (elastic rollout). `commit(group_id, node)` carries out each drop
+        (the live plane journals it first, then calls `apply_compaction`); None: applied here."""
         g = self.groups.get(group_id)
         if (g is None or g.n_rollout < 2 or not self.compacts or group_id in self.dissolving
                 or any(j in self.arriving or j in self.settling for j in g.job_ids())):
@@ -439,12 +441,30 @@ class ClusterState:
             progress = _MeasuredProgress(progress, self.estimates, self.planned)
         dropped = 0
         for g, drop in compactions(g, self.cluster, self.cfg.intra, progress, idle):
-            self.ledger.release("rollout", 1, now)
-            self.groups[group_id] = g
-            ctl.update_group(g, {n: n - (n > drop) for n in range(g.n_rollout + 1) if n != drop})
+            if commit is None:
+                self._adopt_compaction(g, drop)
+            else:
+                commit(group_id, drop)
             dropped += 1
-        self.compacted += dropped
         return dropped
+
+    def apply_compaction(self, group_id: int, drop: int) -> None:
+        """Carry out a compaction decided by `compact` (a live one, or one read back from the
+        journal): the group without rollout node `drop`, its members there narrowed and the
+        group re-planned exactly as the decision did (core/compaction.py `narrowed`)."""
+        g = self.groups.get(group_id)
+        cand = None if g is None or not 0 <= drop < g.n_rollout else narrowed(g, drop, self.cluster)
+        if cand is None:
+            raise ValueError(f"group {group_id} cannot give back rollout node {drop}")
+        self._adopt_compaction(plan_group(cand, self.cfg.intra, reorder=False), drop)
+
+    def _adopt_compaction(self, g: Group, drop: int) -> None:
+        """The group `g` now runs without its former rollout node `drop`: release it, renumber the rest."""
+        self.ledger.release("rollout", 1, self.env.now())
+        self.groups[g.group_id] = g
+        self.controllers[g.group_id].update_group(g, {n: n - (n > drop) for n in range(g.n_rollout + 1)
+                                                      if n != drop})
+        self.compacted += 1
 
     def _repair(self, job_id: str, group_id: int, rollout_s: float, train_s: float, progress: Progress,
                 commit: Callable[[Regroup], None] | None, rollout_factor: float | None) -> list[str]:

@@ -308,9 +308,11 @@ def load(jobs: int, seconds: float) -> Callable[[Run], None]:
     return body
 
 
-def plan(jobs: int, seconds: float, waiting: int) -> list[tuple[str, Callable[[Run], None]]]:
+def plan(jobs: int, seconds: float, waiting: int,
+         p99_limit_ms: float | None = 200.0) -> list[tuple[str, Callable[[Run], None]]]:
     """Every scenario, (name, body), in the order they run (the restart after the kills: its replay covers
-    them; the second server and the route checks against the restarted one)."""
+    them; the second server and the route checks against the restarted one). `p99_limit_ms`: the waiting
+    jobs' latency limit (None: measured, not judged)."""
     from rollmux.live.chaos_faults import auth_routes, hung_job, journal_failures, second_server, torn_journal
     from rollmux.live.chaos_waiting import waiting_jobs
     return [("double release", double_release), ("forged token", forged_token),
@@ -319,4 +321,4 @@ def plan(jobs: int, seconds: float, waiting: int) -> list[tuple[str, Callable[[R
             ("auth on every route", auth_routes), ("hung job", hung_job),
             ("journal append failures", journal_failures), ("torn journal", torn_journal),
             (f"{jobs} jobs for {seconds:g} s", load(jobs, seconds)),
-            (f"{waiting} waiting jobs", waiting_jobs(waiting))]
+            (f"{waiting} waiting jobs", waiting_jobs(waiting, p99_limit_ms))]

@@ -8,9 +8,10 @@ group and every later one waits in the FIFO queue; nobody ever releases. N jobs 
 wait until their requests are on the wire (and, where the status counts them, until the server
 holds them all). With all N asks outstanding, the scenario's thread times heartbeats of randomly
 drawn jobs (a seeded numpy Generator) and, every `STATUS_EVERY` beats, GET /v1/status, with
-httpx. Passes if both p99s are under `P99_LIMIT_MS` and every ask is still outstanding (or was
-granted) at the end. RLIMIT_NOFILE is raised to its hard limit first (the server inherits it):
-the client and the server each hold one descriptor per outstanding request.
+httpx. Passes if both p99s are under `P99_LIMIT_MS` (as `rollmux chaos` runs it; the test suite
+only reports them) and every ask is still outstanding (or was granted) at the end. RLIMIT_NOFILE
+is raised to its hard limit first (the server inherits it): the client and the server each hold
+one descriptor per outstanding request.
 
 The waiting side speaks HTTP/1.1 over asyncio streams by hand (`_Conn`), not through httpx:
 N asks re-asked every 30 s are N/30 requests a second for as long as they wait, and on two cores
@@ -263,8 +264,9 @@ def _timed(fn: Callable[[], httpx.Response]) -> tuple[float, httpx.Response]:
     return time.perf_counter() - t, r
 
 
-def waiting_jobs(n: int) -> Callable[[Run], None]:
-    """`n` outstanding long-poll acquires while heartbeats and GET /v1/status stay answered."""
+def waiting_jobs(n: int, p99_limit_ms: float | None = P99_LIMIT_MS) -> Callable[[Run], None]:
+    """`n` outstanding long-poll acquires while heartbeats and GET /v1/status stay answered (each p99
+    under `p99_limit_ms`; None: measured and reported only, as the test suite runs it)."""
     def body(run: Run) -> None:
         why = _raise_fd_limit(n + FD_MARGIN)
         if not run.check(why is None, str(why)):
@@ -319,11 +321,14 @@ def waiting_jobs(n: int) -> Callable[[Run], None]:
             run.check(waiters.outstanding == outstanding and end.get("waiting", outstanding) == outstanding,
                       f"{outstanding} asks were outstanding, then {waiters.outstanding} (the server holds "
                       f"{end.get('waiting')}), while nothing was released")
-            run.check(hb99 is not None and hb99 < P99_LIMIT_MS,
-                      f"heartbeat p99 {hb99} ms with {waiters.outstanding} asks outstanding (limit {P99_LIMIT_MS:g})")
-            run.check(st99 is not None and st99 < P99_LIMIT_MS,
-                      f"GET /v1/status p99 {st99} ms with {waiters.outstanding} asks outstanding "
-                      f"(limit {P99_LIMIT_MS:g}; {max(sizes) if sizes else 0} bytes)")
+            run.check(hb99 is not None and st99 is not None, "no heartbeat or status was timed")
+            if p99_limit_ms is not None:
+                run.check(hb99 is not None and hb99 < p99_limit_ms,
+                          f"heartbeat p99 {hb99} ms with {waiters.outstanding} asks outstanding "
+                          f"(limit {p99_limit_ms:g})")
+                run.check(st99 is not None and st99 < p99_limit_ms,
+                          f"GET /v1/status p99 {st99} ms with {waiters.outstanding} asks outstanding "
+                          f"(limit {p99_limit_ms:g}; {max(sizes) if sizes else 0} bytes)")
             run.extras.update(waiting=n, outstanding=waiters.outstanding, granted=waiters.granted,
                               submit_s=waiters.submit_s, ramp_s=waiters.ramp_s, repolls=waiters.repolls,
                               reasks=waiters.reasks, resubmits=waiters.resubmits,

@@ -13,9 +13,15 @@ Record kinds (payloads are JSON-native):
   grant     {job_id, phase, group_id, ...}      a permit was granted
   release   {job_id, phase, timings}            a permit was released; train ends an iteration
   tail      {job_id}                            its rollout is tail-bound (long-tail migration)
-  observe   {job_id, rollout_s, train_s, at}    an iteration's measured phase times: the simulator's
-                                                drift repair (`ClusterState.observe`) re-plans the
-                                                group; the evictions it decides follow as `movers`
+  observe   {job_id, rollout_s, train_s, at,    an iteration's measured phase times (its rollout ran at
+             rollout_factor}                    the elastic factor given; older journals: none, read
+                                                as its member's now): the simulator's drift repair
+                                                (`ClusterState.observe`) re-plans the group; the
+                                                evictions it decides follow as `movers`, the rollout
+                                                nodes its compaction gives back as `compact`
+  compact   {group_id, node}                    rollout compaction (elastic rollout only): the group
+                                                gives back its idle rollout node `node`, the members
+                                                pinned there narrowed onto their other nodes
   memory    {job_id, host_gb}                   the most host memory (GB per node, by pool) the job's
                                                 offloaded state was measured to hold; a node's
                                                 residency counts max(declared, measured)
@@ -40,6 +46,7 @@ from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.regroup import Regroup
+from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, HostGB, JobSpec
 from rollmux.core.why import WhyTally
 from rollmux.live.codec import (
@@ -62,6 +69,10 @@ class ReplayError(RuntimeError):
 
 class _Journaled(Exception):
     """Replay of an `observe`: the evictions it decided are the journal's next `movers` records."""
+
+
+def _replayed_compaction(group_id: int, node: int) -> None:
+    raise _Journaled  # replayed: the journal's `compact` records that follow carry it out
 
 
 def _replayed(r: Regroup) -> None:
@@ -87,6 +98,7 @@ class LiveJob:
     why: str | None = None            # isolated: why no group took it (core/why.py's reason)
     last_run: dict[str, float] = field(default_factory=dict)      # phase -> its last measured run seconds
     host_measured: dict[str, float] = field(default_factory=dict)  # pool -> most host GB per node measured
+    last_factor: float = 1.0          # the elastic factor its last rollout ran at (core/elastic.py)
 
     @property
     def over_memory(self) -> bool:
@@ -112,12 +124,20 @@ class LiveState:
         # Stretch pricing (core/marginal.py) only chooses among the same nominal-shape options,
         # so the service honours it; it is off in SchedulerConfig by default.
         policy.stretch_pricing = cfg.stretch_pricing
+        # With `elastic_rollout` a job may be placed on more or fewer rollout nodes than it
+        # declared, and compaction may later narrow it: its rollout permits name the nodes it
+        # has now, and the job must roll out on exactly those (`rollmux serve --elastic-rollout`).
+        # Training scaling stays off: the service keeps a group's training nodes as founded.
+        policy.shapes = ShapeConfig(train_scaling=False, elastic_rollout=cfg.elastic_rollout)
         self.cluster = ClusterState(env, cluster, policy, cfg)
         self.jobs: dict[str, LiveJob] = {}
         self.grants = 0      # permits granted so far (for status)
         # How a live `observe` carries out the evictions it decides; the service journals each
         # first (a `movers` record). Without a service: applied as a movers record would be.
         self.regroup_commit: Callable[[Regroup], None] = lambda r: self.apply("movers", regroup_to_dict(r))
+        # Likewise each rollout node a compaction gives back (a `compact` record).
+        self.compact_commit: Callable[[int, int], None] = lambda g, n: self.apply("compact",
+                                                                                  {"group_id": g, "node": n})
 
     def apply(self, kind: str, payload: dict, replay: bool = False) -> Group | None:
         """Apply one journal record (live: after journaling it; replay: from the journal).
@@ -158,7 +178,9 @@ class LiveState:
     def _apply_release(self, p: dict, replay: bool) -> None:
         job = self.jobs[p["job_id"]]
         phase = p["phase"]
-        job.held.pop(phase)
+        grant = job.held.pop(phase)
+        if phase == "rollout":
+            job.last_factor = float(grant.get("rollout_factor", 1.0))
         self.cluster.controllers[job.group_id].release(job.spec.job_id, phase)
         run_s = p["timings"]["run_s"]
         job.last_run[phase] = run_s
@@ -179,9 +201,13 @@ class LiveState:
         commit = _replayed if replay else self.regroup_commit
         try:
             self.cluster.observe(p["job_id"], job.group_id, p["rollout_s"], p["train_s"], self.progress(p["at"]),
-                                 commit=commit)
+                                 commit=commit, rollout_factor=p.get("rollout_factor"),
+                                 compact_commit=_replayed_compaction if replay else self.compact_commit)
         except _Journaled:
             pass
+
+    def _apply_compact(self, p: dict, replay: bool) -> None:
+        self.cluster.apply_compaction(p["group_id"], p["node"])
 
     def _apply_memory(self, p: dict, replay: bool) -> None:
         job = self.jobs[p["job_id"]]
@@ -279,7 +305,7 @@ class LiveState:
                                  "migration_s": m.migration_s} for j, m in cs.arriving.items()},
                 "nodes": cs.ledger.nodes,
                 "estimates": {j: _estimate_to_dict(e) for j, e in cs.estimates.items()},
-                "planned": {j: job_to_dict(s) for j, s in cs.planned.items()}}
+                "planned": {j: job_to_dict(s) for j, s in cs.planned.items()}, "compacted": cs.compacted}
 
     def load(self, d: dict) -> None:
         """Adopt a snapshot taken by `dump` (on a fresh state)."""
@@ -305,6 +331,7 @@ class LiveState:
             cs.ledger.provision(pool, n, cs.env.now())
         cs.estimates = {j: _estimate_from_dict(e) for j, e in d.get("estimates", {}).items()}
         cs.planned = {j: JobSpec.model_validate(s) for j, s in d.get("planned", {}).items()}
+        cs.compacted = d.get("compacted", 0)
 
     # -- queries ----------------------------------------------------------------------
     def progress(self, now: float) -> Mapping[str, tuple[int, float]]:

@@ -79,13 +79,21 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+# The config record's version: 2 since the service honours `elastic_rollout`.
+CONFIG_VERSION = 2
+
+
 def _config_record(cluster: ClusterSpec, cfg: SchedulerConfig) -> dict:
-    return {"cluster": cluster.model_dump(exclude_none=True), "cfg": asdict(cfg)}
+    return {"cluster": cluster.model_dump(exclude_none=True), "cfg": asdict(cfg), "version": CONFIG_VERSION}
 
 
 def _config_from(d: dict) -> tuple[ClusterSpec, SchedulerConfig]:
     cfg = dict(d["cfg"])
     cfg["intra"] = IntraConfig(**cfg["intra"])
+    if d.get("version", 1) < 2:
+        # Older services journaled SchedulerConfig's former default (elastic_rollout on) and
+        # ignored it: their jobs were placed on nominal shapes, and so they stay.
+        cfg["elastic_rollout"] = False
     return ClusterSpec.model_validate(d["cluster"]), SchedulerConfig(**cfg)
 
 
@@ -163,6 +171,8 @@ class SchedulerCore(Supervision, InProcessApi):
         self.state = LiveState(self.env, spec, cfg)
         # Evictions a live drift repair decides are journaled before they take effect.
         self.state.regroup_commit = lambda r: self._record("movers", regroup_to_dict(r))
+        # So is every rollout node a compaction gives back (elastic rollout only).
+        self.state.compact_commit = lambda g, n: self._record("compact", {"group_id": g, "node": n})
         if snap:
             self.state.load(snap[1])
         for r in records:
@@ -447,6 +457,9 @@ class SchedulerCore(Supervision, InProcessApi):
                        "lease_s": self.lease_s(self.state.planning_spec(job_id), phase, grant.switch_s,
                                                self._phase_scale(job_id, phase)),
                        "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
+                       # elastic rollout (core/elastic.py): its rollout runs this much longer on
+                       # these nodes than on its declared count (1.0: the declared count)
+                       "rollout_factor": m.rollout_factor,
                        # JSON-native, as a replay reads them back from the journal (tuples would differ)
                        "workers": [list(w) for w in grant.workers], "keep": [list(k) for k in grant.keep],
                        "train_held": list(grant.train_held)}
@@ -460,9 +473,13 @@ class SchedulerCore(Supervision, InProcessApi):
 
     def _phase_scale(self, job_id: str, phase: str) -> float:
         """How much longer than declared the job's `phase` runs where it is placed: a co-located
-        job's phases follow the veRL model (core/colo_model.py); a disaggregated one's are 1."""
+        job's phases follow the veRL model (core/colo_model.py); a disaggregated one's rollout
+        its elastic factor (core/elastic.py), its other phases 1."""
         cs = self.state.cluster
-        if self.state.jobs[job_id].group_id not in cs.colocated or phase not in ("rollout", "train"):
+        gid = self.state.jobs[job_id].group_id
+        if gid in cs.groups and phase == "rollout":
+            return cs.groups[gid].member(job_id).rollout_factor
+        if gid not in cs.colocated or phase not in ("rollout", "train"):
             return 1.0
         rollout, train, _ = colocated_phases(self.state.planning_spec(job_id), cs.cluster, 1.0, 1.0,
                                              self.state.cfg.colo_speed)
@@ -539,7 +556,7 @@ class SchedulerCore(Supervision, InProcessApi):
         if (phase == "train" and self.state.cfg.repair and rollout_s is not None and job.group_id is not None
                 and not job.migrate):
             self._record("observe", {"job_id": job_id, "rollout_s": rollout_s, "train_s": job.last_run["train"],
-                                     "at": time.time()})
+                                     "at": time.time(), "rollout_factor": job.last_factor})
 
     def _resume_after_release(self, job_id: str, phase: str) -> None:
         """An acquire that overtook this release may now ask for its permit."""

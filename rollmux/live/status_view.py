@@ -60,4 +60,6 @@ def summary_line(status: dict) -> str:
     if why:
         line += (f"\n{status['isolated_placements']} admitted alone, why (nearest miss): "
                  + " · ".join(f"{k} {v}" for k, v in sorted(why.items(), key=lambda kv: -kv[1])))
+    if status.get("rollout_nodes_compacted"):
+        line += f"\n{status['rollout_nodes_compacted']} rollout nodes given back by compaction"
     return line

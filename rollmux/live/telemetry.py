@@ -26,6 +26,7 @@ callback, so a scrape never mixes two moments (client_python's custom-collector 
 | rollmux_host_memory_bytes           | gauge     | pool, source    | host memory per node summed over active jobs:  |
 |                                     |           |                 | declared, or measured by the jobs' shims       |
 | rollmux_jobs_over_memory_declaration| gauge     | -               | active jobs measured above their declaration   |
+| rollmux_rollout_nodes_compacted_total| counter  | -               | rollout nodes groups gave back by compaction   |
 
 Label values are bounded: every label but `job` takes values from a fixed tuple in this
 module. `rollmux_job_iteration_slowdown` is the one per-job series; it exists only while the
@@ -43,7 +44,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, Info, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 import rollmux
@@ -128,7 +129,9 @@ class _StateCollector(Collector):
                                  labels=["pool", "source"])
         over = GaugeMetricFamily("rollmux_jobs_over_memory_declaration",
                                  "Active jobs measured to hold more host memory than they declared.")
-        out: list[Metric] = [jobs, groups, gpus, cost, slowdown, host, over]
+        compacted = CounterMetricFamily("rollmux_rollout_nodes_compacted",
+                                        "Rollout nodes groups gave back by compaction (elastic rollout).")
+        out: list[Metric] = [jobs, groups, gpus, cost, slowdown, host, over, compacted]
         if snap is None:
             return out
         # Build every sample before yielding any, so a malformed snapshot yields nothing at all.
@@ -148,6 +151,7 @@ class _StateCollector(Collector):
             for source in MEMORY_SOURCES:
                 host.add_metric([pool, source], float(memory.get(pool, {}).get(source, 0.0)))
         over.add_metric([], float(snap.get("over_memory_declaration", 0)))
+        compacted.add_metric([], float(snap.get("rollout_nodes_compacted", 0)))
         return out
 
 

@@ -63,7 +63,10 @@ def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> di
     cs = core.state.cluster
     groups = [{"group_id": g.group_id, "members": list(g.job_ids()), "rollout_nodes": g.n_rollout,
                "train_nodes": g.n_train, "period_s": g.shape.period_s if g.shape else None,
-               "turn": cs.controllers[g.group_id].whose_turn()}
+               "turn": cs.controllers[g.group_id].whose_turn(),
+               # elastic rollout (core/elastic.py): each member's rollout nodes (indices of the group's)
+               "pins": {m.job_id: {"rollout_nodes": list(m.rollout_nodes), "rollout_factor": m.rollout_factor}
+                        for m in g.members}}
               for g in islice(cs.groups.values(), offset, offset + limit)]
     # Co-located jobs (core/colocate.py): each on its own training nodes, every phase there.
     colocated = [{"group_id": g.group_id, "job_id": g.members[0].job_id, "train_nodes": g.n_train,
@@ -80,6 +83,8 @@ def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> di
             # admission, and the groups each reason refused, over the service's life.
             "isolated_placements": cs.why.isolated, "placements_why": why["placements"],
             "refusals_why": why["groups"],
+            # Rollout nodes groups gave back by compaction (elastic rollout only, core/compaction.py).
+            "rollout_nodes_compacted": cs.compacted,
             "cost_per_hour": cs.ledger.rate_per_hour(), "timeline": timeline,
             "grants": core.state.grants, "refused": core.refused_count,
             "waiting": len(core._waiting) + len(core._after_release), "journal": core.journal.url,
@@ -106,4 +111,5 @@ def metrics_snapshot(core: Any) -> dict:
     return {"jobs_by_state": by_state, "groups": len(core.state.cluster.groups),
             "pool_gpus": {p: {"busy": v["busy_gpus"], "idle": v["gpus"] - v["busy_gpus"]} for p, v in pools.items()},
             "cost_per_hour": {p: v["cost_per_hour"] for p, v in pools.items()}, "slowdown": slowdown,
-            "host_memory_bytes": host, "over_memory_declaration": over}
+            "host_memory_bytes": host, "over_memory_declaration": over,
+            "rollout_nodes_compacted": core.state.cluster.compacted}

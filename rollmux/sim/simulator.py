@@ -43,11 +43,15 @@ class SimConfig(SchedulerConfig):
     (`--plan mean`, core/admission.py): it paid on 12 of 14 unseen traces, and since its
     search is bounded (core/shapes.py `EXACT_TRIES`) it meets the 10,000-job targets
     (benchmarks/README.md); the live service, like `IntraConfig`, keeps the per-iteration
-    worst case (`--plan worst`)."""
+    worst case (`--plan worst`). Elastic rollout parallelism (core/elastic.py) paid on
+    paper-profile and catalog traces (benchmarks/flexible_shapes.py); the live service turns
+    it on when asked (`rollmux serve --elastic-rollout`: its jobs must roll out on the nodes
+    their permits name)."""
 
     intra: IntraConfig = field(default_factory=lambda: IntraConfig(plan="mean"))
     colocate: bool = True
     stretch_pricing: bool = True
+    elastic_rollout: bool = True
 
 
 class SimulationStalled(RuntimeError):

@@ -108,7 +108,7 @@ def test_a_group_is_tried_once_per_interval_and_never_where_rollouts_keep_their_
     assert st.compact(gid, {}) == 0 and st.ledger.nodes["rollout"] == 3
     nominal = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(), SchedulerConfig())
     gid = _install(nominal)
-    assert nominal.compact(gid, {}) == 0  # the live plane's policy keeps nominal shapes
+    assert nominal.compact(gid, {}) == 0  # a policy without elastic rollout keeps nominal shapes
 
 
 def test_a_busy_node_is_kept():

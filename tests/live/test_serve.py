@@ -217,3 +217,18 @@ def test_serve_colocate_places_a_job_on_its_training_nodes_over_http(tmp_path):
         client.close()
     finally:
         server.signal(signal.SIGTERM)
+
+
+def test_serve_elastic_rollout_places_a_job_on_fewer_rollout_nodes_over_http(tmp_path):
+    store = str(tmp_path / "j.db")
+    server = ProcessServer(store, tmp_path, extra=["--elastic-rollout"])
+    try:
+        client = HttpPermitClient(server.url, admin_token=server.admin_token)
+        record = make_job("x", rollout=300, train=100, rollout_gpus=16, slo=2.0, tail_frac=0.1).model_dump(
+            exclude_none=True)
+        assert client.submit(record)["rollout_nodes"] == [0]  # declared: 16 GPUs, two rollout nodes
+        grant = client.acquire_dict("x", "rollout")
+        assert grant["pool"] == "rollout" and grant["nodes"] == [0] and grant["rollout_factor"] > 1.5
+        client.close()
+    finally:
+        server.signal(signal.SIGTERM)

@@ -17,7 +17,8 @@ SNAPSHOT = {"jobs_by_state": {"queued": 1, "running": 3, "done": 5, "failed": 1}
             "groups": 2,
             "pool_gpus": {"rollout": {"busy": 16, "idle": 8}, "train": {"busy": 8, "idle": 0}},
             "cost_per_hour": {"rollout": 24.0, "train": 45.6},
-            "slowdown": {"job-a": 1.12, "job-b": 0.98}}
+            "slowdown": {"job-a": 1.12, "job-b": 0.98},
+            "rollout_nodes_compacted": 3}
 
 # Every family the exposition may hold, with the label names its samples carry (histogram
 # buckets add "le"). The parser names counters without their _total suffix.
@@ -36,7 +37,8 @@ DOCUMENTED = {"rollmux_build_info": {"version", "python"},
               "rollmux_cost_per_hour": {"pool"},
               "rollmux_job_iteration_slowdown": {"job"},
               "rollmux_host_memory_bytes": {"pool", "source"},
-              "rollmux_jobs_over_memory_declaration": set()}
+              "rollmux_jobs_over_memory_declaration": set(),
+              "rollmux_rollout_nodes_compacted": set()}
 
 
 class Source:
@@ -82,6 +84,8 @@ def test_state_series_come_from_one_snapshot_per_scrape():
         (("pool", "train"), ("state", "busy")): 8.0, (("pool", "train"), ("state", "idle")): 0.0}
     assert values(fams["rollmux_cost_per_hour"]) == {(("pool", "rollout"),): 24.0, (("pool", "train"),): 45.6}
     assert values(fams["rollmux_job_iteration_slowdown"]) == {(("job", "job-a"),): 1.12, (("job", "job-b"),): 0.98}
+    assert fams["rollmux_rollout_nodes_compacted"].type == "counter"
+    assert values(fams["rollmux_rollout_nodes_compacted"], "rollmux_rollout_nodes_compacted_total") == {(): 3.0}
 
 
 def test_slowdown_series_vanishes_when_the_job_leaves():
