@@ -1,7 +1,8 @@
 """Issue 14 item 5, measured alone: the per-job co-located (veRL) mode (core/colocate.py).
 
 Usage: .venv/bin/python benchmarks/colocate.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
-                                               [--modes paper,catalog] [--margins 0.8,1.0] [--regroup] [--drift]
+                                               [--modes paper,catalog] [--margins 0.8,1.0] [--regroup] [--wide]
+                                               [--drift]
                                                [--json OUT] [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace (seeds other
 than the study's 0) and runs, as independent tasks (a private local Ray by default): Solo-D,
@@ -9,7 +10,9 @@ RollMux with the mode off (`--no-colocate`), and RollMux with the mode on at eac
 goes co-located when that costs less than margin x its disaggregated placement per
 iteration). --regroup: also each margin with `--colo-regroup` (a co-located job is then a
 consolidation candidate and moves into a group when that saves more per iteration than its
-migration costs; off by default). Every run keeps the defaults otherwise
+migration costs; off by default). --wide: also each margin with `--no-colo-narrow` (a co-located
+job always runs on max(rollout, training) GPUs, the veRL model's G; by default a 16:8 job may run
+on its one training node, its rollout narrowed). Every run keeps the defaults otherwise
 (priced migrations, regrouping, drift repair). The veRL baseline (every job co-located) is
 computed in closed form alongside (not with --drift). Per run it prints gain over Solo-D,
 SLO attainment, cost over the busy-time bound and migrations, then how the arrivals were
@@ -31,13 +34,14 @@ from rollmux.workload.drift import add_drift
 
 
 def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drift: bool) -> dict:
-    """One row's simulation (a sweep task): "solo-d", "off", "colo@MARGIN" or "regroup@MARGIN"."""
+    """One row's simulation (a sweep task): "solo-d", "off", "colo@MARGIN", "wide@MARGIN" or "regroup@MARGIN"."""
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
     cfg = SimConfig(seed=seed, colocate=False)  # "off" (the mode is on by default since 2026-12-01)
-    if run.startswith(("colo@", "regroup@")):
+    if run.startswith(("colo@", "wide@", "regroup@")):
         kind, margin = run.split("@")
-        cfg = replace(cfg, colocate=True, colo_margin=float(margin), colo_regroup=kind == "regroup")
+        cfg = replace(cfg, colocate=True, colo_margin=float(margin), colo_regroup=kind == "regroup",
+                      colo_narrow=kind != "wide")
     res = run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg)
     return {**summary(res), "counts": dict(res.placements or {})}
 
@@ -48,10 +52,12 @@ def main() -> None:
     add_sweep_options(ap, "2869ce:11,b436b2:12,e13805:13")
     ap.add_argument("--margins", default="0.8,1.0")
     ap.add_argument("--regroup", action="store_true", help="also each margin with --colo-regroup")
+    ap.add_argument("--wide", action="store_true", help="also each margin with --no-colo-narrow")
     ap.add_argument("--drift", action="store_true")
     args = ap.parse_args()
     margins = number_list(args.margins, "--margins", "0.8,1.0")
-    runs = ["solo-d", "off"] + [f"{kind}@{m:g}" for m in margins for kind in ("colo", "regroup")[:1 + args.regroup]]
+    kinds = ["colo"] + ["wide"] * args.wide + ["regroup"] * args.regroup
+    runs = ["solo-d", "off"] + [f"{kind}@{m:g}" for m in margins for kind in kinds]
     cluster, rows = default_cluster(), sweep_rows(args)
     tasks = [(run, jobs, cluster, seed, args.drift) for _, _, seed, jobs in rows for run in runs]
     t0 = time.perf_counter()

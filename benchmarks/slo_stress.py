@@ -45,6 +45,8 @@ def main() -> None:
                     help="a job may join a group by adding training nodes (core/shapes.py; off, as the CLI ships)")
     ap.add_argument("--colocate", action=argparse.BooleanOptionalAction, default=True,
                     help="an arrival may run co-located on training nodes (core/colocate.py; on, as the CLI ships)")
+    ap.add_argument("--colo-narrow", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --elastic-rollout: a co-located 16:8 job may run on one training node")
     ap.add_argument("--stretch-pricing", action=argparse.BooleanOptionalAction, default=True,
                     help="take the option that adds least per iteration (core/marginal.py; on, as the CLI ships)")
     ap.add_argument("--compact", action=argparse.BooleanOptionalAction, default=True,
@@ -65,10 +67,11 @@ def main() -> None:
         # The shapes as sim/runner.py sets them from the config (the library default is nominal).
         policy.shapes = ShapeConfig(args.train_scaling, args.elastic_rollout)
         policy.stretch_pricing = args.stretch_pricing
+        policy.colo_narrow = args.colo_narrow
         # (the cluster state re-plans groups on departures with its own IntraConfig: same order)
         cfg = SimConfig(seed=seed, intra=IntraConfig(order=args.order, plan=args.plan),
                         train_scaling=args.train_scaling, elastic_rollout=args.elastic_rollout,
-                        colocate=args.colocate, stretch_pricing=args.stretch_pricing,
+                        colocate=args.colocate, colo_narrow=args.colo_narrow, stretch_pricing=args.stretch_pricing,
                         compact=args.compact, compact_every_s=args.compact_every)
         res = simulate(jobs, cluster, policy, cfg)
         shared += res.placements.get("direct_packing", 0) + res.placements.get("rollout_scaling", 0)
@@ -80,7 +83,8 @@ def main() -> None:
             print(f"trace {seed}: missed {missed}, finished {len(res.outcomes)}/{len(jobs)}")
     onoff = {True: "on", False: "off"}
     shapes = (f"elastic rollout {onoff[args.elastic_rollout]}, training scaling {onoff[args.train_scaling]}, "
-              f"co-located mode {onoff[args.colocate]}, stretch pricing {onoff[args.stretch_pricing]}, "
+              f"co-located mode {onoff[args.colocate]} (narrowed {onoff[args.colo_narrow]}), "
+              f"stretch pricing {onoff[args.stretch_pricing]}, "
               f"plan {args.plan}, compaction {onoff[args.compact]} every {args.compact_every:g} s")
     print(f"{args.traces} traces ({shapes}), {bad} with an SLO miss or unfinished job; {shared} shared placements, "
           f"{colocated} co-located, {compacted} rollout nodes compacted")

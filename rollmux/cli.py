@@ -109,6 +109,10 @@ def simulate(
     colo_regroup: bool = typer.Option(False, "--colo-regroup/--no-colo-regroup",
                                       help="A co-located job may later move into a group (a priced migration) when "
                                            "that costs less per iteration (core/regroup.py)."),
+    colo_narrow: bool = typer.Option(True, "--colo-narrow/--no-colo-narrow",
+                                     help="With --elastic-rollout, a co-located job with more rollout than training "
+                                          "GPUs may run on its training GPUs' nodes, its rollout narrowed "
+                                          "(core/colo_model.py)."),
     colo_speed: float = typer.Option(1.0, "--colo-speed",
                                      help="Co-located phases run this many times as fast as calibrated (sensitivity)."),
     compact: bool = typer.Option(True, "--compact/--no-compact",
@@ -144,7 +148,7 @@ def simulate(
                         flat_sync=flat_sync, consolidate=consolidate,
                         train_scaling=train_scaling, elastic_rollout=elastic_rollout,
                         colocate=colocate, colo_margin=colo_margin, colo_speed=colo_speed, colo_regroup=colo_regroup,
-                        stretch_pricing=stretch_pricing, compact=compact and not static)
+                        colo_narrow=colo_narrow, stretch_pricing=stretch_pricing, compact=compact and not static)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:

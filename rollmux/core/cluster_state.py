@@ -18,7 +18,7 @@ import numpy as np
 from rollmux.core.accounting import Ledger
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colo_model import colocated_iter_s
-from rollmux.core.colocate import COLO_MARGIN, colocated_group, colocated_phases
+from rollmux.core.colocate import COLO_MARGIN, colocated_group, colocated_phases, group_gpus
 from rollmux.core.compaction import compactions, narrowed
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate, measured_spec
@@ -71,6 +71,9 @@ class SchedulerConfig:
     colocate: bool = False
     colo_speed: float = 1.0       # co-located phases run this many times as fast as calibrated
     colo_margin: float = COLO_MARGIN  # co-located only when below this share of the disaggregated cost
+    # With elastic rollout too, a co-located job with more rollout than training GPUs may run on
+    # its training GPUs' nodes, its rollout narrowed (core/colo_model.py `narrowed_gpus`).
+    colo_narrow: bool = True
     # A co-located job is a consolidation candidate like a lone group: it moves into a group
     # (migrating, priced) when that saves its training nodes for more than the move costs.
     # Off by default: +1.3% on paper-profile traces, but ~1.6x the CPU of a 10,000-job run,
@@ -520,15 +523,16 @@ class ClusterState:
         in `observe`, it is planned with measured times from then on, so a later move into a
         group (`colo_regroup`) plans what it runs."""
         member = self.colocated[group_id].members[0]
+        gpus = group_gpus(self.colocated[group_id], self.cluster)  # G, or a narrowed G'
         est = self.estimates.get(job_id)
         declared = member.job if est is None else est.job
-        r_scale, t_scale, _ = colocated_phases(declared, self.cluster, 1.0, 1.0, self.cfg.colo_speed)
+        r_scale, t_scale, _ = colocated_phases(declared, self.cluster, 1.0, 1.0, self.cfg.colo_speed, gpus)
         spec = self._measured(job_id, member.job, rollout_s / r_scale, train_s / t_scale)
         if spec is None:
             return
         planned_s = colocated_iter_s(spec, self.cluster, job_planning_times(spec, self.cfg.intra).rollout,
-                                     self.cfg.colo_speed)
-        g = self.colocated[group_id] = colocated_group(group_id, spec, self.cluster, planned_s)
+                                     self.cfg.colo_speed, gpus)
+        g = self.colocated[group_id] = colocated_group(group_id, spec, self.cluster, planned_s, gpus)
         self.controllers[group_id].update_group(g)
 
     def _evict(self, g: Group, progress: Progress, commit: Callable[[Regroup], None]) -> list[str]:

@@ -26,7 +26,16 @@ k_r = 1.034^0.605 * 0.685^0.395 = 0.878 and k_t = 0.749^0.605 * 1.0^0.395 = 0.83
 The anchors reproduce the paper's pairs exactly (tests/sim/test_baselines.py
 checks 1%). The catalog gives both anchor jobs G = rollout_gpus (16 H800 for
 16 H20), so the measured factors are read as per-GPU-set factors; a job with
-rollout_gpus < G rolls out on all G GPUs, proportionally faster. hw rescales
+rollout_gpus < G rolls out on all G GPUs, proportionally faster.
+
+Narrowed (elastic rollout, core/elastic.py): a job with more rollout than training GPUs may
+run co-located on fewer GPUs than its rollout declares, G' = its training GPUs' whole nodes,
+when G' >= rollout_gpus * MIN_SHARE (the elastic range: at most half the data-parallel
+engines gone). Its batch is then split over fewer engines, and its rollout takes the elastic
+model's factor c + (1 - c) * rollout_gpus / G' (the fixed part and the long tail do not
+shrink with more engines, so neither do they grow with fewer) on top of k_r. E.g. a 16:8 job
+runs on one H800 node instead of two. `colocated_gpus` is the veRL baseline's G; a
+placement's own G is `placement_gpus`. hw rescales
 for other hardware: (bw_rollout / bw_train) / (4.0 / 3.35), 1 on the paper's
 cluster. `speed` is the sensitivity knob: co-located phases run `speed` times
 as fast as calibrated (0.8 = 25% slower, 1.2 = 17% faster).
@@ -40,6 +49,7 @@ from __future__ import annotations
 import functools
 import math
 
+from rollmux.core.elastic import MIN_SHARE, nonscaling_share
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
 
@@ -86,16 +96,36 @@ def colocated_gpus(job: JobSpec) -> int:
     return max(job.rollout_gpus, job.train_gpus)
 
 
-def colocated_nodes(job: JobSpec, cluster: ClusterSpec) -> int:
-    """Whole training-pool nodes a co-located job holds."""
-    return cluster.pools.train.nodes_for(colocated_gpus(job))
+def narrowed_gpus(job: JobSpec, cluster: ClusterSpec) -> int | None:
+    """G' < G: the training GPUs a narrowed co-located job runs on (its training GPUs' whole
+    nodes, fewer nodes than G needs, within the elastic range); None when there is no such G'."""
+    pool = cluster.pools.train
+    g = pool.nodes_for(job.train_gpus) * pool.gpus_per_node
+    if g >= job.rollout_gpus or g < job.rollout_gpus * MIN_SHARE or pool.nodes_for(g) >= colocated_nodes(job, cluster):
+        return None
+    return g
 
 
-def verl_rollout_scale(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0) -> float:
-    """Factor by which a rollout's time changes when co-located on the job's G training GPUs."""
+def placement_gpus(job: JobSpec, cluster: ClusterSpec, n_train: int) -> int:
+    """The G a co-located placement on `n_train` training nodes runs its job on: the veRL
+    model's G, or a narrowed G' (fewer nodes, `narrowed_gpus`)."""
+    return min(colocated_gpus(job), n_train * cluster.pools.train.gpus_per_node)
+
+
+def colocated_nodes(job: JobSpec, cluster: ClusterSpec, gpus: int | None = None) -> int:
+    """Whole training-pool nodes a co-located job holds (on `gpus`, default the veRL model's G)."""
+    return cluster.pools.train.nodes_for(colocated_gpus(job) if gpus is None else gpus)
+
+
+def verl_rollout_scale(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0, gpus: int | None = None) -> float:
+    """Factor by which a rollout's time changes when co-located on `gpus` training GPUs
+    (default the job's G); on fewer than its rollout declares, the elastic model's factor."""
     check_colo_speed(speed)
-    g = colocated_gpus(job)
+    g = colocated_gpus(job) if gpus is None else gpus
     hw = cluster.pools.rollout.bandwidth_tbs() / cluster.pools.train.bandwidth_tbs() / _PAPER_BW_RATIO
+    if g < job.rollout_gpus:
+        c = nonscaling_share(job)
+        return colocated_factors(job)[0] * (c + (1.0 - c) * job.rollout_gpus / g) * hw / speed
     return colocated_factors(job)[0] * job.rollout_gpus / g * hw / speed
 
 
@@ -105,7 +135,8 @@ def verl_train_scale(job: JobSpec, speed: float = 1.0) -> float:
     return colocated_factors(job)[1] / speed
 
 
-def colocated_iter_s(job: JobSpec, cluster: ClusterSpec, rollout: float, speed: float = 1.0) -> float:
-    """Co-located iteration time for a (disaggregated) rollout of `rollout` seconds."""
-    return (rollout * verl_rollout_scale(job, cluster, speed)
+def colocated_iter_s(job: JobSpec, cluster: ClusterSpec, rollout: float, speed: float = 1.0,
+                     gpus: int | None = None) -> float:
+    """Co-located iteration time (on `gpus`, default G) for a (disaggregated) rollout of `rollout` seconds."""
+    return (rollout * verl_rollout_scale(job, cluster, speed, gpus)
             + job.train_time(rollout) * verl_train_scale(job, speed) + 2 * cluster.warm_switch_s)

@@ -224,6 +224,9 @@ class RollMuxPlacement(PlacementPolicy):
     # the members' stretch included, instead of the first in Δ order. Off: the paper. Set from
     # SchedulerConfig by the runner and the live service; it runs through core/shapes.py's search.
     stretch_pricing: bool = False
+    # Narrowed co-location (core/colo_model.py `narrowed_gpus`): with `colocate` and elastic
+    # rollout, a co-located job may run on fewer training GPUs than its rollout declares.
+    colo_narrow: bool = False
 
     def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,
                  best_fit: str = "", colocate: bool = False, colo_speed: float = 1.0,
@@ -250,7 +253,8 @@ class RollMuxPlacement(PlacementPolicy):
         if self.colocate:  # the co-located mode against the disaggregated answer (core/colocate.py)
             cost = (lambda p: plan_added_cost(p, view)) if self.stretch_pricing else iteration_cost
             return choose(job, view, plan, lambda: isolated_plan(job, view, self.cfg, why.result()),
-                          self.cfg, self.colo_speed, self.colo_margin, cost)
+                          self.cfg, self.colo_speed, self.colo_margin, cost,
+                          narrow=self.colo_narrow and self.shapes.elastic_rollout)
         return plan if plan is not None else isolated_plan(job, view, self.cfg, why.result())
 
     def place_joined(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from rollmux.core.colo_model import colocated_gpus
+from rollmux.core.colo_model import colocated_gpus, narrowed_gpus
 from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, residency_ok
 from rollmux.core.group_index import IndexSnapshot, rows_by_entry
@@ -183,12 +183,14 @@ def validate_plan(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
 
 def _check_colocated(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
     """A co-located plan's invariants (core/colocate.py): C1 the job alone, in a new group;
-    C2 no rollout nodes, the job's G GPUs' worth of new training nodes, all pinned;
+    C2 no rollout nodes, the job's G (or narrowed G') GPUs' worth of new training nodes, all pinned;
     C3 its rollout and training host state fit one training node; C4 node cap; C5 Δ = their price."""
     g, pool = plan.group, view.cluster.pools.train
     if plan.job_id != job.job_id or g.job_ids() != (job.job_id,) or view.group(g.group_id) is not None:
         raise PlanInvalid(f"C1: co-located job {job.job_id} must be alone in a new group")
-    nt = pool.nodes_for(colocated_gpus(job))
+    narrowed = narrowed_gpus(job, view.cluster)
+    nt = g.n_train if narrowed is not None and g.n_train == pool.nodes_for(narrowed) else pool.nodes_for(
+        colocated_gpus(job))
     m = g.members[0]
     if (g.n_rollout or plan.added_rollout_nodes or g.n_train != nt or plan.added_train_nodes != nt
             or m.rollout_nodes or m.train_nodes != tuple(range(nt))):

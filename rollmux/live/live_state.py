@@ -129,6 +129,7 @@ class LiveState:
         # has now, and the job must roll out on exactly those (`rollmux serve --elastic-rollout`).
         # Training scaling stays off: the service keeps a group's training nodes as founded.
         policy.shapes = ShapeConfig(train_scaling=False, elastic_rollout=cfg.elastic_rollout)
+        policy.colo_narrow = cfg.colo_narrow  # (with both modes: a co-located job's rollout narrowed)
         self.cluster = ClusterState(env, cluster, policy, cfg)
         self.jobs: dict[str, LiveJob] = {}
         self.grants = 0      # permits granted so far (for status)

@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rollmux.core.cluster_state import SchedulerConfig
-from rollmux.core.colocate import colocated_phases
+from rollmux.core.colocate import colocated_phases, group_gpus
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -482,7 +482,7 @@ class SchedulerCore(Supervision, InProcessApi):
         if gid not in cs.colocated or phase not in ("rollout", "train"):
             return 1.0
         rollout, train, _ = colocated_phases(self.state.planning_spec(job_id), cs.cluster, 1.0, 1.0,
-                                             self.state.cfg.colo_speed)
+                                             self.state.cfg.colo_speed, group_gpus(cs.colocated[gid], cs.cluster))
         return rollout if phase == "rollout" else train
 
     def _opened(self, grant: dict) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rollmux.core.colocate import colocated_gpus, colocated_phases
+from rollmux.core.colocate import colocated_phases, group_gpus
 from rollmux.sim.draws import drift_scales
 
 if TYPE_CHECKING:
@@ -25,11 +25,11 @@ def colocated_iteration(sim: Simulation, run: _JobRun) -> None:
     base = float(run.rollouts[run.done])
     run.rollout_s, run.train_s = a * base, b * job.train_time(base)
     run.solo_s += run.rollout_s + run.train_s + job.sync_s  # the same iteration run solo, disaggregated
+    g = group_gpus(sim.state.colocated[run.group_id], sim.cluster)  # G, or a narrowed G'
     if run.colo is None:  # the model's scales (and the switches) for this job, once
-        run.colo = colocated_phases(job, sim.cluster, 1.0, 1.0, sim.cfg.colo_speed)
+        run.colo = colocated_phases(job, sim.cluster, 1.0, 1.0, sim.cfg.colo_speed, g)
     r_scale, t_scale, switches = run.colo
     roll, train = run.rollout_s * r_scale, run.train_s * t_scale
-    g = colocated_gpus(job)
     sim.ledger.busy("train", g, roll + switches)
     sim.ledger.busy("train", job.train_gpus, train)
     sim.env.call_at(now + roll + train + switches, sim._sync_done, job.job_id)

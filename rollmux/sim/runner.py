@@ -30,6 +30,7 @@ def rollmux_policy(cfg: SimConfig) -> RollMuxPlacement:
                               colo_margin=cfg.colo_margin)
     policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
     policy.stretch_pricing = cfg.stretch_pricing  # core/marginal.py
+    policy.colo_narrow = cfg.colo_narrow  # core/colo_model.py (with elastic rollout)
     return policy
 
 

@@ -5,18 +5,21 @@ worst-case admission: admission by the SLO's own terms (`--plan mean`, core/admi
 the SLO-aware order inside a group (`--order slo`, core/slo_order.py), training scaling and
 elastic rollout parallelism (core/shapes.py, core/elastic.py), the per-job co-located
 mode (core/colocate.py) and stretch pricing (core/marginal.py: a join is charged the
-members' stretch and placement takes the option that adds least). Two more switches act
-through one of these: a co-located job may later move into a group (`--colo-regroup`,
-core/regroup.py), and a group may give back an idle rollout node by narrowing the members
-pinned there (`--compact`, core/compaction.py, through elastic rollout); each one's "only" row
-turns the switch it needs on too. Each row runs RollMux with
+members' stretch and placement takes the option that adds least). Three more switches act
+through these: a co-located job may later move into a group (`--colo-regroup`,
+core/regroup.py), a group may give back an idle rollout node by narrowing the members
+pinned there (`--compact`, core/compaction.py, through elastic rollout), and a co-located job
+may run on its training GPUs' nodes with its rollout narrowed (`--colo-narrow`,
+core/colo_model.py, through both the co-located mode and elastic rollout); each one's "only"
+row turns the switches it needs on too. Each row runs RollMux with
 priced migrations and drift repair on the study's Philly-driven traces (paper and catalog
 profiles) and on the same traces with 30% of the jobs drifting (moderate severity, as in the
 drift section):
 
 * "all off": none of them (RollMux before issue 14);
 * "only X": all off but X, so each mechanism is measured alone against that row (co-located
-  jobs regrouping: against "only co-located mode"; compaction: against "only elastic rollout");
+  jobs regrouping: against "only co-located mode"; compaction: against "only elastic rollout";
+  narrowed co-location: against both);
 * "default": the shipped defaults, whatever they turn on;
 * "default without X" / "default with X": the default with one switch flipped.
 
@@ -49,9 +52,9 @@ class Mechanism:
     on: object
     off: object
     intra: bool = False
-    # A switch that acts only through another (co-located jobs regroup only if there are any):
-    # its "only" row turns that one on too, so it reads against that one's "only" row.
-    needs: "Mechanism | None" = None
+    # Switches it acts only through (co-located jobs regroup only if there are any): its "only"
+    # row turns those on too, so it reads against their "only" rows.
+    needs: "tuple[Mechanism, ...]" = ()
 
     def value(self, cfg: SimConfig) -> object:
         """The switch's value in `cfg`."""
@@ -72,10 +75,12 @@ MECHANISMS = (
     Mechanism("SLO-aware order", "--order slo", "order", "slo", "rr", intra=True),
     Mechanism("training scaling", "--train-scaling", "train_scaling", True, False),
     ELASTIC_ROLLOUT,
-    Mechanism("rollout compaction", "--elastic-rollout --compact", "compact", True, False, needs=ELASTIC_ROLLOUT),
+    Mechanism("rollout compaction", "--elastic-rollout --compact", "compact", True, False, needs=(ELASTIC_ROLLOUT,)),
     COLOCATED_MODE,
     Mechanism("co-located jobs regrouping", "--colocate --colo-regroup", "colo_regroup", True, False,
-              needs=COLOCATED_MODE),
+              needs=(COLOCATED_MODE,)),
+    Mechanism("narrowed co-location", "--colocate --elastic-rollout --colo-narrow", "colo_narrow", True, False,
+              needs=(COLOCATED_MODE, ELASTIC_ROLLOUT)),
     Mechanism("stretch pricing", "--stretch-pricing", "stretch_pricing", True, False),
 )
 
@@ -99,7 +104,10 @@ def rows(base: SimConfig | None = None) -> dict[str, SimConfig]:
         off = _flipped(off, m, False)
     out: dict[str, SimConfig | None] = {"all off (before issue 14)": off}
     for m in MECHANISMS:
-        out[f"only {m.name} ({m.flag})"] = _flipped(_flipped(off, m.needs, True) if m.needs else off, m, True)
+        only = off
+        for need in m.needs:
+            only = _flipped(only, need, True)
+        out[f"only {m.name} ({m.flag})"] = _flipped(only, m, True)
     out["default"] = default
     for m in MECHANISMS:
         out[_flip_label(default, m)] = _flipped(default, m, m.value(default) != m.on)

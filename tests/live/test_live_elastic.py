@@ -8,6 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from rollmux.core.cluster_state import SchedulerConfig
+from rollmux.core.colo_model import verl_rollout_scale
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.env import SimEnvironment
 from rollmux.core.intra_group import IntraConfig
@@ -152,3 +153,22 @@ def test_a_config_record_from_before_the_live_elastic_mode_keeps_nominal_shapes(
     old = {"cluster": CLUSTER, "cfg": asdict(SchedulerConfig(elastic_rollout=True))}  # no version
     assert not _config_from(old)[1].elastic_rollout
     assert _config_from(_config_record(default_cluster(), ELASTIC))[1].elastic_rollout
+
+
+def test_with_the_co_located_mode_a_wide_job_runs_on_one_training_node():
+    # core/colo_model.py, narrowed: a 16:8 job co-located on its training node, its rollout there too
+    cfg = SchedulerConfig(intra=IntraConfig(warm_switch_s=2.0), elastic_rollout=True, colocate=True)
+    core = SchedulerCore(CLUSTER, cfg=cfg)
+    try:
+        record = make_job("w", rollout=100.0, train=300.0, rollout_gpus=16, tail_frac=0.1, slo=1.5,
+                          duration=3600.0).model_dump(exclude_none=True)
+        got = core.submit(record)
+        assert got["case"] == "colocated" and got["nodes"] == {"rollout": [], "train": [0]}
+        grant = core.acquire("w", "rollout", got["token"])
+        spec = core.state.planning_spec("w")
+        assert (grant["pool"], grant["nodes"]) == ("train", [0])
+        scale = verl_rollout_scale(spec, core.state.cluster.cluster, gpus=8)
+        assert scale > verl_rollout_scale(spec, core.state.cluster.cluster)  # (on 16 GPUs)
+        assert grant["lease_s"] == pytest.approx(max(60.0, 2.0 * spec.rollout_s.max * scale))
+    finally:
+        core.shutdown()

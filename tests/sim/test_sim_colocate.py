@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from rollmux.core.colo_model import colocated_iter_s
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.sim.baselines import simulate_verl
 from rollmux.sim.runner import run_policy
@@ -113,3 +114,19 @@ def test_a_colocated_job_moves_into_a_group_that_has_room_for_it_and_the_run_cos
     # What the move cost is in the bill: the migration held x's destination nodes while it ran.
     assert res.migrations["cost_usd"] > 0
     assert sim.ledger.nodes == kept_sim.ledger.nodes == {"rollout": 0, "train": 0}
+
+
+def test_a_narrowed_colocated_job_runs_on_one_training_node_as_planned():
+    # A train-heavy 16:8 job (core/colo_model.py, narrowed): with elastic rollout it runs co-located
+    # on one H800 node, each iteration as long as the model says, and pays for that node alone.
+    job = make_job("w", rollout=100.0, train=300.0, rollout_gpus=16, train_gpus=8, tail_frac=0.1, slo=1.5,
+                   duration=20_000.0)
+    res = run_policy("rollmux", [job], CLUSTER, ON)
+    assert ON.elastic_rollout and res.placements == {"colocated": 1}
+    assert res.peak_gpus == {"rollout": 0, "train": 8}
+    o = res.outcomes[0]
+    per_iter = colocated_iter_s(job, CLUSTER, 100.0, gpus=8)
+    assert o.finish_s - o.start_s == pytest.approx(job.iterations * per_iter, rel=1e-9) and o.slo_met
+    assert res.cost_usd == pytest.approx(CLUSTER.pools.train.node_price_per_hour * job.iterations * per_iter / 3600)
+    nominal = run_policy("rollmux", [job], CLUSTER, replace(ON, elastic_rollout=False))
+    assert nominal.placements["isolated"] == 1 and res.cost_usd < nominal.cost_usd

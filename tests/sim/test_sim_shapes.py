@@ -90,7 +90,8 @@ def test_stress_seed_6_meets_every_slo_with_elastic_rollout():
 
 def test_compaction_gives_back_a_rollout_node_the_members_can_spare_and_every_slo_holds():
     # Two training-heavy 16-GPU jobs and a third: once they run, a group narrows a member
-    # onto fewer rollout nodes (core/compaction.py) and pays for one node fewer.
+    # onto fewer rollout nodes (core/compaction.py) and pays for one node fewer. (Without the
+    # co-located mode, which would run each of them alone on one training node.)
     def job(job_id, rollout, train, duration, arrival):
         return make_job(job_id, rollout=rollout, train=train, slo=1.4, rollout_gpus=16, sigma=0.1,
                         rollout_max=rollout * 1.3, duration=duration, arrival=arrival)
@@ -98,7 +99,7 @@ def test_compaction_gives_back_a_rollout_node_the_members_can_spare_and_every_sl
             job("c", 150.0, 100.0, 30_000.0, 20.0)]
     runs = {}
     for on in (False, True):
-        cfg = SimConfig(compact=on)
+        cfg = SimConfig(compact=on, colocate=False)
         sim = Simulation(jobs, CLUSTER, rollmux_policy(cfg), cfg)
         runs[on] = (sim.run(), sim.state.compacted)
     (off, n_off), (on, n_on) = runs[False], runs[True]

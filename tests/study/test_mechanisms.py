@@ -22,7 +22,7 @@ def test_each_only_row_differs_from_all_off_in_its_own_switch():
     for m in mechanisms.MECHANISMS:
         label = f"only {m.name} ({m.flag})"
         assert label in rows, label
-        want = {f"intra.{x.field}" if x.intra else x.field for x in (m, m.needs) if x is not None}
+        want = {f"intra.{x.field}" if x.intra else x.field for x in (m, *m.needs)}
         assert _diff(off, rows[label]) == want
         assert m.value(rows[label]) == m.on and m.value(off) == m.off
 
