@@ -25,11 +25,11 @@ resident throughout), so both runs compute the same batches and weights.
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import ray
@@ -37,6 +37,7 @@ import ray
 from rollmux.shim import JobShim, slots_given_up
 
 SYNC_STRATEGY = "topology"  # rollmux.weightsync: each training rank sends 1/N, rollout ranks all-gather
+SYNC_TIMEOUT_S = 300.0      # the weight-sync group's rendezvous and store timeout (SyncGroup's default)
 
 
 class Worker:
@@ -59,12 +60,21 @@ class Worker:
         """The Ray node this worker runs on (the job's heartbeats carry it)."""
         return ray.get_runtime_context().get_node_id()
 
+    def host_store(self, n_rollout: int) -> int:
+        """The trainer hosts its job's weight-sync store on a port the OS picks; that port. (A
+        port found free first and bound later could be taken in between: EADDRINUSE.)"""
+        import torch.distributed as dist
+        self._store = dist.TCPStore("127.0.0.1", 0, 1 + n_rollout, is_master=True, wait_for_workers=False,
+                                    timeout=timedelta(seconds=SYNC_TIMEOUT_S))
+        return self._store.port
+
     def join_sync(self, port: int, n_rollout: int) -> None:
         """Join the job's weight-sync group (the trainer, rank 0, hosts its store on `port`)."""
         from rollmux.weightsync import SyncGroup
         role = "train" if self.side == "trainer" else "rollout"
+        store = getattr(self, "_store", None) if role == "train" else None
         self.sync = SyncGroup(role, 0 if role == "train" else self.slot, 1, n_rollout, master_port=port,
-                              strategy=SYNC_STRATEGY)
+                              strategy=SYNC_STRATEGY, store=store, timeout_s=SYNC_TIMEOUT_S)
 
     def leave_sync(self) -> None:
         """Leave the weight-sync group (every member calls it)."""
@@ -130,9 +140,7 @@ def spawn(size: str, seed: int, rollout_node: str, train_node: str, slots: int) 
     rollout = [actor.options(num_cpus=0, resources={rollout_node: 0.01}).remote(size, seed, "rollout", s)
                for s in range(slots)]
     trainer = actor.options(num_cpus=0, resources={train_node: 0.01}).remote(size, seed, "trainer")
-    with socket.socket() as s:  # a free loopback port for the group's store
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = ray.get(trainer.host_store.remote(slots))  # the group's store, on a port the OS picked
     ray.get([trainer.join_sync.remote(port, slots)] + [w.join_sync.remote(port, slots) for w in rollout])
     return JobActors(rollout, trainer)
 
