@@ -64,9 +64,11 @@ def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> di
     groups = [{"group_id": g.group_id, "members": list(g.job_ids()), "rollout_nodes": g.n_rollout,
                "train_nodes": g.n_train, "period_s": g.shape.period_s if g.shape else None,
                "turn": cs.controllers[g.group_id].whose_turn(),
-               # elastic rollout (core/elastic.py): each member's rollout nodes (indices of the group's)
-               "pins": {m.job_id: {"rollout_nodes": list(m.rollout_nodes), "rollout_factor": m.rollout_factor}
-                        for m in g.members}}
+               # elastic rollout (core/elastic.py): the members on another rollout-node count than they
+               # declared, with their nodes (indices of the group's); none without the mode, so a
+               # 10,000-job status page stays its size
+               "elastic": {m.job_id: {"rollout_nodes": list(m.rollout_nodes), "rollout_factor": m.rollout_factor}
+                           for m in g.members if m.rollout_factor != 1.0}}
               for g in islice(cs.groups.values(), offset, offset + limit)]
     # Co-located jobs (core/colocate.py): each on its own training nodes, every phase there.
     colocated = [{"group_id": g.group_id, "job_id": g.members[0].job_id, "train_nodes": g.n_train,

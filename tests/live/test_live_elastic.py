@@ -71,6 +71,7 @@ def test_the_default_config_keeps_nominal_shapes():
     core = SchedulerCore(CLUSTER)
     try:
         assert core.submit(_loose_wide("x"))["rollout_nodes"] == [0, 1]
+        assert core.status()["groups"][0]["elastic"] == {}
     finally:
         core.shutdown()
 
@@ -85,7 +86,7 @@ def test_a_loose_job_is_placed_on_fewer_rollout_nodes_and_its_permit_names_them(
     assert grant["nodes"] == [0] and grant["rollout_factor"] == pytest.approx(factor) and factor > 1.5
     # its lease follows the rollout it runs there: twice the worst case x its factor
     assert grant["lease_s"] == pytest.approx(2.0 * spec.rollout_s.max * factor)
-    assert core.status()["groups"][0]["pins"] == {"x": {"rollout_nodes": [0], "rollout_factor": factor}}
+    assert core.status()["groups"][0]["elastic"] == {"x": {"rollout_nodes": [0], "rollout_factor": factor}}
 
 
 def test_a_rollout_measured_at_its_factor_is_no_drift(core):
@@ -107,6 +108,7 @@ def test_a_group_gives_back_a_rollout_node_its_member_can_spare(core):
     assert core.state.cluster.ledger.nodes == {"rollout": 1, "train": 1}
     status = core.status()
     assert status["rollout_nodes_compacted"] == 1 and status["groups"][0]["rollout_nodes"] == 1
+    assert status["groups"][0]["elastic"] == {"y": {"rollout_nodes": [0], "rollout_factor": factor}}
     assert status["pools"]["rollout"]["cost_per_hour"] == pytest.approx(8.0)
     assert core.request("metrics").result(timeout=10)["rollout_nodes_compacted"] == 1
 
