@@ -106,7 +106,7 @@ def simulate(
                                        "cheaper at its SLO (core/colocate.py)."),
     colo_margin: float = typer.Option(0.75, "--colo-margin", min=0.0,
                                       help="Co-located only when below this share of the disaggregated cost."),
-    colo_regroup: bool = typer.Option(False, "--colo-regroup/--no-colo-regroup",
+    colo_regroup: bool = typer.Option(True, "--colo-regroup/--no-colo-regroup",
                                       help="A co-located job may later move into a group (a priced migration) when "
                                            "that costs less per iteration (core/regroup.py)."),
     colo_narrow: bool = typer.Option(True, "--colo-narrow/--no-colo-narrow",

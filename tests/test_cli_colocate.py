@@ -50,10 +50,10 @@ def test_a_bad_colo_speed_is_one_line_exit_2(catalog_trace, speed):
 
 def test_colo_regroup_moves_colocated_jobs_into_groups(catalog_trace, tmp_path):
     # (Without narrowed co-location, which would leave this trace few groups to move into.)
-    on, _ = _run(catalog_trace, tmp_path, "--colo-regroup", "--no-colo-narrow")
-    stay, _ = _run(catalog_trace, tmp_path, "--no-colo-narrow")
+    on, _ = _run(catalog_trace, tmp_path, "--no-colo-narrow")  # (on by default)
+    stay, _ = _run(catalog_trace, tmp_path, "--no-colo-narrow", "--no-colo-regroup")
     # On this trace the arrivals land alike either way; with the flag co-located jobs then move
-    # into groups (migrations), which costs less; by default they stay where they began.
+    # into groups (migrations), which costs less; without it they stay where they began.
     assert stay["placements"] == on["placements"] and stay["slo_attainment"] == on["slo_attainment"] == 1.0
     assert on["migrations"]["count"] > stay["migrations"]["count"]
     assert on["cost_usd"] < stay["cost_usd"]

@@ -76,8 +76,9 @@ class SchedulerConfig:
     colo_narrow: bool = True
     # A co-located job is a consolidation candidate like a lone group: it moves into a group
     # (migrating, priced) when that saves its training nodes for more than the move costs.
-    # Off by default: +1.3% on paper-profile traces, but ~1.6x the CPU of a 10,000-job run,
-    # past its 5-minute target (benchmarks/README.md, "Co-located jobs regrouping").
+    # On in the simulator since narrowed co-location (SimConfig); off here: the live service
+    # moves co-located jobs only when its config asks (benchmarks/README.md, "Co-located jobs
+    # regrouping").
     colo_regroup: bool = False
     # Placement takes the valid option that adds least per iteration, the members' stretch
     # included (core/marginal.py), instead of the first in Δ order. On in the simulator
