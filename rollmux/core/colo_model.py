@@ -106,6 +106,13 @@ def narrowed_gpus(job: JobSpec, cluster: ClusterSpec) -> int | None:
     return g
 
 
+def gpu_options(job: JobSpec, cluster: ClusterSpec, narrow: bool = True) -> tuple[int, ...]:
+    """The GPU counts a co-located placement of `job` may run on: the veRL model's G, then (with
+    `narrow`) the narrowed G' where there is one."""
+    g = narrowed_gpus(job, cluster) if narrow else None
+    return (colocated_gpus(job),) if g is None else (colocated_gpus(job), g)
+
+
 def placement_gpus(job: JobSpec, cluster: ClusterSpec, n_train: int) -> int:
     """The G a co-located placement on `n_train` training nodes runs its job on: the veRL
     model's G, or a narrowed G' (fewer nodes, `narrowed_gpus`)."""

@@ -56,7 +56,7 @@ from rollmux.core.colo_model import (
     colocated_gpus,
     colocated_iter_s,
     colocated_nodes,
-    narrowed_gpus,
+    gpu_options,
     placement_gpus,
     verl_rollout_scale,
     verl_train_scale,
@@ -119,14 +119,14 @@ def colocated_option(job: JobSpec, view: ClusterView, cfg: IntraConfig,
         return None
     if job.host_gb.rollout + job.host_gb.train > view.cluster.pools.train.host_gb_per_node + 1e-9:
         return None
-    shapes = [None] + ([g] if narrow and (g := narrowed_gpus(job, view.cluster)) is not None else [])
-    plans = [p for p in (_colocated_plan(job, view, cfg, speed, g) for g in shapes) if p is not None]
+    plans = [p for p in (_colocated_plan(job, view, cfg, speed, g) for g in gpu_options(job, view.cluster, narrow))
+             if p is not None]
     return min(plans, key=iteration_cost, default=None)
 
 
 def _colocated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig, speed: float,
-                    gpus: int | None) -> PlacementPlan | None:
-    """The co-located plan on `gpus` (default the veRL model's G), or None when it is not valid."""
+                    gpus: int) -> PlacementPlan | None:
+    """The co-located plan on `gpus` (G or a narrowed G'), or None when it is not valid."""
     cluster, pool = view.cluster, view.cluster.pools.train
     nt = colocated_nodes(job, cluster, gpus)
     if view.free_train_nodes is not None and nt > view.free_train_nodes:

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from rollmux.core.colo_model import colocated_gpus, narrowed_gpus
+from rollmux.core.colo_model import colocated_gpus, gpu_options
 from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, residency_ok
 from rollmux.core.group_index import IndexSnapshot, rows_by_entry
@@ -188,9 +188,8 @@ def _check_colocated(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> No
     g, pool = plan.group, view.cluster.pools.train
     if plan.job_id != job.job_id or g.job_ids() != (job.job_id,) or view.group(g.group_id) is not None:
         raise PlanInvalid(f"C1: co-located job {job.job_id} must be alone in a new group")
-    narrowed = narrowed_gpus(job, view.cluster)
-    nt = g.n_train if narrowed is not None and g.n_train == pool.nodes_for(narrowed) else pool.nodes_for(
-        colocated_gpus(job))
+    allowed = {pool.nodes_for(n) for n in gpu_options(job, view.cluster)}  # (G, or a narrowed G')
+    nt = g.n_train if g.n_train in allowed else pool.nodes_for(colocated_gpus(job))
     m = g.members[0]
     if (g.n_rollout or plan.added_rollout_nodes or g.n_train != nt or plan.added_train_nodes != nt
             or m.rollout_nodes or m.train_nodes != tuple(range(nt))):

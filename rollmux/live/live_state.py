@@ -71,11 +71,9 @@ class _Journaled(Exception):
     """Replay of an `observe`: the evictions it decided are the journal's next `movers` records."""
 
 
-def _replayed_compaction(group_id: int, node: int) -> None:
-    raise _Journaled  # replayed: the journal's `compact` records that follow carry it out
-
-
-def _replayed(r: Regroup) -> None:
+def _replayed(*_decision) -> None:
+    # Replayed: what an observe decided (a regrouping, a compaction) is carried out by the
+    # journal's `movers` and `compact` records that follow it.
     raise _Journaled
 
 
@@ -203,7 +201,7 @@ class LiveState:
         try:
             self.cluster.observe(p["job_id"], job.group_id, p["rollout_s"], p["train_s"], self.progress(p["at"]),
                                  commit=commit, rollout_factor=p.get("rollout_factor"),
-                                 compact_commit=_replayed_compaction if replay else self.compact_commit)
+                                 compact_commit=_replayed if replay else self.compact_commit)
         except _Journaled:
             pass
 
