@@ -77,9 +77,9 @@ def main() -> None:
         print(f"{vc:7} {mode:8} {seed:>4}  " + "  ".join(f"{c:>30}" for c in cells), flush=True)
         for r in runs[1:]:
             c = res[r]["counts"]
-            joined = sum(n for k, n in c.items() if k not in ("isolated", "colocated"))
+            joined = sum(n for k, n in c.items() if k not in ("isolated", "colocated", "paired"))
             print(f"{'':21} {r:>10}: co-located {c.get('colocated', 0)}, isolated {c.get('isolated', 0)}, "
-                  f"joined {joined}")
+                  f"paired {c.get('paired', 0)}, joined {joined}")
         out.append({"vc": vc, "mode": mode, "seed": seed, "busy_time_bound_usd": bound,
                     "solo_cost_usd": solo, "drift": args.drift, "runs": res})
     sweep_done(args, out, "per run: gain over Solo-D, SLO met, cost / busy-time bound, migrations", t0)

@@ -104,11 +104,15 @@ def simulate(
     colocate: bool = typer.Option(True, "--colocate/--no-colocate",
                                   help="An arrival may run co-located on training nodes (veRL mode) when that is "
                                        "cheaper at its SLO (core/colocate.py)."),
-    colo_margin: float = typer.Option(0.75, "--colo-margin", min=0.0,
-                                      help="Co-located only when below this share of the disaggregated cost."),
+    colo_margin: float = typer.Option(1.0, "--colo-margin", min=0.0,
+                                      help="Co-located only when below this share of the disaggregated cost "
+                                           "(0.75 measured best with --no-colo-pair, core/colocate.py)."),
     colo_regroup: bool = typer.Option(True, "--colo-regroup/--no-colo-regroup",
                                       help="A co-located job may later move into a group (a priced migration) when "
                                            "that costs less per iteration (core/regroup.py)."),
+    colo_pair: bool = typer.Option(True, "--colo-pair/--no-colo-pair",
+                                   help="An arrival that would run co-located may found a group with a co-located "
+                                        "job, which migrates into it (priced), when that saves more (core/pairing.py)."),
     colo_narrow: bool = typer.Option(True, "--colo-narrow/--no-colo-narrow",
                                      help="With --elastic-rollout, a co-located job with more rollout than training "
                                           "GPUs may run on its training GPUs' nodes, its rollout narrowed "
@@ -148,7 +152,7 @@ def simulate(
                         flat_sync=flat_sync, consolidate=consolidate,
                         train_scaling=train_scaling, elastic_rollout=elastic_rollout,
                         colocate=colocate, colo_margin=colo_margin, colo_speed=colo_speed, colo_regroup=colo_regroup,
-                        colo_narrow=colo_narrow, stretch_pricing=stretch_pricing, compact=compact and not static)
+                        colo_pair=colo_pair, colo_narrow=colo_narrow, stretch_pricing=stretch_pricing, compact=compact and not static)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:

@@ -62,7 +62,9 @@ def test_simulate_json_has_exactly_the_documented_keys(small_results):
         if "placements" in doc:
             # RollMux's co-located mode is on in the simulator (sim/simulator.py SimConfig)
             colo = {"colocated"} if name == "rollmux" else set()
-            assert set(doc["placements"]) == {"direct_packing", "rollout_scaling", "isolated"} | colo
+            # ... and "paired" is listed where an arrival founded a group with a co-located job.
+            assert set(doc["placements"]) - {"paired"} == {"direct_packing", "rollout_scaling", "isolated"} | colo
+            assert "paired" not in doc["placements"] or (name == "rollmux" and doc["placements"]["paired"] > 0)
             assert sum(doc["placements"].values()) == pytest.approx(1.0)
 
 

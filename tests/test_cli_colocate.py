@@ -11,6 +11,8 @@ from rollmux.cli import app
 from rollmux.workload import find_traces_dir
 
 runner = CliRunner()
+# Regrouping alone: no pairing (core/pairing.py), at the margin the mode had without it.
+ALONE = ("--no-colo-pair", "--colo-margin", "0.75")
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +52,8 @@ def test_a_bad_colo_speed_is_one_line_exit_2(catalog_trace, speed):
 
 def test_colo_regroup_moves_colocated_jobs_into_groups(catalog_trace, tmp_path):
     # (Without narrowed co-location, which would leave this trace few groups to move into.)
-    on, _ = _run(catalog_trace, tmp_path, "--no-colo-narrow")  # (on by default)
-    stay, _ = _run(catalog_trace, tmp_path, "--no-colo-narrow", "--no-colo-regroup")
+    on, _ = _run(catalog_trace, tmp_path, "--no-colo-narrow", *ALONE)  # (on by default)
+    stay, _ = _run(catalog_trace, tmp_path, "--no-colo-narrow", "--no-colo-regroup", *ALONE)
     # On this trace the arrivals land alike either way; with the flag co-located jobs then move
     # into groups (migrations), which costs less; without it they stay where they began.
     assert stay["placements"] == on["placements"] and stay["slo_attainment"] == on["slo_attainment"] == 1.0

@@ -27,11 +27,13 @@ from rollmux.core.group_controller import GroupController
 from rollmux.core.group_index import IndexedGroups, IndexSnapshot, progress_rows
 from rollmux.core.inter_group import group_fits
 from rollmux.core.intra_group import IntraConfig, job_planning_times, plan_group
+from rollmux.core.pairing import Pairing, pair_decision
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
 from rollmux.core.regroup import (
     Move,
     OwedProgress,
     Regroup,
+    colocated_stake,
     dissolve_decision,
     migration_seconds,
     owed_by_members,
@@ -80,6 +82,11 @@ class SchedulerConfig:
     # moves co-located jobs only when its config asks (benchmarks/README.md, "Co-located jobs
     # regrouping").
     colo_regroup: bool = False
+    # An arrival that would run co-located may instead found a group with a running co-located
+    # job, which migrates into it (core/pairing.py), when that saves more than the move costs.
+    # On in the simulator (SimConfig); off here, like `colo_regroup`: the live service moves no
+    # co-located job unless its config asks.
+    colo_pair: bool = False
     # Placement takes the valid option that adds least per iteration, the members' stretch
     # included (core/marginal.py), instead of the first in Δ order. On in the simulator
     # (sim/simulator.py SimConfig); off here by default, so the live service keeps Algorithm
@@ -194,11 +201,36 @@ class ClusterState:
         return self._view_groups[1], self._view_groups[2]
 
     def place(self, job: JobSpec, progress: Progress, arrival: bool = True) -> PlacementPlan | None:
-        """Decide, validate and apply a placement for `job`; None if it must wait."""
+        """Decide, validate and apply a placement for `job`; None if it must wait. An arrival
+        placed co-located may found a group with a co-located job instead (`pair`)."""
         plan = self.decide(job, progress)
-        if plan is not None:
-            self.apply(plan, arrival)
+        if plan is None:
+            return None
+        pairing = self.pair(job, plan, progress) if arrival else None
+        if pairing is not None:
+            self.apply(pairing.plan, arrival)
+            self.apply_regroup(pairing.regroup)
+            return pairing.plan
+        self.apply(plan, arrival)
         return plan
+
+    def pair(self, job: JobSpec, plan: PlacementPlan, progress: Progress) -> Pairing | None:
+        """With `colo_pair`, the validated pairing (core/pairing.py) of an arrival the policy
+        placed co-located (`plan`) with a co-located job not already moving; None otherwise.
+        Its time counts towards the arrival's decision."""
+        if not (self.cfg.colo_pair and plan.case == Case.COLOCATED and self.colocated):
+            return None
+        t0 = time.perf_counter()
+        arriving = self.arriving
+        idle = [g for gid, g in self.colocated.items()
+                if gid not in self.dissolving and g.members[0].job_id not in arriving]
+        view = self.view(progress)
+        pairing = pair_decision(job, plan, view, idle, self.policy, self.cfg.migration_scale, self.cfg.regroup_margin)
+        if pairing is not None:
+            validate_plan(pairing.plan, job, view)
+        if self.decision_ms["arrival"]:
+            self.decision_ms["arrival"][-1] += (time.perf_counter() - t0) * 1e3
+        return pairing
 
     def decide(self, job: JobSpec, progress: Progress) -> PlacementPlan | None:
         """The policy's validated plan for `job` (not applied); None if it must wait."""
@@ -373,11 +405,7 @@ class ClusterState:
         if len(colo) <= COLO_TRIES:
             return small
 
-        def at_stake(g: Group) -> float:
-            job = g.members[0].job
-            left = job.iterations - progress.get(job.job_id, (0, 0.0))[0]
-            return -left * g.cost_per_hour(self.cluster) * g.shape.period_s  # (sorted ascending)
-        keep = {g.group_id for g in sorted(colo, key=at_stake)[:COLO_TRIES]}
+        keep = {g.group_id for g in sorted(colo, key=lambda g: -colocated_stake(g, progress, self.cluster))[:COLO_TRIES]}
         return [g for g in small if g.group_id not in self.colocated or g.group_id in keep]
 
     def _dissolve(self, group: Group, progress: Progress,

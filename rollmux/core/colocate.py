@@ -67,8 +67,11 @@ from rollmux.core.placement import Case, ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 COLO_MARGIN = 0.75  # co-located only when below this share of the disaggregated cost (see above)
+# With co-located pairing (core/pairing.py) a group is founded when a pairing pays for it, so
+# the option value above no longer needs a margin: measured better at 1 (sim/simulator.py SimConfig).
+PAIRED_COLO_MARGIN = 1.0
 
-__all__ = ["COLO_MARGIN", "choose", "colocated_group", "colocated_option", "colocated_phases", "colocated_slo_ok",
+__all__ = ["COLO_MARGIN", "PAIRED_COLO_MARGIN", "choose", "colocated_group", "colocated_option", "colocated_phases", "colocated_slo_ok",
            "iteration_cost", "colocated_gpus", "colocated_nodes", "group_gpus", "is_colocated"]
 
 

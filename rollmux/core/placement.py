@@ -31,6 +31,7 @@ class Case(str, Enum):
     ISOLATED = "isolated"
     TRAIN_SCALING = "train_scaling"  # joined by adding training nodes (core/shapes.py)
     COLOCATED = "colocated"  # the job alone on training nodes, veRL mode (core/colocate.py)
+    PAIRED = "paired"  # a new group founded with a co-located job that moves in (core/pairing.py)
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,17 @@ departure-time repairs are offered (both pure functions over frozen groups):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rollmux.core.colocate import is_colocated
+from rollmux.core.colocate import is_colocated, iteration_cost
 from rollmux.core.group import Group, Member
 from rollmux.core.group_index import progress_rows
+from rollmux.core.inter_group import isolated_plan
+from rollmux.core.intra_group import IntraConfig
 from rollmux.core.marginal import group_cost_per_period, plan_added_cost
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -257,15 +260,39 @@ def remaining_s(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> floa
     return max(job.iterations - done, 0) * per_iter
 
 
-def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView) -> float:
+def alone_cost(job: JobSpec, view: ClusterView, cfg: IntraConfig) -> PlacementPlan | None:
+    """The job alone in a new group of its own (its isolated plan; its `iteration_cost` is what
+    it then costs per iteration), or None when the node caps forbid one."""
+    return isolated_plan(job, view, cfg)
+
+
+def colocated_stake(group: Group, progress: Mapping[str, tuple[int, float]], cluster: ClusterSpec) -> float:
+    """$ a co-located job's own nodes cost over its remaining iterations, at its planned
+    co-located iteration time: what moving it into a group could save at most."""
+    job = group.members[0].job
+    left = max(job.iterations - progress.get(job.job_id, (0, 0.0))[0], 0)
+    return left * group_cost_per_period(group, cluster)
+
+
+def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: IntraConfig) -> float:
     """$ a co-located job saves over its remaining iterations by running in `plan`'s group
     instead: what its own nodes cost per co-located iteration less what the join adds per
-    iteration, the members' stretch included (core/marginal.py). Its $/h alone would not do:
-    a co-located iteration is faster than a shared one, so the job lives longer in a group."""
+    iteration, the members' stretch included (core/marginal.py), while the group's other
+    members still run; once the last of them has left (in as many of its iterations as they
+    have left), it pays for a group of its own per iteration (`alone_cost`; conservative: the
+    group may be filled again). Its $/h alone would not do: a co-located iteration is faster
+    than a shared one, so the job lives longer in a group."""
     job = group.members[0].job
-    done = view.progress.get(job.job_id, (0, 0.0))[0]
-    left = max(job.iterations - done, 0)
-    return left * (group_cost_per_period(group, view.cluster) - plan_added_cost(plan, view))
+    progress = view.progress
+    left = max(job.iterations - progress.get(job.job_id, (0, 0.0))[0], 0)
+    life = max((max(m.job.iterations - progress.get(m.job_id, (0, 0.0))[0], 0)
+                for m in plan.group.members if m.job_id != job.job_id), default=0)
+    shared = min(left, life)
+    saving = left * group_cost_per_period(group, view.cluster) - shared * plan_added_cost(plan, view)
+    if shared < left:
+        alone = alone_cost(job, view, cfg)
+        saving -= (left - shared) * (iteration_cost(alone) if alone is not None else math.inf)
+    return saving
 
 
 def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, scale: float,
@@ -293,7 +320,7 @@ def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, 
     moves, added = planned
     saving = (group.cost_per_hour(cluster) - added) * max(horizon, 0.0) / 3600
     if is_colocated(group):  # priced per iteration, as it was placed
-        saving = min(saving, colocated_saving(group, moves[0].plan, view))
+        saving = min(saving, colocated_saving(group, moves[0].plan, view, policy.cfg))
     if saving <= margin * cost or saving <= 0:
         return None
     return Regroup(group.group_id, tuple(moves), True, saving, cost)

@@ -117,10 +117,10 @@ class PolicyResult:
             return None
         total = sum(self.placements.values()) or 1
         # Co-located placements (core/colocate.py) are listed where the mode was on (the executor
-        # then counts them, if only as 0), training scaling (core/shapes.py) where it placed a
-        # job, so a run without them keeps its JSON.
+        # then counts them, if only as 0), training scaling (core/shapes.py) and pairings
+        # (core/pairing.py) where they placed a job, so a run without them keeps its JSON.
         return {c.value: self.placements.get(c.value, 0) / total for c in Case
-                if c not in (Case.COLOCATED, Case.TRAIN_SCALING) or c.value in self.placements}
+                if c not in (Case.COLOCATED, Case.TRAIN_SCALING, Case.PAIRED) or c.value in self.placements}
 
     def decision_percentiles(self) -> dict[str, dict[str, float]]:
         """p50/p99 (ms) of the decisions of each kind that has any."""

@@ -128,5 +128,6 @@ def test_a_narrowed_colocated_job_runs_on_one_training_node_as_planned():
     per_iter = colocated_iter_s(job, CLUSTER, 100.0, gpus=8)
     assert o.finish_s - o.start_s == pytest.approx(job.iterations * per_iter, rel=1e-9) and o.slo_met
     assert res.cost_usd == pytest.approx(CLUSTER.pools.train.node_price_per_hour * job.iterations * per_iter / 3600)
+    # Without elastic rollout it cannot narrow: an isolated group or two co-located H800 nodes.
     nominal = run_policy("rollmux", [job], CLUSTER, replace(ON, elastic_rollout=False))
-    assert nominal.placements["isolated"] == 1 and res.cost_usd < nominal.cost_usd
+    assert nominal.peak_gpus != res.peak_gpus and res.cost_usd < nominal.cost_usd
