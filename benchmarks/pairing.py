@@ -20,7 +20,6 @@ import argparse
 import time
 from dataclasses import replace
 
-from rollmux.core.colocate import COLO_MARGIN
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.runner import run_policy
@@ -37,7 +36,7 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
     """One row's simulation (a sweep task): "solo-d", "off" or "pair@MARGIN"."""
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
-    cfg = SimConfig(seed=seed, colo_pair=False, colo_margin=COLO_MARGIN)
+    cfg = SimConfig(seed=seed, colo_pair=False)  # (at COLO_MARGIN, its default without pairing)
     if run.startswith("pair@"):
         cfg = replace(cfg, colo_pair=True, colo_margin=float(run.split("@")[1]))
     res = run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg)

@@ -104,9 +104,10 @@ def simulate(
     colocate: bool = typer.Option(True, "--colocate/--no-colocate",
                                   help="An arrival may run co-located on training nodes (veRL mode) when that is "
                                        "cheaper at its SLO (core/colocate.py)."),
-    colo_margin: float = typer.Option(1.0, "--colo-margin", min=0.0,
-                                      help="Co-located only when below this share of the disaggregated cost "
-                                           "(0.75 measured best with --no-colo-pair, core/colocate.py)."),
+    colo_margin: Optional[float] = typer.Option(None, "--colo-margin", min=0.0,
+                                                help="Co-located only when below this share of the disaggregated "
+                                                     "cost (default: 1 with --colo-pair, 0.75 without; "
+                                                     "core/colocate.py)."),
     colo_regroup: bool = typer.Option(True, "--colo-regroup/--no-colo-regroup",
                                       help="A co-located job may later move into a group (a priced migration) when "
                                            "that costs less per iteration (core/regroup.py)."),

@@ -18,7 +18,7 @@ import numpy as np
 from rollmux.core.accounting import Ledger
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colo_model import colocated_iter_s
-from rollmux.core.colocate import COLO_MARGIN, colocated_group, colocated_phases, group_gpus
+from rollmux.core.colocate import COLO_MARGIN, PAIRED_COLO_MARGIN, colocated_group, colocated_phases, group_gpus
 from rollmux.core.compaction import compactions, narrowed
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate, measured_spec
@@ -72,7 +72,9 @@ class SchedulerConfig:
     # a live job must be able to run its rollout on training GPUs (`rollmux serve --colocate`).
     colocate: bool = False
     colo_speed: float = 1.0       # co-located phases run this many times as fast as calibrated
-    colo_margin: float = COLO_MARGIN  # co-located only when below this share of the disaggregated cost
+    # Co-located only when below this share of the disaggregated cost (core/colocate.py); None:
+    # PAIRED_COLO_MARGIN with `colo_pair`, else COLO_MARGIN (`colocation_margin`).
+    colo_margin: float | None = None
     # With elastic rollout too, a co-located job with more rollout than training GPUs may run on
     # its training GPUs' nodes, its rollout narrowed (core/colo_model.py `narrowed_gpus`).
     colo_narrow: bool = True
@@ -97,6 +99,12 @@ class SchedulerConfig:
     # only), tried at a member's iteration end, at most once per `compact_every_s` per group.
     compact: bool = True
     compact_every_s: float = 1800.0
+
+    def colocation_margin(self) -> float:
+        """`colo_margin`, or by default the margin measured best with or without `colo_pair`."""
+        if self.colo_margin is not None:
+            return self.colo_margin
+        return PAIRED_COLO_MARGIN if self.colo_pair else COLO_MARGIN
 
 
 # Co-located jobs a departure's consolidation pass tries to move into groups, at most.

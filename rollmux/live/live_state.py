@@ -118,7 +118,7 @@ class LiveState:
         # nodes for every phase (core/colo_controller.py), and the job must honour a rollout
         # permit on pool "train" (the veRL way). Off by default (SchedulerConfig).
         policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed,
-                                  colo_margin=cfg.colo_margin)
+                                  colo_margin=cfg.colocation_margin())
         # Stretch pricing (core/marginal.py) only chooses among the same nominal-shape options,
         # so the service honours it; it is off in SchedulerConfig by default.
         policy.stretch_pricing = cfg.stretch_pricing

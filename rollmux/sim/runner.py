@@ -27,7 +27,7 @@ def rollmux_policy(cfg: SimConfig) -> RollMuxPlacement:
     """RollMux's placement as `rollmux simulate` runs it with `cfg`: its admission, the
     co-located mode, flexible shapes and stretch pricing as the config sets them."""
     policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed,
-                              colo_margin=cfg.colo_margin)
+                              colo_margin=cfg.colocation_margin())
     policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
     policy.stretch_pricing = cfg.stretch_pricing  # core/marginal.py
     policy.colo_narrow = cfg.colo_narrow  # core/colo_model.py (with elastic rollout)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
-from rollmux.core.colocate import PAIRED_COLO_MARGIN
 from rollmux.core.elastic import member_rollout_gpus
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import ROLLOUT, TRAIN, Grant
@@ -53,9 +52,9 @@ class SimConfig(SchedulerConfig):
     regrouping"); the 10,000-job run stays within its 5-minute target (101 s CPU). Co-located
     pairing (`--colo-pair`, core/pairing.py): an arrival may found a group with a co-located
     job; it paid on 28 of 28 paper-profile and catalog traces; with it, co-location is taken
-    whenever it is cheaper per iteration (`colo_margin` PAIRED_COLO_MARGIN = 1: a group now
-    gets founded when pairing pays for it, so the margin that kept arrivals out of co-location
-    to seed groups costs more than it brings; benchmarks/README.md, "Co-located pairing")."""
+    whenever it is cheaper per iteration (`colocation_margin()` is then PAIRED_COLO_MARGIN = 1: a
+    group gets founded when pairing pays for it, so the margin that kept arrivals out of
+    co-location to seed groups costs more than it brings; benchmarks/README.md, "Co-located pairing")."""
 
     intra: IntraConfig = field(default_factory=lambda: IntraConfig(plan="mean"))
     colocate: bool = True
@@ -63,7 +62,6 @@ class SimConfig(SchedulerConfig):
     elastic_rollout: bool = True
     colo_regroup: bool = True
     colo_pair: bool = True
-    colo_margin: float = PAIRED_COLO_MARGIN
 
 
 class SimulationStalled(RuntimeError):

@@ -8,9 +8,11 @@ mode (core/colocate.py) and stretch pricing (core/marginal.py: a join is charged
 members' stretch and placement takes the option that adds least). Three more switches act
 through these: a co-located job may later move into a group (`--colo-regroup`,
 core/regroup.py), a group may give back an idle rollout node by narrowing the members
-pinned there (`--compact`, core/compaction.py, through elastic rollout), and a co-located job
+pinned there (`--compact`, core/compaction.py, through elastic rollout), a co-located job
 may run on its training GPUs' nodes with its rollout narrowed (`--colo-narrow`,
-core/colo_model.py, through both the co-located mode and elastic rollout); each one's "only"
+core/colo_model.py, through both the co-located mode and elastic rollout), and an arrival may
+found a group with a co-located job that moves in (`--colo-pair`, core/pairing.py; the
+co-located margin follows it: 1 with pairing, 0.75 without, `colocation_margin`); each one's "only"
 row turns the switches it needs on too. Each row runs RollMux with
 priced migrations and drift repair on the study's Philly-driven traces (paper and catalog
 profiles) and on the same traces with 30% of the jobs drifting (moderate severity, as in the
@@ -18,8 +20,8 @@ drift section):
 
 * "all off": none of them (RollMux before issue 14);
 * "only X": all off but X, so each mechanism is measured alone against that row (co-located
-  jobs regrouping: against "only co-located mode"; compaction: against "only elastic rollout";
-  narrowed co-location: against both);
+  jobs regrouping and co-located pairing: against "only co-located mode"; compaction: against
+  "only elastic rollout"; narrowed co-location: against both);
 * "default": the shipped defaults, whatever they turn on;
 * "default without X" / "default with X": the default with one switch flipped.
 
@@ -81,6 +83,7 @@ MECHANISMS = (
               needs=(COLOCATED_MODE,)),
     Mechanism("narrowed co-location", "--colocate --elastic-rollout --colo-narrow", "colo_narrow", True, False,
               needs=(COLOCATED_MODE, ELASTIC_ROLLOUT)),
+    Mechanism("co-located pairing", "--colocate --colo-pair", "colo_pair", True, False, needs=(COLOCATED_MODE,)),
     Mechanism("stretch pricing", "--stretch-pricing", "stretch_pricing", True, False),
 )
 

@@ -1,0 +1,126 @@
+"""Co-located pairing (core/pairing.py): an arrival founds a group with a co-located job."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.env import SimEnvironment
+from rollmux.core.marginal import plan_added_cost
+from rollmux.core.pairing import pair_saving
+from rollmux.core.placement import Case, validate_plan
+from rollmux.core.regroup import alone_cost, colocated_saving, plan_moves
+from rollmux.sim.runner import rollmux_policy, run_policy
+from rollmux.sim.simulator import SimConfig, Simulation
+from tests.factories import make_cluster, make_job
+
+CLUSTER = make_cluster()
+ON = SimConfig()
+COSTS = {"colo_a": 2.0, "colo_b": 3.0, "alone_a": 4.0, "alone_b": 5.0, "pair": 4.5}
+
+
+def balanced(job_id: str, arrival: float = 0.0, duration: float = 100_000.0, slo: float = 1.5):
+    """An 8:8 job whose phases are as long as each other: co-located alone, two of them
+    interleave in one group (one rolls out while the other trains)."""
+    return make_job(job_id, rollout=150.0, train=150.0, arrival=arrival, duration=duration, slo=slo)
+
+
+def _state(colo_pair: bool = True) -> ClusterState:
+    return ClusterState(SimEnvironment(), CLUSTER, rollmux_policy(ON), replace(ON, colo_pair=colo_pair))
+
+
+def test_pair_saving_shares_the_common_iterations():
+    a, b = make_job("a"), make_job("b", duration=50_000.0)
+    n = b.iterations
+    assert pair_saving(a, b, n, COSTS) == pytest.approx(n * (2.0 + 3.0 - 4.5))
+
+
+def test_pair_saving_charges_whoever_outlives_the_other_alone():
+    a, b = make_job("a"), make_job("b", duration=50_000.0)
+    left_a = b.iterations + 100  # a runs 100 iterations after b has left: alone, at 4 instead of 2
+    assert pair_saving(a, b, left_a, COSTS) == pytest.approx(b.iterations * 0.5 - 100 * 2.0)
+    left_a = b.iterations - 100  # b runs 100 alone: at 5 instead of 3
+    assert pair_saving(a, b, left_a, COSTS) == pytest.approx(left_a * 0.5 - 100 * 2.0)
+
+
+def test_an_arrival_founds_a_group_with_a_colocated_job_that_moves_in():
+    st = _state()
+    a, b = balanced("a"), balanced("b")
+    st.place(a, {})
+    colo_a = next(iter(st.colocated))
+    plan_b = st.decide(b, {"a": (3, 1000.0)})
+    assert plan_b.case == Case.COLOCATED  # alone it would run co-located too
+    pairing = st.pair(b, plan_b, {"a": (3, 1000.0)})
+    assert pairing is not None and pairing.saving_usd > 0
+    assert pairing.plan.case == Case.PAIRED and pairing.plan.group.job_ids() == ("b",)
+    assert pairing.plan.group.n_rollout == pairing.plan.group.n_train == 1
+    (move,) = pairing.regroup.moves
+    assert pairing.regroup.group_id == colo_a and pairing.regroup.dissolve
+    assert move.job_id == "a" and move.plan.group.group_id == pairing.plan.group.group_id
+    assert set(move.plan.group.job_ids()) == {"a", "b"} and move.migration_s > 0
+
+
+def test_place_applies_the_pairing_and_reserves_the_movers_slot():
+    st = _state()
+    st.place(balanced("a"), {})
+    plan = st.place(balanced("b"), {"a": (3, 1000.0)})
+    assert plan.case == Case.PAIRED and st.cases == {"colocated": 1, "paired": 1}
+    assert "a" in st.arriving and st.arriving["a"].plan.group.group_id == plan.group.group_id
+    assert st.ledger.nodes == {"rollout": 1, "train": 2}  # a's own node stays until it has moved
+    assert sum(st.why.to_json()["placements"].values()) == 0  # a pairing is no isolated placement
+
+
+def test_without_colo_pair_the_arrival_runs_colocated():
+    st = _state(colo_pair=False)
+    st.place(balanced("a"), {})
+    assert st.place(balanced("b"), {"a": (3, 1000.0)}).case == Case.COLOCATED
+    assert SchedulerConfig().colo_pair is False and SimConfig().colo_pair is True
+
+
+def test_no_pairing_with_a_colocated_job_that_is_about_to_leave():
+    st = _state()
+    a = balanced("a", duration=3_000.0)  # about ten iterations
+    st.place(a, {})
+    b = balanced("b")
+    assert st.pair(b, st.decide(b, {"a": (a.iterations - 1, 2_900.0)}), {"a": (a.iterations - 1, 2_900.0)}) is None
+
+
+def test_the_paired_plan_passes_the_written_invariants():
+    st = _state()
+    st.place(balanced("a"), {})
+    b = balanced("b")
+    pairing = st.pair(b, st.decide(b, {}), {})
+    validate_plan(pairing.plan, b, st.view({}))  # a new group, provisioned by the plan
+
+
+def test_the_simulated_pair_costs_less_and_meets_both_slos():
+    jobs = [balanced("a"), balanced("b", arrival=1000.0)]
+    sim = Simulation(jobs, CLUSTER, rollmux_policy(ON), ON)
+    res = sim.run()
+    alone = run_policy("rollmux", jobs, CLUSTER, replace(ON, colo_pair=False))
+    assert res.placements == {"colocated": 1, "paired": 1} and alone.placements == {"colocated": 2}
+    assert res.migrations["count"] == 1 and res.migrations["cost_usd"] > 0
+    assert res.slo_attainment == alone.slo_attainment == 1.0
+    assert res.cost_usd < 0.9 * alone.cost_usd  # (about 20% less: one H20 node in place of an H800 one)
+    assert sim.ledger.nodes == {"rollout": 0, "train": 0} and sim.state.colocated == {}
+
+
+def test_a_colocated_mover_is_charged_alone_once_the_groups_others_have_left():
+    st = _state(colo_pair=False)
+    a = balanced("a")
+    st.place(a, {})
+    colo = next(iter(st.colocated.values()))
+    short = balanced("s", duration=3_000.0)  # the group's only member leaves after ~10 iterations
+    st.apply(alone_cost(short, st.view({}), st.policy.cfg), arrival=True)  # (a group of its own)
+    view = st.view({})
+    (move,), _ = plan_moves(colo.members, colo.group_id, view, st.policy, {"a": 100.0}, 0.0)
+    saving = colocated_saving(colo, move.plan, view, st.policy.cfg)
+    shared = short.iterations
+    alone = alone_cost(a, view, st.policy.cfg)
+    per_iter = colo.cost_per_hour(CLUSTER) * colo.shape.period_s / 3600
+    expected = (a.iterations * per_iter - shared * plan_added_cost(move.plan, view)
+                - (a.iterations - shared) * alone.delta_cost_per_hour * alone.group.shape.period_s / 3600)
+    assert saving == pytest.approx(expected) and saving < a.iterations * per_iter - a.iterations * plan_added_cost(
+        move.plan, view)
