@@ -276,6 +276,10 @@ def serve(
                                   help="A job may be placed co-located (veRL mode) when that is cheaper at its SLO: "
                                        "its rollout permits then name pool 'train' and its training nodes, and the "
                                        "job must run its rollout there (a new store only)."),
+    colo_pair: bool = typer.Option(False, "--colo-pair/--no-colo-pair",
+                                   help="With --colocate, an arrival may found a group with a co-located job, which "
+                                        "then migrates into it at its next iteration boundary (core/pairing.py; a "
+                                        "new store only)."),
     elastic_rollout: bool = typer.Option(False, "--elastic-rollout/--no-elastic-rollout",
                                          help="A job may be placed on more or fewer rollout nodes than it declares, "
                                               "and groups give back rollout nodes their members can spare "
@@ -299,6 +303,8 @@ def serve(
         where = parse_listen(listen)
         if (tls_cert is None) != (tls_key is None):
             raise InputError("--tls-cert/--tls-key", "give both or neither")
+        if colo_pair and not colocate:
+            raise InputError("--colo-pair", "pairs co-located jobs: it needs --colocate")
         token = admin_token(admin_token_file)
         journal = _open_store(store, wait_store)
         try:
@@ -310,7 +316,7 @@ def serve(
             telemetry = Telemetry(lambda: holder["core"].request("metrics").result(timeout=10))
             # A new store's knobs (a journal's own config wins on recovery).
             cfg = SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s), repair=repair,
-                                  colocate=colocate, elastic_rollout=elastic_rollout)
+                                  colocate=colocate, colo_pair=colo_pair, elastic_rollout=elastic_rollout)
             core = SchedulerCore(None if recovering and cluster is None else spec.model_dump(), cfg=cfg,
                                  store=journal, heartbeat_timeout_s=heartbeat_timeout, admin_token=token,
                                  lease_min_s=lease_min, telemetry=telemetry, watch_ray_nodes=False, repair=repair)

@@ -400,10 +400,17 @@ class SchedulerCore(Supervision, InProcessApi):
                 self._queue.popleft()
                 continue
             # A job placed again is planned with what was measured of it (times, host memory).
-            plan = self.state.cluster.decide(self.state.planning_spec(jid), self.state.progress(time.time()))
+            spec, progress = self.state.planning_spec(jid), self.state.progress(time.time())
+            plan = self.state.cluster.decide(spec, progress)
             if plan is None:
                 return  # FIFO: the head waits for nodes, and so does everyone behind it
+            # With `colo_pair` an arrival may found a group with a co-located job (core/pairing.py):
+            # its place record, then the mover's slot, as the simulator applies them.
+            pairing = self.state.cluster.pair(spec, plan, progress) if job.epoch == 0 else None
+            plan = plan if pairing is None else pairing.plan
             self._record("place", {"job_id": jid, "plan": plan_to_dict(plan), "arrival": job.epoch == 0})
+            if pairing is not None:
+                self._record("movers", regroup_to_dict(pairing.regroup))
             self._queue.popleft()
             if self.telemetry is not None and job.epoch == 1:
                 self.telemetry.admitted(job.case)

@@ -52,7 +52,7 @@ from rollmux.core.why import REASON_NAMES
 
 log = logging.getLogger("rollmux.telemetry")
 
-ADMISSION_CASES = ("direct_packing", "rollout_scaling", "isolated", "colocated")
+ADMISSION_CASES = ("direct_packing", "rollout_scaling", "isolated", "colocated", "paired")
 ISOLATION_REASONS = REASON_NAMES  # core/why.py's fixed set, in its attribution order
 REFUSAL_REASONS = ("no_token", "bad_token", "forbidden", "bad_request", "not_found", "conflict", "gone", "too_large",
                    "unavailable")

@@ -145,3 +145,58 @@ def _moves_into_a_group(core: SchedulerCore) -> None:
     rollout = core.acquire("x", "rollout", tok["x"])
     assert rollout["pool"] == "rollout" and rollout["switch_s"] > 100  # its migration: a cold start
     assert core.state.cluster.ledger.nodes == {"rollout": 2, "train": 1}
+
+
+def _balanced(job_id: str) -> dict:
+    """An 8:8 job with phases as long as each other: co-located alone, two of them interleave."""
+    return make_job(job_id, rollout=150.0, train=150.0, slo=1.5).model_dump(exclude_none=True)
+
+
+PAIR = replace(COLO, colo_pair=True)
+
+
+def _paired(core: SchedulerCore) -> dict:
+    tok = {"x": core.submit(_balanced("x"))["token"]}
+    _iteration(core, "x", tok["x"])
+    y = core.submit(_balanced("y"))
+    assert y["case"] == "paired" and y["mode"] == "disaggregated" and y["nodes"] == {"rollout": [0], "train": [0]}
+    tok["y"] = y["token"]
+    assert core.state.jobs["x"].migrate and "x" in core.state.cluster.arriving
+    return tok
+
+
+def test_an_arrival_founds_a_group_with_a_colocated_job_that_moves_in():
+    core = SchedulerCore(CLUSTER, cfg=PAIR)
+    try:
+        tok = _paired(core)
+        _iteration(core, "x", tok["x"])  # its boundary: it leaves its training node
+        status = core.status()
+        assert status["colocated"] == [] and status["groups"][0]["members"] == ["y", "x"]
+        core.acquire("y", "rollout", tok["y"])
+        core.release("y", "rollout", TIMINGS, tok["y"])
+        rollout = core.acquire("x", "rollout", tok["x"])
+        assert rollout["pool"] == "rollout" and rollout["switch_s"] > 100  # its migration: a cold start
+        assert core.state.cluster.ledger.nodes == {"rollout": 1, "train": 1}
+        assert core.state.cluster.cases == {"colocated": 1, "paired": 1}
+    finally:
+        core.shutdown()
+
+
+def test_without_colo_pair_the_arrival_runs_colocated(core):
+    core.submit(_balanced("x"))
+    assert core.submit(_balanced("y"))["case"] == "colocated" and not core.state.cluster.arriving
+
+
+def test_a_restart_keeps_the_pairing_and_the_movers_reserved_slot(url):
+    core = SchedulerCore(CLUSTER, cfg=PAIR, store=url)
+    tok = _paired(core)
+    before = core.status()
+    core.shutdown()
+    again = SchedulerCore(None, store=url)
+    try:
+        assert again.state.cfg.colo_pair and again.status()["groups"] == before["groups"]
+        assert again.state.jobs["x"].migrate and again.state.jobs["y"].case == "paired"
+        _iteration(again, "x", tok["x"])
+        assert again.status()["groups"][0]["members"] == ["y", "x"] and again.status()["colocated"] == []
+    finally:
+        again.shutdown()

@@ -204,6 +204,14 @@ def test_a_bad_listen_address_stops_rollmux_serve_with_one_line(tmp_path, listen
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+def test_colo_pair_without_colocate_stops_rollmux_serve_with_one_line(tmp_path):
+    out = _rollmux("serve", "--store", str(tmp_path / "j.db"), "--admin-token-file", str(tmp_path / "t"),
+                   "--colo-pair")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "--colo-pair" in out.stderr and "--colocate" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_serve_colocate_places_a_job_on_its_training_nodes_over_http(tmp_path):
     store = str(tmp_path / "j.db")
     server = ProcessServer(store, tmp_path, extra=["--colocate"])
