@@ -7,9 +7,11 @@ from dataclasses import replace
 import pytest
 
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.colocate import iteration_cost
 from rollmux.core.env import SimEnvironment
-from rollmux.core.marginal import plan_added_cost
-from rollmux.core.pairing import pair_saving
+from rollmux.core.intra_group import job_planning_times
+from rollmux.core.marginal import group_cost_per_period, plan_added_cost
+from rollmux.core.pairing import least_busy, least_cycle, pair_decision, pair_saving, saving_bound
 from rollmux.core.placement import Case, validate_plan
 from rollmux.core.regroup import alone_cost, colocated_saving, plan_moves
 from rollmux.sim.runner import rollmux_policy, run_policy
@@ -124,3 +126,22 @@ def test_a_colocated_mover_is_charged_alone_once_the_groups_others_have_left():
                 - (a.iterations - shared) * alone.delta_cost_per_hour * alone.group.shape.period_s / 3600)
     assert saving == pytest.approx(expected) and saving < a.iterations * per_iter - a.iterations * plan_added_cost(
         move.plan, view)
+
+
+@pytest.mark.parametrize("rollout, train", [(150.0, 150.0), (400.0, 100.0), (60.0, 300.0)])
+def test_the_saving_bound_is_never_below_the_planned_saving(rollout, train):
+    st = _state()
+    a = make_job("a", rollout=150.0, train=150.0, slo=1.8)
+    st.place(a, {})
+    colo = next(iter(st.colocated.values()))
+    b = make_job("b", rollout=rollout, train=train, slo=1.8)
+    plan = st.decide(b, {})
+    cfg, view = st.policy.cfg, st.view({})
+    own = alone_cost(b, view, cfg)
+    least = (job_planning_times(b, cfg).train, least_cycle(b, cfg), least_busy(b, cfg, CLUSTER))
+    bound = saving_bound(a, a.iterations, group_cost_per_period(colo, CLUSTER), b, least, iteration_cost(plan),
+                         own, cfg, CLUSTER, 1.0, 2.0)
+    pairing = pair_decision(b, plan, view, [colo], st.policy, 1.0, 2.0)
+    assert pairing is None or bound >= pairing.saving_usd - 1e-9
+    if rollout == train:
+        assert pairing is not None  # (the balanced pair is worth planning, and pays)
