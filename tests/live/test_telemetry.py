@@ -128,7 +128,7 @@ def test_counters_start_at_zero_for_every_known_label_and_count_events():
     fams = families(t)
     assert values(fams["rollmux_admissions"], "rollmux_admissions_total") == {
         (("case", "direct_packing"),): 2.0, (("case", "rollout_scaling"),): 0.0, (("case", "isolated"),): 1.0,
-        (("case", "colocated"),): 0.0}
+        (("case", "colocated"),): 0.0, (("case", "paired"),): 0.0}
     refused = values(fams["rollmux_refused_requests"], "rollmux_refused_requests_total")
     assert refused == {**{(("reason", r),): 1.0 for r in REFUSAL_REASONS},
                        (("reason", "bad_token"),): 2.0, (("reason", "other"),): 0.0}
