@@ -65,7 +65,7 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
               caption=f"gain = Solo-D cost ({basis}) / policy cost; slowdown = mean iteration time vs "
                       f"solo, mean and max over jobs; R / T = rollout / training pool; peaks in GPUs; "
                       f"placements = direct packing / "
-                      f"rollout scaling / isolated (+ co-located); migrations = jobs moved between groups (job-hours they stalled); decide ms = policy time per arrival (one placement) · per departure (all its re-placement checks), p50/p99 each; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
+                      f"rollout scaling / isolated (+ co-located + paired); migrations = jobs moved between groups (job-hours they stalled); decide ms = policy time per arrival (one placement) · per departure (all its re-placement checks), p50/p99 each; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
     for col in ("policy", "cost $", "$/h", "gain", "SLO met", "slowdown", "max", "idle R",
                 "idle T", "peak R", "peak T", "placements", "migrations", "decide ms"):
         # The text cells wrap on a narrow console (140 columns when not a terminal) so that the
@@ -79,6 +79,8 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
                                                   ("direct_packing", "rollout_scaling", "isolated"))
         if p is not None and "colocated" in p:  # the co-located mode was on (core/colocate.py)
             places += f" + {100 * p['colocated']:.0f}% colo"
+        if p is not None and "paired" in p:  # arrivals that founded a group with a co-located job (core/pairing.py)
+            places += f" + {100 * p['paired']:.0f}% paired"
         if p is not None and "train_scaling" in p:  # joined by adding training nodes (core/shapes.py)
             places += f" + {100 * p['train_scaling']:.0f}% train-scaled"
         t.add_row(name, f"{r.cost_usd:,.0f}", f"{r.cost_per_hour:,.1f}",
