@@ -34,10 +34,11 @@ from dataclasses import dataclass, replace
 from rollmux.core.colocate import iteration_cost
 from rollmux.core.elastic import nonscaling_share
 from rollmux.core.group import Group
+from rollmux.core.inter_group import isolated_plan
 from rollmux.core.intra_group import IntraConfig, job_planning_times
 from rollmux.core.marginal import group_cost_per_period
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.regroup import Regroup, _with_plan, alone_cost, dissolve_decision, migration_seconds, slice_rate
+from rollmux.core.regroup import Regroup, _with_plan, dissolve_decision, migration_seconds, slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 # Co-located jobs an arrival prices a pairing with, at most (each a placement search).
@@ -111,7 +112,7 @@ def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocate
     Of those, only candidates whose `saving_bound` could beat the best pairing found (or 0) are
     planned (a placement search each), best bound first."""
     cfg, cluster, progress = policy.cfg, view.cluster, view.progress
-    own = alone_cost(job, view, cfg)
+    own = isolated_plan(job, view, cfg)
     if own is None or not colocated:
         return None
     b_least = (job_planning_times(job, cfg).train, least_cycle(job, cfg), least_busy(job, cfg, cluster))
@@ -135,7 +136,7 @@ def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocate
         if bound <= (0.0 if best is None else best.saving_usd):
             break
         d = dissolve_decision(g, room, policy, scale, margin)
-        alone_a = None if d is None else alone_cost(g.members[0].job, view, cfg)
+        alone_a = None if d is None else isolated_plan(g.members[0].job, view, cfg)
         if alone_a is None:
             continue
         costs = {"colo_a": colo_a, "colo_b": colo_b, "alone_a": iteration_cost(alone_a),

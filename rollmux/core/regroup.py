@@ -260,12 +260,6 @@ def remaining_s(job: JobSpec, progress: Mapping[str, tuple[int, float]]) -> floa
     return max(job.iterations - done, 0) * per_iter
 
 
-def alone_cost(job: JobSpec, view: ClusterView, cfg: IntraConfig) -> PlacementPlan | None:
-    """The job alone in a new group of its own (its isolated plan; its `iteration_cost` is what
-    it then costs per iteration), or None when the node caps forbid one."""
-    return isolated_plan(job, view, cfg)
-
-
 def colocated_stake(group: Group, progress: Mapping[str, tuple[int, float]], cluster: ClusterSpec) -> float:
     """$ a co-located job's own nodes cost over its remaining iterations, at its planned
     co-located iteration time: what moving it into a group could save at most."""
@@ -279,7 +273,7 @@ def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: 
     instead: what its own nodes cost per co-located iteration less what the join adds per
     iteration, the members' stretch included (core/marginal.py), while the group's other
     members still run; once the last of them has left (in as many of its iterations as they
-    have left), it pays for a group of its own per iteration (`alone_cost`; conservative: the
+    have left), it pays for a group of its own per iteration (its `isolated_plan`; conservative: the
     group may be filled again). Its $/h alone would not do: a co-located iteration is faster
     than a shared one, so the job lives longer in a group."""
     job = group.members[0].job
@@ -290,7 +284,7 @@ def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: 
     shared = min(left, life)
     saving = left * group_cost_per_period(group, view.cluster) - shared * plan_added_cost(plan, view)
     if shared < left:
-        alone = alone_cost(job, view, cfg)
+        alone = isolated_plan(job, view, cfg)
         saving -= (left - shared) * (iteration_cost(alone) if alone is not None else math.inf)
     return saving
 

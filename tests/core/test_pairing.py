@@ -9,11 +9,12 @@ import pytest
 from rollmux.core.cluster_state import ClusterState, SchedulerConfig
 from rollmux.core.colocate import iteration_cost
 from rollmux.core.env import SimEnvironment
+from rollmux.core.inter_group import isolated_plan
 from rollmux.core.intra_group import job_planning_times
 from rollmux.core.marginal import group_cost_per_period, plan_added_cost
 from rollmux.core.pairing import least_busy, least_cycle, pair_decision, pair_saving, saving_bound
 from rollmux.core.placement import Case, validate_plan
-from rollmux.core.regroup import alone_cost, colocated_saving, plan_moves
+from rollmux.core.regroup import colocated_saving, plan_moves
 from rollmux.sim.runner import rollmux_policy, run_policy
 from rollmux.sim.simulator import SimConfig, Simulation
 from tests.factories import make_cluster, make_job
@@ -115,12 +116,12 @@ def test_a_colocated_mover_is_charged_alone_once_the_groups_others_have_left():
     st.place(a, {})
     colo = next(iter(st.colocated.values()))
     short = balanced("s", duration=3_000.0)  # the group's only member leaves after ~10 iterations
-    st.apply(alone_cost(short, st.view({}), st.policy.cfg), arrival=True)  # (a group of its own)
+    st.apply(isolated_plan(short, st.view({}), st.policy.cfg), arrival=True)  # (a group of its own)
     view = st.view({})
     (move,), _ = plan_moves(colo.members, colo.group_id, view, st.policy, {"a": 100.0}, 0.0)
     saving = colocated_saving(colo, move.plan, view, st.policy.cfg)
     shared = short.iterations
-    alone = alone_cost(a, view, st.policy.cfg)
+    alone = isolated_plan(a, view, st.policy.cfg)
     per_iter = colo.cost_per_hour(CLUSTER) * colo.shape.period_s / 3600
     expected = (a.iterations * per_iter - shared * plan_added_cost(move.plan, view)
                 - (a.iterations - shared) * alone.delta_cost_per_hour * alone.group.shape.period_s / 3600)
@@ -137,7 +138,7 @@ def test_the_saving_bound_is_never_below_the_planned_saving(rollout, train):
     b = make_job("b", rollout=rollout, train=train, slo=1.8)
     plan = st.decide(b, {})
     cfg, view = st.policy.cfg, st.view({})
-    own = alone_cost(b, view, cfg)
+    own = isolated_plan(b, view, cfg)
     least = (job_planning_times(b, cfg).train, least_cycle(b, cfg), least_busy(b, cfg, CLUSTER))
     bound = saving_bound(a, a.iterations, group_cost_per_period(colo, CLUSTER), b, least, iteration_cost(plan),
                          own, cfg, CLUSTER, 1.0, 2.0)
