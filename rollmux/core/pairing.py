@@ -109,8 +109,8 @@ def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocate
     the running co-located jobs `colocated` (none moving), or None when none pays for itself
     `margin` times over (module docstring). `scale` stretches migrations (SchedulerConfig).
 
-    Of those, only candidates whose `saving_bound` could beat the best pairing found (or 0) are
-    planned (a placement search each), best bound first."""
+    Of the PAIR_TRIES candidates, only those whose `saving_bound` could beat the best pairing
+    found (or 0) are planned (a placement search each), best bound first."""
     cfg, cluster, progress = policy.cfg, view.cluster, view.progress
     own = isolated_plan(job, view, cfg)
     if own is None or not colocated:
