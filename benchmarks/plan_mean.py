@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound

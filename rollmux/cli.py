@@ -6,23 +6,21 @@ Bad input of any kind exits with status 2 and one line naming the place.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rollmux.core.cluster_state import SchedulerConfig
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import ConfigError, SchedulerConfig
 from rollmux.core.trace_io import dump_jobs, load_cluster, load_jobs, parse_jobs
 from rollmux.errors import InputError, has_extra, require_extra
 from rollmux.sim.report import comparison_table
 from rollmux.sim.runner import DEFAULT_POLICIES, compare
-from rollmux.sim.simulator import SimConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RollMux: multiplex RL post-training jobs across rollout and training pools.")
@@ -63,104 +61,156 @@ def _drop_unplaceable(jobs, cluster, skip: bool):
     return kept
 
 
+# Each scheduler flag overrides one setting of the chosen profile (core/config.py); a flag
+# left out keeps the profile's value. Shared by `simulate` and `serve`.
+SETTING_OF_FLAG = {
+    "--max-group-size": "placement.max_group_size",
+    "--migration": "intra_group.migration",
+    "--plan-quantile": "admission.quantile",
+    "--plan": "admission.plan",
+    "--plan-z": "admission.z",
+    "--shrink": "regroup.shrink",
+    "--regroup": "regroup.enabled",
+    "--migration-scale": "regroup.migration_scale",
+    "--regroup-margin": "regroup.margin",
+    "--repair": "regroup.repair",
+    "--consolidate": "regroup.consolidate",
+    "--train-scaling": "shapes.train_scaling",
+    "--elastic-rollout": "shapes.elastic_rollout",
+    "--order": "intra_group.order",
+    "--colocate": "colocation.enabled",
+    "--colo-margin": "colocation.margin",
+    "--colo-regroup": "colocation.regroup",
+    "--colo-pair": "colocation.pair",
+    "--colo-narrow": "colocation.narrow",
+    "--colo-speed": "colocation.speed",
+    "--compact": "compaction.enabled",
+    "--stretch-pricing": "placement.pricing",
+}
+STATIC = {"regroup.shrink": False, "regroup.enabled": False, "regroup.repair": False, "compaction.enabled": False}
+_PROFILE_HELP = "Named configuration: shipped (the default: the best measured), paper (the published system) or groups."
+
+
+def scheduler_config(profile: str, flags: dict[str, object], static: bool = False,
+                     sets: list[str] | None = None) -> SchedulerConfig:
+    """The profile with every `--set SETTING=VALUE` and every given flag (`SETTING_OF_FLAG` name ->
+    value, None: not given) as an override; InputError naming the flag of the first bad setting."""
+    overrides: dict[str, object] = dict(STATIC) if static else {}
+    for item in sets or ():
+        setting, eq, value = item.partition("=")
+        if not eq:
+            raise InputError("--set", f"expected SETTING=VALUE, got {item!r}")
+        try:
+            overrides[setting.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            raise InputError("--set", f"{setting.strip()}: not a value: {value!r}") from None
+    for flag, value in flags.items():
+        if value is not None:
+            setting = SETTING_OF_FLAG[flag]
+            overrides[setting] = ({True: "stretch", False: "delta"}[value]
+                                  if setting == "placement.pricing" else value)
+    try:
+        return SchedulerConfig.profile(profile).with_overrides(overrides)
+    except ConfigError as exc:
+        given = [f for f, setting in SETTING_OF_FLAG.items() if setting == exc.setting and flags.get(f) is not None]
+        set_names = {item.partition("=")[0].strip() for item in sets or ()}
+        where = ("--profile" if exc.setting == "profile" else f"{given[0]} ({exc.setting})" if given
+                 else f"--set {exc.setting}" if exc.setting in set_names else exc.setting)
+        raise InputError(where, exc.message) from None
+
+
+def _flag(default_help: str) -> str:
+    return f"{default_help} [default: the profile's]"
+
+
 @app.command()
 def simulate(
     jobs: Optional[Path] = typer.Option(None, "--jobs", help="Job trace (JSONL); default: the embedded 200-job Philly-driven trace."),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML); default: the paper's H20/H800 cluster."),
     policy: Optional[list[str]] = typer.Option(None, "--policy", help="rollmux, solo-d, verl, random, greedy, gavel (repeatable)."),
+    profile: str = typer.Option("shipped", "--profile", help=_PROFILE_HELP),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="SETTING=VALUE overriding one setting of the profile, "
+                                                                "e.g. colocation.pair=false (repeatable; core/config.py)."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
-    max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs per co-execution group."),
-    migration: bool = typer.Option(True, "--migration/--no-migration", help="Long-tail migration at run time."),
-    plan_quantile: float = typer.Option(1.0, "--plan-quantile", min=0.5, max=1.0,
-                                        help="Rollout quantile used for SLO admission with --plan worst; 1.0 = worst case."),
-    plan: str = typer.Option(SimConfig().intra.plan, "--plan",
-                             help="SLO admission: worst (every rollout at its cap) or mean (each member's mean "
-                                  "iteration time within its SLO with confidence, core/admission.py)."),
-    plan_z: float = typer.Option(IntraConfig.plan_z, "--plan-z", min=0.0,
-                                 help="--plan mean: one-sided normal quantile of the confidence term (3.09 ~ 99.9%)."),
+    max_group_size: Optional[int] = typer.Option(None, "--max-group-size", min=1, help=_flag("Most jobs per co-execution group.")),
+    migration: Optional[bool] = typer.Option(None, "--migration/--no-migration", help=_flag("Long-tail migration at run time.")),
+    plan_quantile: Optional[float] = typer.Option(None, "--plan-quantile", min=0.5, max=1.0,
+                                                  help=_flag("Rollout quantile used for SLO admission with --plan worst; 1.0 = worst case.")),
+    plan: Optional[str] = typer.Option(None, "--plan",
+                                       help=_flag("SLO admission: worst (every rollout at its cap) or mean (each member's mean "
+                                                  "iteration time within its SLO with confidence, core/admission.py).")),
+    plan_z: Optional[float] = typer.Option(None, "--plan-z", min=0.0,
+                                           help=_flag("--plan mean: one-sided normal quantile of the confidence term (3.09 ~ 99.9%).")),
     skip_unplaceable: bool = typer.Option(False, "--skip-unplaceable", help="Drop jobs no node can hold, with a warning."),
-    shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Release nodes a group no longer needs when members leave."),
-    regroup: bool = typer.Option(True, "--regroup/--no-regroup",
-                                 help="Dissolve a group whose remaining members fit elsewhere for less."),
-    migration_scale: float = typer.Option(1.0, "--migration-scale", min=0.0,
-                                          help="Stretch every migration's time (state moved + cold start); 1 = calibrated."),
-    regroup_margin: float = typer.Option(2.0, "--regroup-margin", min=0.0,
-                                         help="A regroup must save this many times what its migrations cost."),
-    repair: bool = typer.Option(True, "--repair/--no-repair",
-                                help="Re-plan groups from measured phase times; move members a drifted group cannot keep."),
+    shrink: Optional[bool] = typer.Option(None, "--shrink/--no-shrink", help=_flag("Release nodes a group no longer needs when members leave.")),
+    regroup: Optional[bool] = typer.Option(None, "--regroup/--no-regroup",
+                                           help=_flag("Dissolve a group whose remaining members fit elsewhere for less.")),
+    migration_scale: Optional[float] = typer.Option(None, "--migration-scale", min=0.0,
+                                                    help=_flag("Stretch every migration's time (state moved + cold start); 1 = calibrated.")),
+    regroup_margin: Optional[float] = typer.Option(None, "--regroup-margin", min=0.0,
+                                                   help=_flag("A regroup must save this many times what its migrations cost.")),
+    repair: Optional[bool] = typer.Option(None, "--repair/--no-repair",
+                                          help=_flag("Re-plan groups from measured phase times; move members a drifted group cannot keep.")),
     flat_sync: bool = typer.Option(False, "--flat-sync", help="Weight sync sends one copy per rollout node over the inter-pool link."),
-    consolidate: int = typer.Option(2, "--consolidate", min=0,
-                                    help="On any departure, also try to dissolve groups of at most N members."),
+    consolidate: Optional[int] = typer.Option(None, "--consolidate", min=0,
+                                              help=_flag("On any departure, also try to dissolve groups of at most N members.")),
     static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup "
                                                        "--no-repair --no-compact."),
-    train_scaling: bool = typer.Option(False, "--train-scaling/--no-train-scaling",
-                                       help="A job may join a group by adding the training nodes it lacks (core/shapes.py)."),
-    elastic_rollout: bool = typer.Option(True, "--elastic-rollout/--no-elastic-rollout",
-                                         help="A job may roll out on fewer or more rollout nodes than nominal (core/elastic.py)."),
-    order: str = typer.Option("rr", "--order",
-                              help="Order inside a group: rr (round robin) or slo (a tight member may run "
-                                   "more often per meta-iteration, core/slo_order.py)."),
-    colocate: bool = typer.Option(True, "--colocate/--no-colocate",
-                                  help="An arrival may run co-located on training nodes (veRL mode) when that is "
-                                       "cheaper at its SLO (core/colocate.py)."),
+    train_scaling: Optional[bool] = typer.Option(None, "--train-scaling/--no-train-scaling",
+                                                 help=_flag("A job may join a group by adding the training nodes it lacks (core/shapes.py).")),
+    elastic_rollout: Optional[bool] = typer.Option(None, "--elastic-rollout/--no-elastic-rollout",
+                                                   help=_flag("A job may roll out on fewer or more rollout nodes than nominal (core/elastic.py).")),
+    order: Optional[str] = typer.Option(None, "--order",
+                                        help=_flag("Order inside a group: rr (round robin) or slo (a tight member may run "
+                                                   "more often per meta-iteration, core/slo_order.py).")),
+    colocate: Optional[bool] = typer.Option(None, "--colocate/--no-colocate",
+                                            help=_flag("An arrival may run co-located on training nodes (veRL mode) when that is "
+                                                       "cheaper at its SLO (core/colocate.py).")),
     colo_margin: Optional[float] = typer.Option(None, "--colo-margin", min=0.0,
-                                                help="Co-located only when below this share of the disaggregated "
-                                                     "cost (default: 1 with --colo-pair, 0.75 without; "
-                                                     "core/colocate.py)."),
-    colo_regroup: bool = typer.Option(True, "--colo-regroup/--no-colo-regroup",
-                                      help="A co-located job may later move into a group (a priced migration) when "
-                                           "that costs less per iteration (core/regroup.py)."),
-    colo_pair: bool = typer.Option(True, "--colo-pair/--no-colo-pair",
-                                   help="An arrival that would run co-located may found a group with a co-located "
-                                        "job, which migrates into it (priced), when that saves more (core/pairing.py)."),
-    colo_narrow: bool = typer.Option(True, "--colo-narrow/--no-colo-narrow",
-                                     help="With --elastic-rollout, a co-located job with more rollout than training "
-                                          "GPUs may run on its training GPUs' nodes, its rollout narrowed "
-                                          "(core/colo_model.py)."),
-    colo_speed: float = typer.Option(1.0, "--colo-speed",
-                                     help="Co-located phases run this many times as fast as calibrated (sensitivity)."),
-    compact: bool = typer.Option(True, "--compact/--no-compact",
-                                 help="A group gives back an idle rollout node when the members pinned there can "
-                                      "narrow onto their other nodes within their SLOs (core/compaction.py)."),
-    stretch_pricing: bool = typer.Option(True, "--stretch-pricing/--no-stretch-pricing",
-                                         help="Place each job where it adds least per iteration, the members' stretch "
-                                              "included (core/marginal.py); off: the first valid option in Δ order."),
+                                                help=_flag("Co-located only when below this share of the disaggregated "
+                                                           "cost (unset: 1 with --colo-pair, 0.75 without; core/colocate.py).")),
+    colo_regroup: Optional[bool] = typer.Option(None, "--colo-regroup/--no-colo-regroup",
+                                                help=_flag("A co-located job may later move into a group (a priced migration) when "
+                                                           "that costs less per iteration (core/regroup.py).")),
+    colo_pair: Optional[bool] = typer.Option(None, "--colo-pair/--no-colo-pair",
+                                             help=_flag("An arrival that would run co-located may found a group with a co-located "
+                                                        "job, which migrates into it (priced), when that saves more (core/pairing.py).")),
+    colo_narrow: Optional[bool] = typer.Option(None, "--colo-narrow/--no-colo-narrow",
+                                               help=_flag("With --elastic-rollout, a co-located job with more rollout than training "
+                                                          "GPUs may run on its training GPUs' nodes, its rollout narrowed "
+                                                          "(core/colo_model.py).")),
+    colo_speed: Optional[float] = typer.Option(None, "--colo-speed",
+                                               help=_flag("Co-located phases run this many times as fast as calibrated (sensitivity).")),
+    compact: Optional[bool] = typer.Option(None, "--compact/--no-compact",
+                                           help=_flag("A group gives back an idle rollout node when the members pinned there can "
+                                                      "narrow onto their other nodes within their SLOs (core/compaction.py).")),
+    stretch_pricing: Optional[bool] = typer.Option(None, "--stretch-pricing/--no-stretch-pricing",
+                                                   help=_flag("Place each job where it adds least per iteration, the members' stretch "
+                                                              "included (core/marginal.py); off: the first valid option in Δ order.")),
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:
-        if order not in ("rr", "slo"):
-            raise InputError("--order", f"expected rr or slo, got {order!r}")
-        if plan not in ("worst", "mean"):
-            raise InputError("--plan", f"expected worst or mean, got {plan!r}")
-        if plan == "mean" and plan_quantile != 1.0:
-            raise InputError("--plan-quantile", "applies to --plan worst only")
-        if plan == "mean" and order == "slo":
-            raise InputError("--order", "slo plans with --plan worst only")
-        if not (math.isfinite(colo_speed) and colo_speed > 0):
-            raise InputError("--colo-speed", f"must be a number > 0, got {colo_speed!r}")
+        cfg = scheduler_config(profile, {
+            "--max-group-size": max_group_size, "--migration": migration, "--plan-quantile": plan_quantile,
+            "--plan": plan, "--plan-z": plan_z, "--shrink": shrink, "--regroup": regroup,
+            "--migration-scale": migration_scale, "--regroup-margin": regroup_margin, "--repair": repair,
+            "--consolidate": consolidate, "--train-scaling": train_scaling, "--elastic-rollout": elastic_rollout,
+            "--order": order, "--colocate": colocate, "--colo-margin": colo_margin, "--colo-regroup": colo_regroup,
+            "--colo-pair": colo_pair, "--colo-narrow": colo_narrow, "--colo-speed": colo_speed,
+            "--compact": compact, "--stretch-pricing": stretch_pricing}, static, sets)
         trace = load_jobs(jobs)
         spec, warnings = load_cluster(cluster)
         for w in trace.warnings + warnings:
             err.print(f"[yellow]warning:[/] {w}", highlight=False)
         job_list = _drop_unplaceable(trace.jobs, spec, skip_unplaceable)
-        cfg = SimConfig(seed=seed, max_group_size=max_group_size,
-                        intra=IntraConfig(warm_switch_s=spec.warm_switch_s, migration=migration,
-                                          plan_quantile=plan_quantile, order=order, plan=plan, plan_z=plan_z),
-                        shrink=shrink and not static, regroup=regroup and not static,
-                        repair=repair and not static,
-                        migration_scale=migration_scale, regroup_margin=regroup_margin,
-                        flat_sync=flat_sync, consolidate=consolidate,
-                        train_scaling=train_scaling, elastic_rollout=elastic_rollout,
-                        colocate=colocate, colo_margin=colo_margin, colo_speed=colo_speed, colo_regroup=colo_regroup,
-                        colo_pair=colo_pair, colo_narrow=colo_narrow, stretch_pricing=stretch_pricing, compact=compact and not static)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bar:
             def progress_for(name: str):
                 task = bar.add_task(name, total=len(job_list))
                 return lambda done, total: bar.update(task, completed=done)
-            result = compare(job_list, spec, names, cfg, progress_for)
+            result = compare(job_list, spec, names, cfg, progress_for, seed=seed, flat_sync=flat_sync)
         out.print(comparison_table(result, job_list, spec, trace.source))
         if json_out is not None:
             _write_json(json_out, result.to_json())
@@ -269,22 +319,25 @@ def serve(
     wait_store: float = typer.Option(0.0, "--wait-store", min=0.0,
                                      help="Wait this long for a store another server holds (a Redis writer "
                                           "lease of a killed server lapses after 10 s)."),
-    repair: bool = typer.Option(True, "--repair/--no-repair",
-                                help="Re-plan a group from its jobs' measured phase times and move members it "
-                                     "cannot keep (the simulator's drift repair; a new store only)."),
-    colocate: bool = typer.Option(False, "--colocate/--no-colocate",
-                                  help="A job may be placed co-located (veRL mode) when that is cheaper at its SLO: "
-                                       "its rollout permits then name pool 'train' and its training nodes, and the "
-                                       "job must run its rollout there (a new store only)."),
-    colo_pair: bool = typer.Option(False, "--colo-pair/--no-colo-pair",
-                                   help="With --colocate, an arrival may found a group with a co-located job, which "
-                                        "then migrates into it at its next iteration boundary (core/pairing.py; a "
-                                        "new store only)."),
-    elastic_rollout: bool = typer.Option(False, "--elastic-rollout/--no-elastic-rollout",
-                                         help="A job may be placed on more or fewer rollout nodes than it declares, "
-                                              "and groups give back rollout nodes their members can spare "
-                                              "(compaction): its rollout permits name the nodes it has now, and the "
-                                              "job must roll out on exactly those (a new store only)."),
+    profile: str = typer.Option("shipped", "--profile", help=_PROFILE_HELP + " A new store only."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="SETTING=VALUE overriding one setting of the profile, "
+                                                                "e.g. colocation.pair=false (repeatable; core/config.py)."),
+    repair: Optional[bool] = typer.Option(None, "--repair/--no-repair",
+                                          help=_flag("Re-plan a group from its jobs' measured phase times and move members "
+                                                     "it cannot keep (the simulator's drift repair).")),
+    colocate: Optional[bool] = typer.Option(None, "--colocate/--no-colocate",
+                                            help=_flag("A job may be placed co-located (veRL mode) when that is cheaper at its "
+                                                       "SLO: its rollout permits then name pool 'train' and its training nodes, "
+                                                       "and the job must run its rollout there.")),
+    colo_pair: Optional[bool] = typer.Option(None, "--colo-pair/--no-colo-pair",
+                                             help=_flag("With --colocate, an arrival may found a group with a co-located job, "
+                                                        "which then migrates into it at its next iteration boundary "
+                                                        "(core/pairing.py).")),
+    elastic_rollout: Optional[bool] = typer.Option(None, "--elastic-rollout/--no-elastic-rollout",
+                                                   help=_flag("A job may be placed on more or fewer rollout nodes than it "
+                                                              "declares, and groups give back rollout nodes their members can "
+                                                              "spare (compaction): its rollout permits name the nodes it has "
+                                                              "now, and the job must roll out on exactly those.")),
 ) -> None:
     """Serve the scheduler's authenticated HTTP API until SIGINT/SIGTERM.
 
@@ -296,15 +349,19 @@ def serve(
     from rollmux.live.refusals import ServiceError
     from rollmux.live.server import admin_token, parse_listen
     from rollmux.live.server import serve as run_server
-    from rollmux.live.service import SchedulerCore
+    from rollmux.live.service import SchedulerCore, live_refusal
     from rollmux.live.telemetry import Telemetry
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         where = parse_listen(listen)
         if (tls_cert is None) != (tls_key is None):
             raise InputError("--tls-cert/--tls-key", "give both or neither")
-        if colo_pair and not colocate:
-            raise InputError("--colo-pair", "pairs co-located jobs: it needs --colocate")
+        # A new store's settings (a journal's own config wins on recovery).
+        cfg = scheduler_config(profile, {"--repair": repair, "--colocate": colocate, "--colo-pair": colo_pair,
+                                         "--elastic-rollout": elastic_rollout}, sets=sets)
+        refusal = live_refusal(cfg)
+        if refusal is not None:
+            raise InputError(f"--profile {profile}", refusal)
         token = admin_token(admin_token_file)
         journal = _open_store(store, wait_store)
         try:
@@ -314,12 +371,9 @@ def serve(
                 err.print(f"[yellow]warning:[/] {w}", highlight=False)
             holder: dict = {}
             telemetry = Telemetry(lambda: holder["core"].request("metrics").result(timeout=10))
-            # A new store's knobs (a journal's own config wins on recovery).
-            cfg = SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s), repair=repair,
-                                  colocate=colocate, colo_pair=colo_pair, elastic_rollout=elastic_rollout)
             core = SchedulerCore(None if recovering and cluster is None else spec.model_dump(), cfg=cfg,
                                  store=journal, heartbeat_timeout_s=heartbeat_timeout, admin_token=token,
-                                 lease_min_s=lease_min, telemetry=telemetry, watch_ray_nodes=False, repair=repair)
+                                 lease_min_s=lease_min, telemetry=telemetry, watch_ray_nodes=False)
             holder["core"] = core
         except (JournalError, ServiceError) as exc:
             journal.close()

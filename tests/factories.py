@@ -10,7 +10,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from rollmux.core.group import Group, Member
-from rollmux.core.intra_group import IntraConfig, PhaseTimes
+from rollmux.core.intra_group import PhaseTimes
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec
 
 # Worst-case SLO admission: the plan of `IntraConfig()` and of a bare `RollMuxPlacement()`.

@@ -10,7 +10,7 @@ from factories import make_group, make_job, most_running_at_once, run_threads
 
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group_controller import GroupController
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.shim import JobShim, LocalPermitClient
 
 

@@ -63,7 +63,7 @@ import ray
 
 from rollmux.core.cluster_state import SchedulerConfig
 from rollmux.core.group_controller import worker_slots
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import default_cluster
 from rollmux.live.chaos_checks import double_grants
 from rollmux.live.client import HttpPermitClient

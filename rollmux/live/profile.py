@@ -49,7 +49,7 @@ from pydantic import ValidationError
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group import isolated_group
 from rollmux.core.group_controller import GroupController
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import JobSpec, default_cluster
 from rollmux.errors import InputError, MissingExtra, extra_for, pydantic_reason
 from rollmux.shim import PHASES, JobShim, LocalPermitClient, tensor_bytes  # noqa: F401 (job modules' helper)

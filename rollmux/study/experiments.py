@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound

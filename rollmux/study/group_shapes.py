@@ -15,7 +15,8 @@ from collections import defaultdict
 
 from rollmux.core.colocate import is_colocated
 from rollmux.core.group import Group
-from rollmux.core.intra_group import IntraConfig, group_planning_times, job_planning_times, node_loads
+from rollmux.core.intra_group import group_planning_times, job_planning_times, node_loads
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.runner import rollmux_policy
 from rollmux.sim.simulator import SimConfig, Simulation

@@ -24,7 +24,7 @@ import numpy as np
 
 from rollmux.core.group import Group
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.study.offline_optimum_groups import cheapest_group, group_budget, group_valid, pins_ok
 from rollmux.study.placement_bench import build_state

@@ -15,7 +15,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.trace_io import load_cluster, load_jobs
 from rollmux.errors import InputError
 from rollmux.study.offline_optimum import busy_time_bound_per_hour, optimal_partition, rollmux_static_cost

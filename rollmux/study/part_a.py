@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.baseline_policies import FixedPartition, GreedyPlacement, RandomPlacement

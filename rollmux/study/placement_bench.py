@@ -10,7 +10,7 @@ import numpy as np
 from rollmux.core.group import Group
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPolicy, validate_plan
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.sim.runner import rollmux_policy

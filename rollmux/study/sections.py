@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.metrics import PolicyResult
 from rollmux.sim.runner import run_policy

@@ -19,7 +19,7 @@ from transformers import TrainerCallback  # noqa: E402
 from rollmux.adapters.trl import TRLJob, TRLJobConfig, build_model, build_tokenizer  # noqa: E402
 from rollmux.core.env import WallClockEnvironment  # noqa: E402
 from rollmux.core.group_controller import GroupController  # noqa: E402
-from rollmux.core.intra_group import IntraConfig  # noqa: E402
+from rollmux.core.config import IntraConfig  # noqa: E402
 from rollmux.jobs.grpo import GRPOJob, make_config  # noqa: E402
 from rollmux.shim import JobShim, LocalPermitClient  # noqa: E402
 

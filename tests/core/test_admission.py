@@ -15,7 +15,6 @@ from rollmux.core.admission import PeriodStats, admits, rollout_sample
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement, group_fits
 from rollmux.core.intra_group import (
-    IntraConfig,
     _without_migration,
     group_period_stats,
     group_planning_times,
@@ -25,6 +24,7 @@ from rollmux.core.intra_group import (
     t_cycle,
     t_load,
 )
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case
 from rollmux.study.placement_bench import indexed_view
 

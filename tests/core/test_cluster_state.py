@@ -115,7 +115,7 @@ def test_an_arrived_migrants_migration_is_owed_until_its_first_iteration_there_e
 def test_a_policy_that_admits_by_other_rules_than_the_config_is_refused_naming_the_fields():
     import pytest
 
-    from rollmux.core.intra_group import IntraConfig
+    from rollmux.core.config import IntraConfig
     from rollmux.errors import InputError
     cfg = SchedulerConfig(intra=IntraConfig(plan="mean"))
     with pytest.raises(InputError, match=r"policy.*plan='worst' vs 'mean'"):

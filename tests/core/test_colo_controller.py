@@ -7,7 +7,7 @@ import pytest
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colocate import colocated_group
 from rollmux.core.env import SimEnvironment
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from tests.factories import make_cluster, make_job
 
 CFG = IntraConfig(warm_switch_s=2.0)

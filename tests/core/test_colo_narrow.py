@@ -12,7 +12,7 @@ from rollmux.core.colo_model import colocated_factors, colocated_iter_s, narrowe
 from rollmux.core.colocate import colocated_option, colocated_slo_ok, group_gpus, iteration_cost
 from rollmux.core.elastic import nonscaling_share
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
 from rollmux.core.shapes import ShapeConfig
 from tests.factories import make_cluster, make_job

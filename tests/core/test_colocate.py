@@ -19,7 +19,8 @@ from rollmux.core.colocate import (
 )
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.inter_group import RollMuxPlacement, isolated_plan
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
 from rollmux.sim.draws import rollout_draws, solo_seconds
 from tests.factories import make_cluster, make_job
@@ -79,8 +80,8 @@ def test_cost_rule_compares_cost_per_iteration_with_the_margin():
     # rate x planned iteration time, per iteration, in dollars
     assert iteration_cost(iso) == pytest.approx(iso.delta_cost_per_hour * iso.group.shape.period_s / 3600)
     assert 0.5 < ratio < 0.7
-    assert choose(job, v, None, lambda: iso, CFG, margin=ratio + 0.01).case is Case.COLOCATED
-    assert choose(job, v, None, lambda: iso, CFG, margin=ratio - 0.01).case is Case.ISOLATED
+    assert choose(job, v, None, lambda: iso, CFG, 1.0, margin=ratio + 0.01).case is Case.COLOCATED
+    assert choose(job, v, None, lambda: iso, CFG, 1.0, margin=ratio - 0.01).case is Case.ISOLATED
 
 
 def test_a_dearer_colocated_job_stays_disaggregated():

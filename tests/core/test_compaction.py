@@ -11,7 +11,8 @@ from rollmux.core.elastic import rollout_factor
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Member
 from rollmux.core.inter_group import RollMuxPlacement, group_fits, period_budget
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.marginal import group_cost_per_period
 from rollmux.core.placement import Case, PlacementPlan
 from rollmux.core.shapes import ShapeConfig

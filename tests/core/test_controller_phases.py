@@ -6,7 +6,7 @@ import pytest
 
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import Grant, GroupController
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from tests.factories import make_group, make_job
 
 

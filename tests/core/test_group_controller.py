@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import Grant, GroupController
-from rollmux.core.intra_group import IntraConfig, head_finish, schedule
+from rollmux.core.intra_group import head_finish, schedule
+from rollmux.core.config import IntraConfig
 from tests.factories import any_configs, fixed_times, groups, make_group, make_job
 
 EPS = 1e-6

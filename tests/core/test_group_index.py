@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement, period_budget
-from rollmux.core.intra_group import IntraConfig, job_planning_times, planning_times
+from rollmux.core.intra_group import job_planning_times, planning_times
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import ClusterView
 from rollmux.core.regroup import _with_plan
 from rollmux.study.placement_bench import indexed_view

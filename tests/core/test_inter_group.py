@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.inter_group import RollMuxPlacement, isolated_plan, pin_into, rollout_node_loads
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, ClusterView, validate_plan
 from tests.factories import make_cluster, make_job, synthetic_trace
 

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import (
-    IntraConfig,
     PhaseTimes,
     best_order,
     earliest_start,
@@ -23,6 +22,7 @@ from rollmux.core.intra_group import (
     t_load,
     tail_share,
 )
+from rollmux.core.config import IntraConfig
 from tests.factories import any_configs, fixed_times, groups, make_group, make_job, migration_configs
 
 EPS = 1e-6

@@ -10,7 +10,8 @@ import pytest
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.marginal import added_cost, group_cost_per_period, plan_added_cost
 from rollmux.core.placement import Case, ClusterView, validate_plan
 from rollmux.core.why import Refusal

@@ -8,7 +8,8 @@ from factories import make_cluster, make_group, make_job, synthetic_trace
 
 from rollmux.core.group import Group, Member
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import ClusterView
 from rollmux.core.regroup import dissolve_decision, migration_seconds, shrink
 from rollmux.sim.simulator import SimConfig, Simulation

@@ -14,7 +14,8 @@ from rollmux.core.elastic import rollout_factor
 from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlanInvalid, validate_plan
 from rollmux.core.shapes import ShapeConfig
 from rollmux.core.why import Refusal

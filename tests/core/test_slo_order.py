@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.group import Group, GroupShape
-from rollmux.core.intra_group import IntraConfig, period, plan_group, schedule
+from rollmux.core.intra_group import period, plan_group, schedule
+from rollmux.core.config import IntraConfig
 from rollmux.core.slo_order import choose_slots, fresh_budget, spread
 from tests.core.test_group_controller import Driver
 from tests.factories import any_configs, fixed_times, groups, make_group, make_job

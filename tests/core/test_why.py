@@ -17,7 +17,8 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, validate_plan
 from rollmux.core.why import REASON_NAMES, REFUSALS, PlacementWhy, Refusal, WhyTally
 from tests.factories import make_cluster, make_job, synthetic_trace

@@ -11,7 +11,7 @@ from rollmux.core.cluster_state import SchedulerConfig
 from rollmux.core.colo_model import verl_rollout_scale
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.env import SimEnvironment
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import default_cluster
 from rollmux.live.live_state import LiveState
 from rollmux.live.service import SchedulerCore, _config_from, _config_record

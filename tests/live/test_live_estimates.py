@@ -77,7 +77,7 @@ def test_a_job_much_slower_than_declared_is_evicted_live(tmp_path, slow, snapsho
 @pytest.mark.parametrize("how", ["default", "cfg"])
 def test_without_repair_measured_times_are_shown_but_change_no_plan(how):
     from rollmux.core.cluster_state import SchedulerConfig
-    from rollmux.core.intra_group import IntraConfig
+    from rollmux.core.config import IntraConfig
     # An embedded core repairs only when asked; a config without repair never does.
     cfg = SchedulerConfig(intra=IntraConfig(), repair=False) if how == "cfg" else None
     core = SchedulerCore(make_cluster().model_dump(), cfg=cfg, repair=how == "cfg")

@@ -7,7 +7,8 @@ import pytest
 
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, ClusterView, validate_plan
 from rollmux.sim.baseline_policies import FixedPartition, GreedyPlacement, RandomPlacement, SoloPlacement, idle_s
 from rollmux.sim.metrics import JobOutcome, group_charge_per_hour, paper_cost_per_hour

@@ -74,7 +74,7 @@ def test_stress_seed_6_meets_every_slo_with_elastic_rollout():
     # second was planned without the first's pending migration and j003 missed its SLO.
     import numpy as np
 
-    from rollmux.core.intra_group import IntraConfig
+    from rollmux.core.config import IntraConfig
     from rollmux.core.spec import default_cluster
     from rollmux.sim.simulator import simulate
     from tests.factories import synthetic_trace

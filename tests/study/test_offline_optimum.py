@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.group import Group, Member, isolated_group, residency_ok
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, validate_plan
 from rollmux.core.trace_io import dump_jobs
 from rollmux.errors import InputError

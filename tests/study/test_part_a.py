@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import default_cluster
 from rollmux.study.config import StudyConfig
 from rollmux.study.offline_optimum import optimal_partition

@@ -6,7 +6,8 @@ import pytest
 
 from rollmux.core.group import isolated_group
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import ClusterView
 from rollmux.core.spec import default_cluster
 from rollmux.sim.simulator import SimConfig, simulate
