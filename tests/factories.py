@@ -11,13 +11,11 @@ from hypothesis import strategies as st
 
 from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import PhaseTimes
-from rollmux.core.config import IntraConfig
-from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec
+from rollmux.core.config import IntraConfig, SchedulerConfig
+from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec, default_cluster
 
-# Worst-case SLO admission: the plan of `IntraConfig()` and of a bare `RollMuxPlacement()`.
-# The simulator's default admits by the mean (sim/simulator.py SimConfig), and a simulation
-# refuses a policy that admits by other rules, so tests written for the worst case pass it.
-WORST = IntraConfig()
+# The group planner's view of the paper profile on the default cluster: worst-case admission.
+WORST = SchedulerConfig.profile("paper").intra_for(default_cluster())
 
 
 def make_job(job_id: str = "j0", *, rollout: float = 100.0, train: float = 100.0,
