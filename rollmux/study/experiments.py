@@ -27,9 +27,7 @@ from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound
-from rollmux.sim.gavel import simulate_gavel
 from rollmux.sim.metrics import PolicyResult
-from rollmux.sim.runner import run_policy
 from rollmux.study import (
     baseline_sensitivity,
     capacity,
@@ -53,7 +51,7 @@ from rollmux.study.part_a import (  # noqa: F401
     study_cells,
 )
 from rollmux.study.report import write_report
-from rollmux.study.sections import label, profile
+from rollmux.study.sections import label, policy_run, profile
 from rollmux.study.sweep import OnDone, Pmap, serial_map
 from rollmux.workload import find_traces_dir, synthesize_philly
 
@@ -88,17 +86,15 @@ def philly_variants() -> dict[str, SchedulerConfig]:
 def philly_policy_run(name: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
     """Part B: one policy on a Philly-driven trace (one sweep task)."""
     if name in PHILLY_PROFILES:
-        res = run_policy("rollmux", jobs, cluster, profile(PHILLY_PROFILES[name]), seed=seed)
+        res = policy_run("rollmux", jobs, cluster, profile(PHILLY_PROFILES[name]), seed)
         res.policy = name
         return res
-    if name == "gavel":
-        return simulate_gavel(jobs, cluster, seed=seed)
-    return run_policy(name, jobs, cluster, profile(BASELINE_PROFILE), seed=seed)
+    return policy_run(name, jobs, cluster, profile(BASELINE_PROFILE), seed)
 
 
 def philly_variant_run(label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
     """Part C: one RollMux variant on a Philly-driven trace (one sweep task)."""
-    return run_policy("rollmux", jobs, cluster, philly_variants()[label], seed=seed)
+    return policy_run("rollmux", jobs, cluster, philly_variants()[label], seed)
 
 
 _TASKS: dict[str, Callable[..., Any]] = {"small": small_cell, "policy": philly_policy_run,

@@ -51,11 +51,18 @@ def philly_jobs(sc: StudyConfig, traces: Path, mode: str) -> list[JobSpec]:
     return synthesize_philly(traces, sc.philly_vc, sc.philly_jobs, sc.philly_days, mode, sc.seed)
 
 
+def policy_run(name: str, jobs: list[JobSpec], cluster: ClusterSpec, cfg: SchedulerConfig, seed: int,
+               flat_sync: bool = False) -> PolicyResult:
+    """`run_policy` with every argument positional (a sweep task): the named policy on the trace,
+    RollMux as `cfg` sets it, the group-based baselines planning with `cfg`'s planner view."""
+    return run_policy(name, jobs, cluster, cfg, seed=seed, flat_sync=flat_sync)
+
+
 def run_config(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SchedulerConfig, seed: int,
                solo: bool = False, flat_sync: bool = False) -> PolicyResult:
     """RollMux as `cfg` sets it (or Solo-D, planning with `cfg`'s planner view) on the trace,
     exactly as `rollmux simulate` runs it (sim/runner.py)."""
-    return run_policy("solo-d" if solo else "rollmux", jobs, cluster, cfg, seed=seed, flat_sync=flat_sync)
+    return policy_run("solo-d" if solo else "rollmux", jobs, cluster, cfg, seed, flat_sync)
 
 
 # Sections that measure a mechanism of the co-execution groups (migrations, drift repair,
