@@ -17,17 +17,7 @@ from pathlib import Path
 
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import (
-    GROUPS_NOTE,
-    MODES,
-    groups_config,
-    pct,
-    philly_jobs,
-    regenerate,
-    run_config,
-    simulate_command,
-    summary,
-)
+from rollmux.study.sections import GROUPS_NOTE, MODES, groups_config, pct, philly_jobs, regenerate, run_config, simulate_command, summary
 from rollmux.study.sweep import Pmap
 
 # (label, link Gb/s or None, flat sync)

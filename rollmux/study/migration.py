@@ -21,18 +21,7 @@ import numpy as np
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import (
-    GROUPS_NOTE,
-    MODES,
-    STATIC,
-    groups_config,
-    pct,
-    philly_jobs,
-    regenerate,
-    run_config,
-    simulate_command,
-    summary,
-)
+from rollmux.study.sections import GROUPS_NOTE, MODES, STATIC, groups_config, pct, philly_jobs, regenerate, run_config, simulate_command, summary
 from rollmux.study.sweep import Pmap
 
 SCALES = (0.5, 1.0, 2.0, 4.0)

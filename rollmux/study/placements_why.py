@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.why import REASON_NAMES
 from rollmux.study.config import StudyConfig
@@ -27,9 +28,14 @@ ROWS = (("worst case", "groups", {}), ("median rollout", "groups", {"admission.q
          "shipped", {}))
 
 
+def row_config(label: str) -> SchedulerConfig:
+    """The configuration of the row labelled `label`."""
+    return next(profile(name, overrides) for row, name, overrides in ROWS if row == label)
+
+
 def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
     """RollMux with one row's configuration on the trace: its isolated placements and why."""
-    cfg = next(profile(name, overrides) for row, name, overrides in ROWS if row == label)
+    cfg = row_config(label)
     res = run_config(jobs, cluster, cfg, seed)
     why = res.placements_why or {"placements": {}, "groups": {}}
     return {"trace": trace, "row": label, "config": cfg.describe(), "jobs": len(jobs), "cost_usd": res.cost_usd,
@@ -76,7 +82,7 @@ def render(data: dict) -> str:
               f"| trace | configuration | {head} |", "|---|---|" + "---|" * len(shown)]
     for r in runs:
         lines.append(f"| {r['trace']} | {r['row']}: `{r['config']}` | " + " | ".join(f"{r['groups'].get(k, 0):,}" for k in shown) + " |")
-    lines += ["", regenerate(data, "placements_why", f"one row: `{simulate_command(profile(*ROWS[1][1:]))} "
+    lines += ["", regenerate(data, "placements_why", f"one row: `{simulate_command(row_config(ROWS[1][0]))} "
               "--json OUT` (`policies.rollmux.placements_why`)."), ""]
     return "\n".join(lines)
 

@@ -132,8 +132,8 @@ def plot_sizes(cells: list, path: Path) -> None:
 def plot_cost_over_time(run: dict, path: Path) -> None:
     """Step plot of the provisioning cost rate over a Philly-driven trace."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
-    series = {"solo-d": run["policies"]["solo-d"], "rollmux (static groups)": run["policies"]["rollmux-static"],
-              "rollmux": run["policies"]["rollmux"]}
+    names = run.get("labels", {})  # (a RollMux row's label names its configuration)
+    series = {names.get(n, n).replace("`", ""): run["policies"][n] for n in ("solo-d", "rollmux-static", "rollmux")}
     for label, r in series.items():
         t = [0.0] + [x / 3600 for x, _ in r.cost_timeline]
         rate = [0.0] + [y for _, y in r.cost_timeline]
