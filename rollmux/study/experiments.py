@@ -92,9 +92,9 @@ def philly_policy_run(name: str, jobs: list[JobSpec], cluster: ClusterSpec, seed
     return policy_run(name, jobs, cluster, profile(BASELINE_PROFILE), seed)
 
 
-def philly_variant_run(label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
-    """Part C: one RollMux variant on a Philly-driven trace (one sweep task)."""
-    return policy_run("rollmux", jobs, cluster, philly_variants()[label], seed)
+def philly_variant_run(row: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
+    """Part C: one RollMux variant (a `philly_variants` row) on a Philly-driven trace (one sweep task)."""
+    return policy_run("rollmux", jobs, cluster, philly_variants()[row], seed)
 
 
 _TASKS: dict[str, Callable[..., Any]] = {"small": small_cell, "policy": philly_policy_run,
