@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-
 import numpy as np
 
 from rollmux.core.group import Group
 from rollmux.core.group_index import IndexedGroups
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.config import IntraConfig
+from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPolicy, validate_plan
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
-from rollmux.sim.runner import rollmux_policy
-from rollmux.sim.simulator import SimConfig
+from rollmux.core.policy import build_policy
 
 
 def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSpec,
@@ -24,7 +20,7 @@ def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSp
     The groups are kept indexed (core/group_index.py) with `intra` (default: the policy's
     own planning configuration), as the cluster state keeps them; a co-located job (core/colocate.py)
     joins no group, as in the cluster state."""
-    groups = IndexedGroups(intra or getattr(policy, "cfg", None) or IntraConfig())
+    groups = IndexedGroups(intra or policy.cfg)
     for job in jobs:
         view = indexed_view(groups, cluster, max_group_size)
         plan = policy.place(job, view)
@@ -55,8 +51,9 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: b
     group to search (that answer takes ~0.3 ms at any size)."""
     from rollmux.workload import paper_jobs
     cluster = default_cluster()
-    cfg = SimConfig()
-    policy = rollmux_policy(replace(cfg, colocate=False)) if shipped else RollMuxPlacement(IntraConfig())
+    config = (SchedulerConfig().with_overrides({"colocation.enabled": False}) if shipped
+              else SchedulerConfig.profile("paper"))
+    policy = build_policy(config, cluster)
     active = paper_jobs(n_active, seed=seed)
     t0 = time.perf_counter()
     groups = build_state(active, policy, cluster)
