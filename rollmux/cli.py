@@ -359,6 +359,8 @@ def serve(
         # A new store's settings (a journal's own config wins on recovery).
         cfg = scheduler_config(profile, {"--repair": repair, "--colocate": colocate, "--colo-pair": colo_pair,
                                          "--elastic-rollout": elastic_rollout}, sets=sets)
+        if colo_pair and not cfg.colocation.enabled:
+            raise InputError("--colo-pair", "pairs co-located jobs: it needs --colocate (colocation.enabled)")
         refusal = live_refusal(cfg)
         if refusal is not None:
             raise InputError(f"--profile {profile}", refusal)

@@ -61,9 +61,8 @@ from pathlib import Path
 
 import ray
 
-from rollmux.core.cluster_state import SchedulerConfig
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.group_controller import worker_slots
-from rollmux.core.config import IntraConfig
 from rollmux.core.spec import default_cluster
 from rollmux.live.chaos_checks import double_grants
 from rollmux.live.client import HttpPermitClient
@@ -86,7 +85,9 @@ WARM_SWITCH_S, COLD_SWITCH_S = 0.005, 0.1
 HEARTBEAT_S, HEARTBEAT_TIMEOUT_S = 1.0, 30.0
 # Two worker slots per rollout node: a migrated tail keeps one, the next rollout gets the other.
 # Aborting and recomputing stragglers costs milliseconds here, not the simulator's default second.
-INTRA = IntraConfig(warm_switch_s=WARM_SWITCH_S, tail_worker_frac=0.5, migration_overhead_s=0.02)
+CONFIG = SchedulerConfig.profile("groups").with_overrides({
+    "regroup.repair": False, "intra_group.tail_worker_frac": 0.5, "intra_group.migration_overhead_s": 0.02})
+INTRA = CONFIG.intra_for(default_cluster().model_copy(update={"warm_switch_s": WARM_SWITCH_S}))
 TAIL_THRESHOLD = 0.8
 N_PROMPTS = 16  # responses per batch (every preset's prompts_per_batch)
 
@@ -191,7 +192,7 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
                         "cold_switch_s": COLD_SWITCH_S}
         admin_token = secrets.token_urlsafe(32)
         # No drift repair: the profiles above are made-up scales, so measured times would read as drift.
-        core = SchedulerCore(cluster_spec, SchedulerConfig(intra=INTRA, repair=False),
+        core = SchedulerCore(cluster_spec, CONFIG,
                              heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
                              watch_ray_nodes=True, admin_token=admin_token, tail_threshold=TAIL_THRESHOLD)
         stack.callback(core.shutdown)  # if the server does not come up (a no-op after server.stop)

@@ -49,7 +49,7 @@ from pydantic import ValidationError
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group import isolated_group
 from rollmux.core.group_controller import GroupController
-from rollmux.core.config import IntraConfig
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import JobSpec, default_cluster
 from rollmux.errors import InputError, MissingExtra, extra_for, pydantic_reason
 from rollmux.shim import PHASES, JobShim, LocalPermitClient, tensor_bytes  # noqa: F401 (job modules' helper)
@@ -58,6 +58,8 @@ ENTRY_POINT = "make_job"
 METHODS = ("rollout", "train", "sync", "onload", "offload", "host_bytes")
 POOL_OF = {"rollout": "rollout", "train": "train", "sync": "train"}  # a phase's pool
 GB = 1e9  # host_gb is in GB (10^9 bytes)
+# The profiler times one job alone on its own nodes, with no switch cost between its phases.
+SOLO = SchedulerConfig().intra_for(default_cluster().model_copy(update={"warm_switch_s": 0.0}))
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], 
                           rollout_s={"median": 1.0, "sigma": 0.0, "max": 1.0}, train_s=1.0, sync_s=0.0,
                           host_gb={"rollout": 0.0, "train": 0.0})
     group = isolated_group(0, placeholder, default_cluster())
-    client = LocalPermitClient(env, {job_id: GroupController(env, group, IntraConfig(warm_switch_s=0.0))})
+    client = LocalPermitClient(env, {job_id: GroupController(env, group, SOLO)})
     shim = JobShim(job_id, client, onload=lambda ph: job.onload(POOL_OF[ph]),
                    offload=lambda ph: job.offload(POOL_OF[ph]), host_memory=job.host_bytes)
     thread = threading.Thread(target=env.serve, name="rollmux-profile", daemon=True)
