@@ -468,7 +468,7 @@ app.add_typer(journal_app, name="journal")
 def journal_check(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
     """Read every record; one line on the first bad one (exit 1), else a summary."""
     from rollmux.live.journal import JournalError
-    from rollmux.live.journal_repair import check_store
+    from rollmux.live.journal.repair import check_store
     try:
         report = check_store(store)
     except JournalError as exc:
@@ -485,7 +485,7 @@ def journal_check(store: str = typer.Argument(..., help="A SQLite file path or r
 def journal_repair(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
     """Back the journal up, then truncate it after its last good record."""
     from rollmux.live.journal import JournalError
-    from rollmux.live.journal_repair import repair_store
+    from rollmux.live.journal.repair import repair_store
     try:
         report = repair_store(store)
     except JournalError as exc:
