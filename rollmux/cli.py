@@ -414,7 +414,7 @@ def profile(
     warmup: int = typer.Option(1, "--warmup", help="Unrecorded iterations first."),
 ) -> None:
     """Measure a job's profile by running its own phases through the shim; write a record `submit` accepts."""
-    from rollmux.live.profile import ProfileOptions, profile_command
+    from rollmux.harness.profile import ProfileOptions, profile_command
     try:
         name = job_id if job_id is not None else job_module.rsplit(".", 1)[-1] + (f"-{preset}" if preset else "")
         opts = ProfileOptions(job_id=name, slo=slo, iterations=100 if iterations is None and duration is None
@@ -511,7 +511,7 @@ def demo(
             trl = has_extra("trl")
             if not trl:
                 err.print("note: the TRL job is left out: pip install 'rollmux\\[trl]' adds it", highlight=False)
-        from rollmux.live.demo import run_demo
+        from rollmux.harness.demo import run_demo
         result = run_demo(iterations=iterations, json_out=json_out, png_out=png, trl=trl)
         out.print_json(json.dumps(result))
     except InputError as exc:
@@ -531,7 +531,7 @@ def chaos(
     """Fault injection against a live local scheduler (`rollmux serve`): server and job kills, double
     release, forged tokens, route auth, journal failures, a hung job, a second server, a torn journal,
     many jobs, many waiting jobs; exits 1 if any scenario fails."""
-    from rollmux.live.chaos import print_report, run_chaos
+    from rollmux.harness.chaos.command import print_report, run_chaos
     try:
         report = run_chaos(seconds=seconds, jobs=jobs, store=store, waiting=waiting,
                            say=lambda line: err.print(line, highlight=False))

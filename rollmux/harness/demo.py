@@ -45,7 +45,7 @@ Idle share of a pool = 1 - busy worker-time / sum over its used nodes of the spa
 the node was held (first phase start to last phase end on it) times its worker
 slots (rollout: 2, train: 1); a node is held only while its group has members,
 in both runs. Double grants: two jobs' phase intervals overlapping on one worker
-slot of the multiplexed run's log (`chaos_checks.double_grants`).
+slot of the multiplexed run's log (`chaos.checks.double_grants`).
 """
 
 from __future__ import annotations
@@ -65,10 +65,10 @@ from rollmux.core.cluster_state import SchedulerConfig
 from rollmux.core.group_controller import worker_slots
 from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import default_cluster
-from rollmux.live.chaos_checks import double_grants
+from rollmux.harness.chaos.checks import double_grants
+from rollmux.harness.demo_jobs import SYNC_STRATEGY, Hooks, PhaseLog, drive, drive_trl, make_shim, spawn, spawn_trl
 from rollmux.live.client import HttpPermitClient
 from rollmux.live.codec import live_job_record
-from rollmux.live.demo_jobs import SYNC_STRATEGY, Hooks, PhaseLog, drive, drive_trl, make_shim, spawn, spawn_trl
 from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
 
@@ -77,9 +77,9 @@ DEMO_NAMESPACE = "rollmux-demo"
 # job_id -> (preset, rollout profile, train profile, tail_frac) -- ms of wall time used as profile seconds
 JOBS = {"heavy": ("heavy", 0.151, 0.104, 0.5), "large": ("large", 0.010, 0.235, 0.0),
         "small": ("small", 0.004, 0.022, 0.0)}
-# `--trl`: a TRL GRPOTrainer job (rollmux.adapters.trl; needs rollmux[trl]) at the scale of its solo phases
-# measured here (rollout 0.10-0.17 s, train 0.06-0.10 s). Its looser SLO (3x solo) lets it join heavy + large's
-# group: at 2x the scheduler keeps it alone, rightly (run at 2x-scale profiles, it came out at 1.9x solo).
+# `--trl`: a TRL GRPOTrainer job (rollmux.adapters.trl; needs rollmux[trl]) at the scale of its solo phases on
+# one host (rollout 0.10-0.17 s, train 0.06-0.10 s). Its looser SLO (3x solo) lets it join heavy + large's
+# group; at 2x the scheduler rightly keeps it alone (its multiplexed iteration would come close to 2x solo).
 TRL_JOBS = {"trl": ("trl", 0.100, 0.060, 0.0)}
 TRL_SLO = 3.0
 WARM_SWITCH_S, COLD_SWITCH_S = 0.005, 0.1
@@ -161,7 +161,7 @@ def _mean(xs: list[float]) -> float:
 
 def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path = Path("demo_timeline.png"),
              seed: int = 0, slo: float = 2.0, quiet: bool = False, trl: bool = False) -> dict:
-    """Run the demo (with `trl`, a TRL job too); returns (and writes to json_out) the report of issues 4 and 13."""
+    """Run the demo (with `trl`, a TRL job too); returns (and writes to json_out) its report."""
     from ray.cluster_utils import Cluster
     say = (lambda *a: None) if quiet else print
     png_out = Path(png_out)

@@ -1,4 +1,4 @@
-"""The server-level scenarios of `rollmux chaos` (see `rollmux.live.chaos`): route auth, journal append
+"""The server-level scenarios of `rollmux chaos` (see `rollmux.harness.chaos.command`): route auth, journal append
 failures, a hung job, a second server on one store, a torn journal. Each is a body run on a `Run`."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 
 from rollmux.core.env import WallClockEnvironment
-from rollmux.live.chaos_checks import first_diff
-from rollmux.live.chaos_job import PhaseLog, job_record
-from rollmux.live.chaos_run import (
+from rollmux.harness.chaos.checks import first_diff
+from rollmux.harness.chaos.job import PhaseLog, job_record
+from rollmux.harness.chaos.run import (
     CLUSTER,
     HEARTBEAT_TIMEOUT_S,
     ITERATIONS,

@@ -1,5 +1,5 @@
-"""The job-level scenarios of `rollmux chaos` (see `rollmux.live.chaos`), each a body run on a `Run`,
-and the plan of every scenario (the server-level ones live in `chaos_faults` and `chaos_waiting`)."""
+"""The job-level scenarios of `rollmux chaos` (see `rollmux.harness.chaos.command`), each a body run on a `Run`,
+and the plan of every scenario (the server-level ones live in `faults` and `waiting`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import threading
 import time
 from typing import Callable
 
-from rollmux.live.chaos_checks import percentiles_ms, read_log, settled_state, state_diff, without
-from rollmux.live.chaos_job import PhaseLog, load_checkpoint
-from rollmux.live.chaos_run import (
+from rollmux.harness.chaos.checks import percentiles_ms, read_log, settled_state, state_diff, without
+from rollmux.harness.chaos.job import PhaseLog, load_checkpoint
+from rollmux.harness.chaos.run import (
     HEARTBEAT_TIMEOUT_S,
     ITERATIONS,
     PHASE_S,
@@ -313,8 +313,8 @@ def plan(jobs: int, seconds: float, waiting: int,
     """Every scenario, (name, body), in the order they run (the restart after the kills: its replay covers
     them; the second server and the route checks against the restarted one). `p99_limit_ms`: the waiting
     jobs' latency limit (None: measured, not judged)."""
-    from rollmux.live.chaos_faults import auth_routes, hung_job, journal_failures, second_server, torn_journal
-    from rollmux.live.chaos_waiting import waiting_jobs
+    from rollmux.harness.chaos.faults import auth_routes, hung_job, journal_failures, second_server, torn_journal
+    from rollmux.harness.chaos.waiting import waiting_jobs
     return [("double release", double_release), ("forged token", forged_token),
             ("job killed mid-rollout", killed("rollout")), ("job killed mid-training", killed("train")),
             ("service restart mid-phase", service_restart), ("second server on one store", second_server),

@@ -34,9 +34,9 @@ from typing import Callable
 
 import httpx
 
-from rollmux.live.chaos_checks import percentiles_ms
-from rollmux.live.chaos_job import job_record
-from rollmux.live.chaos_run import CLUSTER, PHASE_S, WAIT_S, Run
+from rollmux.harness.chaos.checks import percentiles_ms
+from rollmux.harness.chaos.job import job_record
+from rollmux.harness.chaos.run import CLUSTER, PHASE_S, WAIT_S, Run
 
 POLL_S = 30.0          # the longest long poll the API allows
 SUBMIT_AT_ONCE = 32    # connections submitting jobs
