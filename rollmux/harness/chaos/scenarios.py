@@ -337,7 +337,8 @@ def plan(jobs: int, seconds: float, waiting: int,
     """Every scenario, (name, body), in the order they run (the restart after the kills: its replay covers
     them; the second server and the route checks against the restarted one). `p99_limit_ms`: the waiting
     jobs' latency limit (None: measured, not judged)."""
-    from rollmux.harness.chaos.faults import auth_routes, hung_job, journal_failures, second_server, torn_journal
+    from rollmux.harness.chaos.faults import auth_routes, hung_job, second_server, torn_journal
+    from rollmux.harness.chaos.journal_faults import journal_failures
     from rollmux.harness.chaos.waiting import waiting_jobs
     return [("double release", double_release), ("forged token", forged_token),
             ("job killed mid-rollout", killed("rollout")), ("job killed mid-training", killed("train")),
