@@ -470,7 +470,7 @@ def profile(
     warmup: int = typer.Option(1, "--warmup", help="Unrecorded iterations first."),
 ) -> None:
     """Measure a job's profile by running its own phases through the shim; write a record `submit` accepts."""
-    from rollmux.live.profile import ProfileOptions, profile_command
+    from rollmux.harness.profile import ProfileOptions, profile_command
     try:
         name = job_id if job_id is not None else job_module.rsplit(".", 1)[-1] + (f"-{preset}" if preset else "")
         opts = ProfileOptions(job_id=name, slo=slo, iterations=100 if iterations is None and duration is None
@@ -524,7 +524,7 @@ app.add_typer(journal_app, name="journal")
 def journal_check(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
     """Read every record; one line on the first bad one (exit 1), else a summary."""
     from rollmux.live.journal import JournalError
-    from rollmux.live.journal_repair import check_store
+    from rollmux.live.journal.repair import check_store
     try:
         report = check_store(store)
     except JournalError as exc:
@@ -541,7 +541,7 @@ def journal_check(store: str = typer.Argument(..., help="A SQLite file path or r
 def journal_repair(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
     """Back the journal up, then truncate it after its last good record."""
     from rollmux.live.journal import JournalError
-    from rollmux.live.journal_repair import repair_store
+    from rollmux.live.journal.repair import repair_store
     try:
         report = repair_store(store)
     except JournalError as exc:
@@ -567,7 +567,7 @@ def demo(
             trl = has_extra("trl")
             if not trl:
                 err.print("note: the TRL job is left out: pip install 'rollmux\\[trl]' adds it", highlight=False)
-        from rollmux.live.demo import run_demo
+        from rollmux.harness.demo import run_demo
         result = run_demo(iterations=iterations, json_out=json_out, png_out=png, trl=trl)
         out.print_json(json.dumps(result))
     except InputError as exc:
@@ -587,7 +587,7 @@ def chaos(
     """Fault injection against a live local scheduler (`rollmux serve`): server and job kills, double
     release, forged tokens, route auth, journal failures, a hung job, a second server, a torn journal,
     many jobs, many waiting jobs; exits 1 if any scenario fails."""
-    from rollmux.live.chaos import print_report, run_chaos
+    from rollmux.harness.chaos.command import print_report, run_chaos
     try:
         report = run_chaos(seconds=seconds, jobs=jobs, store=store, waiting=waiting,
                            say=lambda line: err.print(line, highlight=False))

@@ -45,9 +45,8 @@ from rollmux.core.trace_io import unknown_fields
 from rollmux.live.codec import job_to_dict, plan_to_dict, regroup_to_dict
 from rollmux.live.handoff import Inbox, settle
 from rollmux.live.in_process import ADMIN, InProcessApi
-from rollmux.live.journal import JournalError, Store, open_store
+from rollmux.live.journal import JournalError, MemoryStore, Store, open_store
 from rollmux.live.live_state import LiveState
-from rollmux.live.memory_store import MemoryStore
 from rollmux.live.refusals import (
     AuthError,
     BadRequest,

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rollmux.cli import app
-from rollmux.live.chaos import double_grants, phase_intervals, read_log, run_chaos
-from rollmux.live.chaos_checks import first_diff, settled_state, without
-from rollmux.live.chaos_job import PhaseLog
+from rollmux.harness.chaos.checks import first_diff, settled_state, without
+from rollmux.harness.chaos.command import double_grants, phase_intervals, read_log, run_chaos
+from rollmux.harness.chaos.job import PhaseLog
 
 SCENARIOS = ["double release", "forged token", "job killed mid-rollout", "job killed mid-training",
              "service restart mid-phase", "second server on one store", "auth on every route", "hung job",

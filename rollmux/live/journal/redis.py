@@ -1,5 +1,9 @@
-"""The Redis backend of the journal: a stream of records, a counter, a snapshot hash, and a
-writer lease with a fencing token that every write checks (one writer per store)."""
+"""The Redis backend of the journal (production; DESIGN §8): a stream of records, a counter, a
+snapshot hash, and a writer lease with a fencing token that every write checks (one writer per
+store).
+
+redis-py is imported when a store is opened, never at import time; `import redis` is absolute,
+so it is the third-party package, not this module."""
 
 from __future__ import annotations
 
@@ -13,22 +17,24 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
-from rollmux.live.journal import (
+from rollmux.live.journal.base import (
+    BaseStore,
     JournalCorrupt,
     JournalError,
     Record,
-    _check_snapshot_seq,
-    _damage,
-    _encode,
-    _hide_password,
-    _in_use,
-    _int_or_none,
-    _Journal,
-    _no_open_batch,
-    _parse_records,
-    _parse_snapshot,
+    check_snapshot_seq,
+    damage_report,
+    encode,
+    hide_password,
+    in_use,
+    int_or_none,
+    no_open_batch,
+    parse_records,
+    parse_snapshot,
 )
 
+# Every Redis write runs as a script that first checks the writer lease still carries this
+# store's fencing token: a writer that stalled past its lease (and was replaced) writes nothing.
 _FENCE = """
 local lease = redis.call('GET', KEYS[1])
 if not lease or string.sub(lease, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then
@@ -41,7 +47,7 @@ end
 """
 
 
-class RedisStore(_Journal):
+class RedisStore(BaseStore):
     """Redis journal: a stream whose entry ids are `seq-0`, a seq counter, a snapshot hash and a writer lease."""
 
     LEASE_TTL_S = 10.0  # a dead writer's lease frees the journal after this long; renewed every TTL/3
@@ -86,7 +92,7 @@ return 1
         parts = urlsplit(url)
         query = parse_qs(parts.query, keep_blank_values=True)
         prefix = query.pop("prefix", ["rollmux"])[-1]
-        self.url = _hide_password(url)  # the real URL (with its password) is never kept
+        self.url = hide_password(url)  # the real URL (with its password) is never kept
         self.readonly = readonly
         self._secrets = [s for s in (parts.password, unquote(parts.password or "")) if s]
         if not prefix:
@@ -131,7 +137,7 @@ return 1
                                                args=[f"{os.getpid()} {socket.gethostname()}",
                                                      int(self.LEASE_TTL_S * 1000)])
         if not token:
-            raise JournalError(_in_use(self.url, held.decode(errors="replace").split(" ", 1)[-1]))
+            raise JournalError(in_use(self.url, held.decode(errors="replace").split(" ", 1)[-1]))
         self._token = str(token)
         stop = threading.Event()
         # Neither the finalizer nor the renewing thread holds the store: an unclosed store can be
@@ -152,7 +158,7 @@ return 1
                 if self._durable is None:
                     self._durable = self._read_counter()
                 if self._durable is None:
-                    raise JournalCorrupt(_damage(self.url, "the seq counter is not a number"))
+                    raise JournalCorrupt(damage_report(self.url, "the seq counter is not a number"))
             except JournalError:
                 self.rollback()
                 raise
@@ -194,29 +200,29 @@ return 1
             pipe.xrange(self._stream_key, min="-" if after <= 0 else f"({after}-0", max="+")
             pipe.get(self._seq_key)
             entries, counter = pipe.execute()
-        good, problem = _parse_records(self.url, (_stream_row(eid, fields) for eid, fields in entries), after)
+        good, problem = parse_records(self.url, (_stream_row(eid, fields) for eid, fields in entries), after)
         if problem is None:
             last = good[-1].seq if good else max(after, 0)
-            count = _int_or_none(counter or b"0")
+            count = int_or_none(counter or b"0")
             if count is None:
-                problem = _damage(self.url, f"the seq counter {counter!r} is not a number")
+                problem = damage_report(self.url, f"the seq counter {counter!r} is not a number")
             elif count > last:
-                problem = _damage(self.url, f"record {last + 1} is missing (the seq counter is at {count})")
+                problem = damage_report(self.url, f"record {last + 1} is missing (the seq counter is at {count})")
             elif good and count < last:
-                problem = _damage(self.url, f"the seq counter ({count}) is behind record {last}")
+                problem = damage_report(self.url, f"the seq counter ({count}) is behind record {last}")
         return good, problem
 
     def save_snapshot(self, seq: int, state: dict) -> None:
         """Store a compacted state as of record `seq` (replaces the previous snapshot)."""
         self._writable("save a snapshot")
-        text = _encode(f"snapshot at seq {seq}", state)
+        text = encode(f"snapshot at seq {seq}", state)
         with self._lock:
-            _no_open_batch(self.url, len(self._batch))
+            no_open_batch(self.url, len(self._batch))
             with self._errors("cannot save snapshot"):
                 last = self._durable if self._durable is not None else self._read_counter()
                 if last is None:
-                    raise JournalCorrupt(_damage(self.url, "the seq counter is not a number"))
-                _check_snapshot_seq(self.url, seq, last)
+                    raise JournalCorrupt(damage_report(self.url, "the seq counter is not a number"))
+                check_snapshot_seq(self.url, seq, last)
                 self._snapshot_script(keys=[self._writer_key, self._seq_key, self._snap_key],
                                       args=[self._token, last, seq, text, time.time()])
 
@@ -227,11 +233,11 @@ return 1
         if not fields:
             return None
         missing = [f for f in ("seq", "state") if f.encode() not in fields]
-        seq = _int_or_none(fields.get(b"seq", b""))
+        seq = int_or_none(fields.get(b"seq", b""))
         if missing or seq is None:
             why = f"missing field(s) {', '.join(missing)}" if missing else f"seq {fields[b'seq']!r} is not a number"
-            raise JournalCorrupt(_damage(self.url, f"the snapshot is corrupt ({why})"))
-        return _parse_snapshot(self.url, seq, fields[b"state"])
+            raise JournalCorrupt(damage_report(self.url, f"the snapshot is corrupt ({why})"))
+        return parse_snapshot(self.url, seq, fields[b"state"])
 
     def close(self) -> None:
         """Release the writer lease and the connections; later calls raise JournalError."""
@@ -249,7 +255,7 @@ return 1
     def _read_counter(self) -> int | None:
         """The last committed seq, or None if the counter is damaged."""
         with self._errors("cannot read the seq counter"):
-            return _int_or_none(self._client.get(self._seq_key) or b"0")
+            return int_or_none(self._client.get(self._seq_key) or b"0")
 
     def _scrub(self, exc: BaseException) -> str:
         """An error's text with the password (if the URL has one) hidden."""

@@ -2,7 +2,7 @@
 
 The same loop runs in a driver thread (`run_job`) or as a process of its own
 
-    python -m rollmux.live.chaos_job --url http://127.0.0.1:PORT --job-id ID --log-dir DIR ...
+    python -m rollmux.harness.chaos.job --url http://127.0.0.1:PORT --job-id ID --log-dir DIR ...
 
 that talks to the scheduler's HTTP API only through `HttpPermitClient`, sends heartbeats
 and can be SIGKILLed mid-phase (`--hold-phase`/`--hold-iter` park it inside one phase

@@ -1,4 +1,5 @@
-"""Torn and corrupt journals (issue 10): one-line errors, check_store and repair_store, on both backends."""
+"""Torn and corrupt journals (`rollmux.live.journal.repair`): one-line errors, check_store and repair_store,
+on both backends."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ import re
 import sqlite3
 import uuid
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
-import redis
+from redis_raw import raw_redis
 
 from rollmux.live.journal import JournalCorrupt, JournalError, Record, open_store
-from rollmux.live.journal_repair import CheckReport, check_store, repair_store
+from rollmux.live.journal.repair import CheckReport, check_store, repair_store
 
 
 def _fill(url: str, n: int = 5, snapshot_at: int | None = None) -> list[Record]:
@@ -32,11 +32,6 @@ def _sqlite_path(url: str) -> Path:
     return Path(url[len("sqlite://"):])
 
 
-def _raw_redis(url: str) -> tuple[redis.Redis, str]:
-    parts = urlsplit(url)
-    return redis.Redis(port=parts.port), parse_qs(parts.query)["prefix"][0]
-
-
 def _corrupt(url: str, seq: int, payload: str | bytes) -> None:
     """Overwrite record seq's payload behind the store's back (a torn write)."""
     if url.startswith("sqlite"):
@@ -44,7 +39,7 @@ def _corrupt(url: str, seq: int, payload: str | bytes) -> None:
             conn.execute("UPDATE records SET payload = ? WHERE seq = ?", (payload, seq))
         conn.close()
         return
-    raw, prefix = _raw_redis(url)
+    raw, prefix = raw_redis(url)
     key = f"{prefix}:records"
     # A stream entry cannot be edited in place: write the stream again with that one changed.
     entries = raw.xrange(key)
@@ -62,7 +57,7 @@ def _raw_rows(url: str) -> list[tuple]:
     """Every stored record exactly as stored (the corrupt ones too)."""
     if url.startswith("sqlite"):
         return _raw_sqlite_rows(_sqlite_path(url))
-    raw, prefix = _raw_redis(url)
+    raw, prefix = raw_redis(url)
     rows = [(eid, fields.get(b"kind"), fields.get(b"payload")) for eid, fields in raw.xrange(f"{prefix}:records")]
     raw.close()
     return rows
@@ -126,7 +121,7 @@ def test_a_missing_record_is_named(url):
             conn.execute("DELETE FROM records WHERE seq = 3")
         conn.close()
     else:
-        raw, prefix = _raw_redis(url)
+        raw, prefix = raw_redis(url)
         raw.xdel(f"{prefix}:records", "3-0")
         raw.close()
     store = open_store(url, readonly=True)
@@ -148,7 +143,7 @@ def test_sqlite_bad_kind_is_corrupt(tmp_path):
 def test_redis_entry_missing_fields_or_with_a_foreign_id_is_corrupt(redis_port):
     url = f"redis://127.0.0.1:{redis_port}/0?prefix=test-{uuid.uuid4().hex}"
     _fill(url, 2)
-    raw, prefix = _raw_redis(url)
+    raw, prefix = raw_redis(url)
     raw.xadd(f"{prefix}:records", {"kind": "grant"}, id="3-0")
     raw.set(f"{prefix}:seq", 3)
     store = open_store(url, readonly=True)
@@ -163,7 +158,7 @@ def test_redis_entry_missing_fields_or_with_a_foreign_id_is_corrupt(redis_port):
 def test_redis_seq_counter_ahead_of_the_records_is_a_missing_record(redis_port):
     url = f"redis://127.0.0.1:{redis_port}/0?prefix=test-{uuid.uuid4().hex}"
     _fill(url, 2)
-    raw, prefix = _raw_redis(url)
+    raw, prefix = raw_redis(url)
     raw.set(f"{prefix}:seq", 4)
     store = open_store(url, readonly=True)
     assert ": record 3 is missing (the seq counter is at 4)" in _one_line_error(store.url, store.records)
@@ -178,7 +173,7 @@ def test_a_corrupt_snapshot_is_one_line(url):
             conn.execute("UPDATE snapshot SET state = 'nope'")
         conn.close()
     else:
-        raw, prefix = _raw_redis(url)
+        raw, prefix = raw_redis(url)
         raw.hset(f"{prefix}:snapshot", "state", "nope")
         raw.close()
     store = open_store(url, readonly=True)
@@ -231,7 +226,7 @@ def test_repair_backs_up_truncates_after_the_last_good_record_and_the_store_read
         assert _raw_sqlite_rows(backup) == before
     else:
         assert ":backup-" in report.backup
-        raw, prefix = _raw_redis(report.backup)
+        raw, prefix = raw_redis(report.backup)
         assert {k.decode() for k in raw.keys(f"{prefix}:*")} == {f"{prefix}:{k}" for k in ("seq", "records", "snapshot")}
         assert _raw_rows(report.backup) == before
         raw.close()
@@ -263,7 +258,7 @@ def test_repair_drops_a_corrupt_snapshot_and_keeps_every_record(url):
             conn.execute("UPDATE snapshot SET state = '[]'")
         conn.close()
     else:
-        raw, prefix = _raw_redis(url)
+        raw, prefix = raw_redis(url)
         raw.hdel(f"{prefix}:snapshot", "state")
         raw.close()
     report = repair_store(url)
@@ -316,7 +311,7 @@ def test_repair_refuses_while_another_writer_holds_the_store(url):
 def test_redis_repair_fixes_a_seq_counter_that_ran_ahead(redis_port):
     url = f"redis://127.0.0.1:{redis_port}/0?prefix=test-{uuid.uuid4().hex}"
     good = _fill(url, 2)
-    raw, prefix = _raw_redis(url)
+    raw, prefix = raw_redis(url)
     raw.set(f"{prefix}:seq", 9)
     raw.close()
     assert repair_store(url).dropped == 0
@@ -328,7 +323,7 @@ def test_redis_repair_fixes_a_seq_counter_that_ran_ahead(redis_port):
 def test_redis_repair_drops_stray_stream_entries(redis_port):
     url = f"redis://127.0.0.1:{redis_port}/0?prefix=test-{uuid.uuid4().hex}"
     good = _fill(url, 2)
-    raw, prefix = _raw_redis(url)
+    raw, prefix = raw_redis(url)
     raw.xadd(f"{prefix}:records", {"kind": "grant", "payload": "{}"}, id="2-5")
     raw.close()
     report = repair_store(url)

@@ -34,9 +34,9 @@ from typing import Callable
 
 import httpx
 
-from rollmux.live.chaos_checks import percentiles_ms
-from rollmux.live.chaos_job import job_record
-from rollmux.live.chaos_run import CLUSTER, PHASE_S, WAIT_S, Run
+from rollmux.harness.chaos.checks import percentiles_ms
+from rollmux.harness.chaos.job import job_record
+from rollmux.harness.chaos.run import CLUSTER, PHASE_S, WAIT_S, Run
 
 POLL_S = 30.0          # the longest long poll the API allows
 SUBMIT_AT_ONCE = 32    # connections submitting jobs
@@ -277,64 +277,87 @@ def waiting_jobs(n: int, p99_limit_ms: float | None = P99_LIMIT_MS) -> Callable[
         waiters = Waiters(srv.url, srv.admin_token, n)
         waiters.start()
         try:
-            # Every request has a deadline, and the ramp gives up when no ask goes out for WAIT_S; this
-            # bound only catches a waiters thread that hangs regardless.
-            if not run.check(waiters.ready.wait(10 * WAIT_S + 0.1 * n), "the waiters hung"):
+            st = _all_asking(run, waiters, n)
+            if st is None:
                 return
-            if not run.check(not waiters.errors, f"the waiting jobs were not all asking: "
-                                                 f"{'; '.join(waiters.errors[:3])} ({waiters.sent} of {n} asks sent, "
-                                                 f"{waiters.repolls} asked again after 204)"):
-                return
-            run.ctx.say(f"chaos: {n} waiting jobs: submitted in {waiters.submit_s} s, all asking after "
-                        f"{waiters.ramp_s} s more; timing heartbeats and status ...")
-            # Every ask has reached the server (it counts them as waiting, where its status says) and the
-            # few permits granted (the full group's first turn) have reached their jobs.
-            st, held = run.wait_status(lambda s: s.get("waiting", n - s["grants"]) + s["grants"] == n
-                                       and waiters.granted == s["grants"], WAIT_S)
-            run.check(held, f"the server holds {st.get('waiting')} asks and granted {st['grants']} permits; "
-                            f"{waiters.sent} asks were sent, {waiters.granted} permits received, of {n}")
             outstanding = n - st["grants"]
-            rng = run.ctx.rng
-            admin = {"Authorization": f"Bearer {srv.admin_token}"}
-            beats: list[float] = []
-            views: list[float] = []
-            sizes: list[int] = []
-            with httpx.Client(base_url=srv.url, timeout=30.0) as c:
-                for i in range(HEARTBEATS):
-                    job_id = waiters.ids[int(rng.integers(n))]
-                    dt, r = _timed(lambda: c.post(f"/v1/jobs/{job_id}/heartbeat", json={},
-                                                  headers={"Authorization": f"Bearer {waiters.tokens[job_id]}"}))
-                    beats.append(dt)
-                    run.check(r.status_code == 200, f"heartbeat of {job_id}: {r.status_code} {r.text[:200]}")
-                    if i % STATUS_EVERY == 0:
-                        dt, r = _timed(lambda: c.get("/v1/status", headers=admin))
-                        views.append(dt)
-                        sizes.append(len(r.content))
-                        if run.check(r.status_code == 200, f"GET /v1/status: {r.status_code} {r.text[:200]}") \
-                                and i == 0:
-                            page = r.json()["page"]  # the status comes a page at a time; the totals are all
-                            run.check(page["jobs_total"] == n, f"the status counts {page['jobs_total']} jobs, wanted {n}")
-            hb50, hb99 = percentiles_ms(beats)
-            st50, st99 = percentiles_ms(views)
-            run.check(not waiters.errors, f"asks failed while waiting: {'; '.join(waiters.errors[:3])}")
-            end = run.status()
-            run.check(waiters.outstanding == outstanding and end.get("waiting", outstanding) == outstanding,
-                      f"{outstanding} asks were outstanding, then {waiters.outstanding} (the server holds "
-                      f"{end.get('waiting')}), while nothing was released")
-            run.check(hb99 is not None and st99 is not None, "no heartbeat or status was timed")
-            if p99_limit_ms is not None:
-                run.check(hb99 is not None and hb99 < p99_limit_ms,
-                          f"heartbeat p99 {hb99} ms with {waiters.outstanding} asks outstanding "
-                          f"(limit {p99_limit_ms:g})")
-                run.check(st99 is not None and st99 < p99_limit_ms,
-                          f"GET /v1/status p99 {st99} ms with {waiters.outstanding} asks outstanding "
-                          f"(limit {p99_limit_ms:g}; {max(sizes) if sizes else 0} bytes)")
-            run.extras.update(waiting=n, outstanding=waiters.outstanding, granted=waiters.granted,
-                              submit_s=waiters.submit_s, ramp_s=waiters.ramp_s, repolls=waiters.repolls,
-                              reasks=waiters.reasks, resubmits=waiters.resubmits,
-                              heartbeat_p50_ms=hb50, heartbeat_p99_ms=hb99, status_p50_ms=st50, status_p99_ms=st99,
-                              status_bytes=max(sizes) if sizes else None)
+            timed = _time_beats_and_status(run, srv.url, srv.admin_token, waiters, n)
+            _judge(run, waiters, n, outstanding, timed, p99_limit_ms)
         finally:
             waiters.stop()
     return body
 
+
+def _all_asking(run: Run, waiters: Waiters, n: int) -> dict | None:
+    """Wait until every ask has reached the server and the few permits granted have reached their jobs;
+    the status then, or None if the waiters hung or failed."""
+    # Every request has a deadline, and the ramp gives up when no ask goes out for WAIT_S; this
+    # bound only catches a waiters thread that hangs regardless.
+    if not run.check(waiters.ready.wait(10 * WAIT_S + 0.1 * n), "the waiters hung"):
+        return None
+    if not run.check(not waiters.errors, f"the waiting jobs were not all asking: "
+                                         f"{'; '.join(waiters.errors[:3])} ({waiters.sent} of {n} asks sent, "
+                                         f"{waiters.repolls} asked again after 204)"):
+        return None
+    run.ctx.say(f"chaos: {n} waiting jobs: submitted in {waiters.submit_s} s, all asking after "
+                f"{waiters.ramp_s} s more; timing heartbeats and status ...")
+    # Every ask has reached the server (it counts them as waiting, where its status says) and the
+    # few permits granted (the full group's first turn) have reached their jobs.
+    st, held = run.wait_status(lambda s: s.get("waiting", n - s["grants"]) + s["grants"] == n
+                               and waiters.granted == s["grants"], WAIT_S)
+    run.check(held, f"the server holds {st.get('waiting')} asks and granted {st['grants']} permits; "
+                    f"{waiters.sent} asks were sent, {waiters.granted} permits received, of {n}")
+    return st
+
+
+def _time_beats_and_status(run: Run, url: str, admin_token: str, waiters: Waiters,
+                           n: int) -> tuple[list[float], list[float], list[int]]:
+    """Time HEARTBEATS heartbeats of jobs drawn at random and, every STATUS_EVERY beats, GET /v1/status:
+    (heartbeat seconds, status seconds, status sizes in bytes)."""
+    rng = run.ctx.rng
+    admin = {"Authorization": f"Bearer {admin_token}"}
+    beats: list[float] = []
+    views: list[float] = []
+    sizes: list[int] = []
+    with httpx.Client(base_url=url, timeout=30.0) as c:
+        for i in range(HEARTBEATS):
+            job_id = waiters.ids[int(rng.integers(n))]
+            dt, r = _timed(lambda: c.post(f"/v1/jobs/{job_id}/heartbeat", json={},
+                                          headers={"Authorization": f"Bearer {waiters.tokens[job_id]}"}))
+            beats.append(dt)
+            run.check(r.status_code == 200, f"heartbeat of {job_id}: {r.status_code} {r.text[:200]}")
+            if i % STATUS_EVERY == 0:
+                dt, r = _timed(lambda: c.get("/v1/status", headers=admin))
+                views.append(dt)
+                sizes.append(len(r.content))
+                if run.check(r.status_code == 200, f"GET /v1/status: {r.status_code} {r.text[:200]}") and i == 0:
+                    page = r.json()["page"]  # the status comes a page at a time; the totals are all
+                    run.check(page["jobs_total"] == n, f"the status counts {page['jobs_total']} jobs, wanted {n}")
+    return beats, views, sizes
+
+
+def _judge(run: Run, waiters: Waiters, n: int, outstanding: int, timed: tuple[list[float], list[float], list[int]],
+           p99_limit_ms: float | None) -> None:
+    """Of the `n` asks, every one still outstanding (nothing was released); both p99s under the limit (if
+    any); the scenario's extras."""
+    beats, views, sizes = timed
+    hb50, hb99 = percentiles_ms(beats)
+    st50, st99 = percentiles_ms(views)
+    run.check(not waiters.errors, f"asks failed while waiting: {'; '.join(waiters.errors[:3])}")
+    end = run.status()
+    run.check(waiters.outstanding == outstanding and end.get("waiting", outstanding) == outstanding,
+              f"{outstanding} asks were outstanding, then {waiters.outstanding} (the server holds "
+              f"{end.get('waiting')}), while nothing was released")
+    run.check(hb99 is not None and st99 is not None, "no heartbeat or status was timed")
+    if p99_limit_ms is not None:
+        run.check(hb99 is not None and hb99 < p99_limit_ms,
+                  f"heartbeat p99 {hb99} ms with {waiters.outstanding} asks outstanding "
+                  f"(limit {p99_limit_ms:g})")
+        run.check(st99 is not None and st99 < p99_limit_ms,
+                  f"GET /v1/status p99 {st99} ms with {waiters.outstanding} asks outstanding "
+                  f"(limit {p99_limit_ms:g}; {max(sizes) if sizes else 0} bytes)")
+    run.extras.update(waiting=n, outstanding=waiters.outstanding, granted=waiters.granted,
+                      submit_s=waiters.submit_s, ramp_s=waiters.ramp_s, repolls=waiters.repolls,
+                      reasks=waiters.reasks, resubmits=waiters.resubmits,
+                      heartbeat_p50_ms=hb50, heartbeat_p99_ms=hb99, status_p50_ms=st50, status_p99_ms=st99,
+                      status_bytes=max(sizes) if sizes else None)

@@ -1,10 +1,10 @@
-"""`rollmux chaos`: fault injection against a live local scheduler (issues 5 and 10).
+"""`rollmux chaos`: fault injection against a live local scheduler (DESIGN §8).
 
 The scheduler is `rollmux serve` as a child process on a loopback port (`ProcessServer`), with
 a SQLite journal (or `--store`), the chaos cluster file and a 2 s heartbeat timeout; jobs reach
 it only through its authenticated HTTP API (`HttpPermitClient`, or raw httpx where a scenario
 checks status codes). The scenarios run one after another on that one server, each with its own
-job ids; some start servers of their own. Synthetic jobs (`rollmux.live.chaos_job`) loop
+job ids; some start servers of their own. Synthetic jobs (`rollmux.harness.chaos.job`) loop
 rollout -> train with a few ms of sleep per phase behind the job shim, as driver threads or,
 where they are to be killed, as processes of their own (submitted by the driver, which hands
 them their token on stdin).
@@ -48,7 +48,7 @@ them their token on stdin).
   N jobs for S s           N jobs acquire and release for S s: permit latency p50/p99
                            (acquire call to grant, waiting for the job's turn included) and
                            throughput (permits/s);
-  W waiting jobs           W long-poll acquires outstanding at once (`chaos_waiting`) while
+  W waiting jobs           W long-poll acquires outstanding at once (`waiting`) while
                            heartbeats and GET /v1/status stay answered: their p50/p99 ms;
                            passes if both p99s are under 200 ms.
 
@@ -63,10 +63,10 @@ submitted jobs the server does not show done at the end, and killed jobs never s
 must match the job's own count. Every random draw (forged tokens, which jobs beat) comes from
 one seeded numpy Generator.
 
-Modules: this one runs the scenarios and prints the report; `chaos_run` is the harness (the
-shared server, one scenario's bookkeeping), `chaos_scenarios` the job-level scenarios and the
-plan, `chaos_faults` the server-level ones, `chaos_waiting` the many waiting jobs,
-`chaos_checks` the checks (phase logs, lost jobs, state diffs), `chaos_job` the synthetic job.
+Modules of `rollmux.harness.chaos`: this one runs the scenarios and prints the report; `run` is
+the harness (the shared server, one scenario's bookkeeping), `scenarios` the job-level scenarios
+and the plan, `faults` the server-level ones, `waiting` the many waiting jobs, `checks` the
+checks (phase logs, lost jobs, state diffs), `job` the synthetic job.
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rollmux.errors import InputError
-from rollmux.live.chaos_checks import double_grants, phase_intervals, read_log
-from rollmux.live.chaos_run import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, Chaos, output_tail, run_scenario
-from rollmux.live.chaos_scenarios import plan
+from rollmux.harness.chaos.checks import double_grants, phase_intervals, read_log
+from rollmux.harness.chaos.run import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, Chaos, output_tail, run_scenario
+from rollmux.harness.chaos.scenarios import plan
 
 __all__ = ["double_grants", "phase_intervals", "print_report", "read_log", "run_chaos"]
 

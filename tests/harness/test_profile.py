@@ -1,5 +1,5 @@
 """`rollmux profile`: a job module's own phases, measured through the shim, make a record the
-scheduler accepts and places (issue 12, part 4)."""
+scheduler accepts and places."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from rollmux.cli import app
 from rollmux.core.spec import JobSpec, default_cluster
+from rollmux.harness.profile import Measured, ProfileOptions, job_record, profile
 from rollmux.live.local import ThreadServer
-from rollmux.live.profile import Measured, ProfileOptions, job_record, profile
 from rollmux.live.service import SchedulerCore
 
 ADMIN = "admin-token-for-profile-tests-0123456789"

@@ -7,7 +7,7 @@ failure has nothing to rebuild from (it never fails on its own).
 
 from __future__ import annotations
 
-from rollmux.live.journal import JournalError
+from rollmux.live.journal.base import JournalError
 
 
 class MemoryStore:

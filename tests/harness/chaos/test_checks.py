@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rollmux.live.chaos_checks import double_grants
+from rollmux.harness.chaos.checks import double_grants
 
 
 def _iv(job: str, slots: list[int] | None, start: float, end: float, phase: str = "rollout") -> dict:

@@ -1,5 +1,5 @@
-"""The job-level scenarios of `rollmux chaos` (see `rollmux.live.chaos`), each a body run on a `Run`,
-and the plan of every scenario (the server-level ones live in `chaos_faults` and `chaos_waiting`)."""
+"""The job-level scenarios of `rollmux chaos` (see `rollmux.harness.chaos.command`), each a body run on a `Run`,
+and the plan of every scenario (the server-level ones live in `faults` and `waiting`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import threading
 import time
 from typing import Callable
 
-from rollmux.live.chaos_checks import percentiles_ms, read_log, settled_state, state_diff, without
-from rollmux.live.chaos_job import PhaseLog, load_checkpoint
-from rollmux.live.chaos_run import (
+from rollmux.harness.chaos.checks import percentiles_ms, read_log, settled_state, state_diff, without
+from rollmux.harness.chaos.job import PhaseLog, load_checkpoint
+from rollmux.harness.chaos.run import (
     HEARTBEAT_TIMEOUT_S,
     ITERATIONS,
     PHASE_S,
@@ -235,52 +235,76 @@ def service_restart(run: Run) -> None:
         if before is None:
             return
         run.check(before["jobs"][holder]["held"] == ["rollout"], f"{holder} holds {before['jobs'][holder]['held']}")
-        # Mid-phase: the holder runs its rollout and only sends heartbeats; the others wait for its node.
-        # Each kill comes as soon as the last restart is up, inside its grace period.
-        after, restarts = before, 0
-        for k in range(MIDPHASE_KILLS):
-            if k == MIDPHASE_KILLS - 1:
-                canary_client.close()  # silent from now on
-            t0, after = _kill_server(run)
-            if after is None:
-                return
-            restarts += 1
-            run.extras.setdefault("restart_s", round(time.monotonic() - t0, 2))
-            run.extras["recovered_records"] = after["recovered_records"]
-            if not run.unchanged(before, after, f"restart {k + 1}"):
-                return
-        # Wait for the canary's failure: past the last restart's grace period and heartbeat timeout. By then
-        # the waiting jobs have retried on the new instance; the holder (alive, beating to it) must still hold
-        # its permit and nobody may have its node.
-        later, ok = run.wait_status(lambda s: s["jobs"]["restart-canary"]["status"] != "running", WAIT_S)
-        c = later["jobs"]["restart-canary"]
-        if not run.check(ok and c["status"] == "failed" and "heartbeat" in (c["reason"] or ""),
-                         f"the silent canary is {c['status']} ({c['reason']}) after the restarts"):
+        after, restarts = _kills_mid_phase(run, before, canary_client)
+        if after is None:
             return
-        gone = {"restart-canary"}
-        if not run.check(without(settled_state(after), gone) == without(settled_state(later), gone),
-                         f"after {MIDPHASE_KILLS} restarts, with {holder} still in its rollout, the wait past the "
-                         f"grace period changed the state: "
-                         f"{state_diff(without(settled_state(after), gone), without(settled_state(later), gone))}"):
+        later = _past_the_grace_period(run, after, holder)
+        if later is None:
             return
         resume.set()
-        # More kills while every job is flowing (releases and acquires in flight).
-        prev = later
-        for k in range(FLOW_KILLS + 1):
-            _, ok = run.wait_status(lambda s: s["grants"] >= prev["grants"] + 12, 20)
-            if not run.check(ok, "the jobs did not resume after the last restart") or k == FLOW_KILLS:
-                break
-            _, prev = _kill_server(run)
-            if prev is None:
-                return
-            restarts += 1
-        run.extras.update(restarts=restarts, client_retries=sum(c.retries for c in clients))
+        more = _kills_while_flowing(run, later)
+        if more is None:
+            return
+        run.extras.update(restarts=restarts + more, client_retries=sum(c.retries for c in clients))
     finally:
         resume.set()
         stop.set()
         run.join(jobs, 2 * WAIT_S)
         if run.ctx.server.proc.poll() is not None:
             run.errors.append(f"the server is down: {output_tail(run.ctx.server.output())}")
+
+
+def _kills_mid_phase(run: Run, before: dict, canary: HttpPermitClient) -> tuple[dict | None, int]:
+    """Mid-phase: the holder runs its rollout and only sends heartbeats; the others wait for its node. Each
+    kill comes as soon as the last restart is up, inside its grace period; the canary falls silent before
+    the last one. Returns (the last restart's status, restarts), or (None, restarts) if the state changed
+    or the server did not come back."""
+    after, restarts = before, 0
+    for k in range(MIDPHASE_KILLS):
+        if k == MIDPHASE_KILLS - 1:
+            canary.close()  # silent from now on
+        t0, after = _kill_server(run)
+        if after is None:
+            return None, restarts
+        restarts += 1
+        run.extras.setdefault("restart_s", round(time.monotonic() - t0, 2))
+        run.extras["recovered_records"] = after["recovered_records"]
+        if not run.unchanged(before, after, f"restart {k + 1}"):
+            return None, restarts
+    return after, restarts
+
+
+def _past_the_grace_period(run: Run, after: dict, holder: str) -> dict | None:
+    """Wait for the canary's failure: past the last restart's grace period and heartbeat timeout. By then
+    the waiting jobs have retried on the new instance; the holder (alive, beating to it) must still hold
+    its permit and nobody may have its node. The status then, or None if not so."""
+    later, ok = run.wait_status(lambda s: s["jobs"]["restart-canary"]["status"] != "running", WAIT_S)
+    c = later["jobs"]["restart-canary"]
+    if not run.check(ok and c["status"] == "failed" and "heartbeat" in (c["reason"] or ""),
+                     f"the silent canary is {c['status']} ({c['reason']}) after the restarts"):
+        return None
+    gone = {"restart-canary"}
+    if not run.check(without(settled_state(after), gone) == without(settled_state(later), gone),
+                     f"after {MIDPHASE_KILLS} restarts, with {holder} still in its rollout, the wait past the "
+                     f"grace period changed the state: "
+                     f"{state_diff(without(settled_state(after), gone), without(settled_state(later), gone))}"):
+        return None
+    return later
+
+
+def _kills_while_flowing(run: Run, later: dict) -> int | None:
+    """More kills while every job is flowing (releases and acquires in flight), each once the jobs made
+    12 more grants. Returns the restarts, or None if the server did not come back."""
+    prev, restarts = later, 0
+    for k in range(FLOW_KILLS + 1):
+        _, ok = run.wait_status(lambda s: s["grants"] >= prev["grants"] + 12, 20)
+        if not run.check(ok, "the jobs did not resume after the last restart") or k == FLOW_KILLS:
+            break
+        _, prev = _kill_server(run)
+        if prev is None:
+            return None
+        restarts += 1
+    return restarts
 
 
 def load(jobs: int, seconds: float) -> Callable[[Run], None]:
@@ -313,8 +337,9 @@ def plan(jobs: int, seconds: float, waiting: int,
     """Every scenario, (name, body), in the order they run (the restart after the kills: its replay covers
     them; the second server and the route checks against the restarted one). `p99_limit_ms`: the waiting
     jobs' latency limit (None: measured, not judged)."""
-    from rollmux.live.chaos_faults import auth_routes, hung_job, journal_failures, second_server, torn_journal
-    from rollmux.live.chaos_waiting import waiting_jobs
+    from rollmux.harness.chaos.faults import auth_routes, hung_job, second_server, torn_journal
+    from rollmux.harness.chaos.journal_faults import journal_failures
+    from rollmux.harness.chaos.waiting import waiting_jobs
     return [("double release", double_release), ("forged token", forged_token),
             ("job killed mid-rollout", killed("rollout")), ("job killed mid-training", killed("train")),
             ("service restart mid-phase", service_restart), ("second server on one store", second_server),

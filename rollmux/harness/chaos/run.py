@@ -3,11 +3,11 @@
 The shared server is `rollmux serve` as a child process (`ProcessServer`) on a loopback
 port, with the chaos cluster file, a 2 s heartbeat timeout and the run's journal; a
 restart kills it (`kill -9`) and starts it again on the same store and port. A `Run`
-submits synthetic jobs (`rollmux.live.chaos_job`) as driver threads or processes, each
+submits synthetic jobs (`rollmux.harness.chaos.job`) as driver threads or processes, each
 through an `HttpPermitClient` of its own, kills processes, polls the status, sends raw
 HTTP requests where a scenario needs to see the status code, and at the end turns its
 phase logs and the server's final status into the scenario's entry (`Run.result`, checks
-in `chaos_checks`). A scenario may start servers of its own (`Run.own_server`): they stop
+in `checks`). A scenario may start servers of its own (`Run.own_server`): they stop
 when the scenario ends.
 """
 
@@ -30,7 +30,7 @@ import numpy as np
 import yaml
 
 from rollmux.core.spec import default_cluster
-from rollmux.live.chaos_checks import (
+from rollmux.harness.chaos.checks import (
     double_grants,
     lost_jobs,
     miscounted,
@@ -39,11 +39,11 @@ from rollmux.live.chaos_checks import (
     settled_state,
     state_diff,
 )
-from rollmux.live.chaos_job import PhaseLog, job_record, run_job
+from rollmux.harness.chaos.job import PhaseLog, job_record, run_job
 from rollmux.live.client import HttpPermitClient
 from rollmux.live.local import ProcessServer, free_port
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
+REPO_ROOT = str(Path(__file__).resolve().parents[3])
 HEARTBEAT_TIMEOUT_S = 2.0
 HEARTBEAT_S = 0.5          # a job beats four times per timeout
 PHASE_S = 0.005            # the synthetic jobs' phase length (declared as their profile, too)
@@ -306,11 +306,11 @@ class Run:
 
     def process_job(self, job_id: str, iterations: int, hold_phase: str | None = None,
                     hold_iter: int = 0) -> subprocess.Popen | None:
-        """Start a synthetic job as its own process (`python -m rollmux.live.chaos_job`), then submit it
+        """Start a synthetic job as its own process (`python -m rollmux.harness.chaos.job`), then submit it
         as its launcher and hand it the server's answer (its token) on stdin. None if it never got ready."""
         if job_id not in self.jobs:
             self.jobs.append(job_id)
-        cmd = [sys.executable, "-m", "rollmux.live.chaos_job", "--url", self.url, "--job-id", job_id,
+        cmd = [sys.executable, "-m", "rollmux.harness.chaos.job", "--url", self.url, "--job-id", job_id,
                "--iterations", str(iterations), "--phase-ms", str(PHASE_S * 1e3), "--log-dir", str(self.log_dir),
                "--checkpoint", str(self.checkpoint(job_id)), "--heartbeat-s", str(HEARTBEAT_S)]
         if hold_phase:

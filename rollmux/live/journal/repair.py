@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
-from rollmux.live.journal import JournalCorrupt, SQLiteStore, Store, _damage, open_store
-from rollmux.live.journal_redis import RedisStore
+from rollmux.live.journal import open_store
+from rollmux.live.journal.base import JournalCorrupt, Store, damage_report
+from rollmux.live.journal.redis import RedisStore
+from rollmux.live.journal.sqlite import SQLiteStore
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,8 @@ def _snapshot_state(store: Store, last_good: int) -> tuple[int | None, str | Non
     if snap is None:
         return None, None
     if snap[0] > last_good:  # a snapshot must be as of a record that replay can reach
-        return snap[0], _damage(store.url, f"the snapshot is as of record {snap[0]}, "
-                                           f"beyond the last good record {last_good}")
+        return snap[0], damage_report(store.url, f"the snapshot is as of record {snap[0]}, "
+                                                 f"beyond the last good record {last_good}")
     return snap[0], None
 
 
@@ -88,7 +90,7 @@ def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-# The backends' internals are reached from here so that journal.py keeps to the write path.
+# The backends' internals are reached from here so that `sqlite` and `redis` keep to the write path.
 
 def _stored_count(store: Store) -> int:
     """Every stored record, good or not."""
