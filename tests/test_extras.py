@@ -97,7 +97,7 @@ def test_missing_extra_is_one_line_and_survives_pickling():
 def test_the_demo_adds_the_trl_job_exactly_when_the_trl_extra_is_installed(monkeypatch, installed):
     from typer.testing import CliRunner
 
-    import rollmux.cli as cli
+    import rollmux.cli.harness as cli
     import rollmux.harness.demo as demo
     seen: dict = {}
     monkeypatch.setattr(cli, "has_extra", lambda extra: installed)
