@@ -1,9 +1,8 @@
 """Futures across the scheduler thread and the HTTP event loop, in as few wake-ups as possible.
 
 Every request crosses from the event loop to the scheduler thread and its answer
-comes back. One wake-up per request each way cost about half the server's
-throughput (measured on a trivial route: 4,750 -> 2,180 requests/s), so both
-directions go in batches: `Inbox` runs every queued call in one scheduler
+comes back. One wake-up per request each way costs about half the server's
+throughput (benchmarks/README.md, "Permit latency"), so both directions go in batches: `Inbox` runs every queued call in one scheduler
 callback, and `settle` hands each event loop all its answers in one
 `call_soon_threadsafe`.
 """

@@ -76,7 +76,7 @@ def tune_gc(freeze_every_s: float = 5.0, full_every_s: float = 600.0) -> threadi
     """Keep the cyclic collector from pausing the server for seconds at scale.
 
     With 10,000 jobs and as many parked long polls, a full collection walks millions of
-    long-lived objects (0.5-1.8 s each, every few seconds, freeing nothing): the p99 of
+    long-lived objects (seconds each, every few seconds, freeing nothing): the p99 of
     every request. Objects that lived `freeze_every_s` go to the permanent generation
     (`gc.freeze`), young collections run 100x less often, and every `full_every_s` the
     frozen objects are thawed and collected once, so cyclic garbage is not kept for ever."""

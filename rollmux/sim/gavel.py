@@ -64,19 +64,11 @@ unpacked plain Gavel+ is Solo-D: the same draws, event times and ledger, and
 unpacked heterogeneity-aware Gavel+ is, job by job, the cheaper of Solo-D and
 veRL that meets the SLO (no scheduling gain beyond the choice: no bubble of
 one job is ever filled by another). Where no job's co-located kind is cheaper
-it ties Solo-D. On the default 200-job catalog trace it co-locates 181 jobs
-($298,589 vs Solo-D's $434,004 and veRL's $298,640); the 19 it leaves on H20
-are 16 H20 + 8 H800 jobs (2 + 1 nodes, $38.8/h) whose co-located gang needs
-2 H800 nodes ($45.6/h, 1.175x) and runs only 0.85x as long: co-location would
-cost 1.000-1.010x as much per iteration. On the paper-profile trace it
-co-locates all 200 (1 + 1 node jobs: one $22.8/h H800 node instead of $30.8/h).
-Plain Gavel+ (hetero=False) still ties Solo-D to the dollar without caps, by
-construction; with caps it time-slices and costs the same node-hours. At 41 + 41
-nodes the paper-profile trace co-locates every job and leaves the H20 pool
-empty: each of its jobs (8 H20 + 8 H800) needs one H800 node to train in either
-kind, the H800 pool is the bottleneck, and co-located a job iterates in about
-0.83x the time per H800 node; only interleaving phases of different jobs (what
-RollMux does) could put the H20 nodes to work.
+it ties Solo-D. Plain Gavel+ (hetero=False) ties Solo-D to the dollar without caps, by
+construction; with caps it time-slices and costs the same node-hours. Under node caps the H800
+pool is the bottleneck of both kinds, and only interleaving the phases of different jobs (what
+RollMux does) puts the H20 nodes to work. What it chooses on the study's traces is measured in
+docs/study/study.md (the baselines' calibration section).
 
 Accounting: the policy pays for the nodes of running gangs (provisioned when a
 gang starts or grows, released when it is preempted, shrinks or empties), and
