@@ -101,7 +101,8 @@ class _PinSearch:
                  host_cap: float, load_cap: float, switch_s: float) -> None:
         self.ks, self.hosts, self.loads, self.n = ks, hosts, loads, n
         self.host_cap, self.load_cap, self.switch_s = host_cap, load_cap, switch_s
-        self.suffix = [0] * (len(ks) + 1)  # suffix[j]: nodes members j.. need together (the most fresh ones they can add)
+        # suffix[j]: the nodes members j.. need together, the most fresh nodes they can still add
+        self.suffix = [0] * (len(ks) + 1)
         for i in range(len(ks) - 1, -1, -1):
             self.suffix[i] = self.suffix[i + 1] + ks[i]
         self.sigs: list[tuple[int, ...]] = []
