@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,15 +30,38 @@ MAX_FUNCTION_LINES = 60
 
 @dataclass(frozen=True)
 class Source:
-    """One module's text, where it lives (for messages) and whether it is a package's `__init__`."""
+    """One module's syntax tree, where it lives (for messages) and whether it is a package's `__init__`."""
 
-    text: str
+    tree: ast.Module
     path: str
     is_package: bool = False
 
 
 def _python_files(top: str) -> list[Path]:
     return sorted(p for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once for all the checks (parsing is most of their time)."""
+    return ast.parse(path.read_text(), path.relative_to(ROOT).as_posix())
+
+
+def _statements(node: ast.AST):
+    """The statements directly inside `node`: bodies, branches, handlers and match cases. Imports
+    and definitions are statements, and no expression holds one, so expressions are not entered."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+            yield child
+
+
+def _imports(node: ast.AST):
+    """Every import statement inside `node`, at any depth (in functions, branches, classes)."""
+    for child in _statements(node):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child
+        else:
+            yield from _imports(child)
 
 
 def package_sources(package: str = PACKAGE) -> dict[str, Source]:
@@ -49,7 +73,7 @@ def package_sources(package: str = PACKAGE) -> dict[str, Source]:
         is_package = parts[-1] == "__init__"
         if is_package:
             parts.pop()
-        out[".".join(parts)] = Source(path.read_text(), rel.as_posix(), is_package)
+        out[".".join(parts)] = Source(_parsed(path), rel.as_posix(), is_package)
     return out
 
 
@@ -71,16 +95,14 @@ def _from_base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _targets(node: ast.AST, module: str, is_package: bool, modules: set[str]) -> list[str]:
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: set[str]) -> list[str]:
     """The modules of `modules` one import statement names."""
     if isinstance(node, ast.Import):
         found = [_known(alias.name, modules) for alias in node.names]
-    elif isinstance(node, ast.ImportFrom):
+    else:
         base = _from_base(node, module, is_package)
         found = [_known(f"{base}.{alias.name}", modules) if f"{base}.{alias.name}" in modules
                  else _known(base, modules) for alias in node.names]
-    else:
-        return []
     return [t for t in found if t is not None]
 
 
@@ -90,7 +112,7 @@ def import_graph(sources: dict[str, Source]) -> dict[str, dict[str, int]]:
     graph: dict[str, dict[str, int]] = {}
     for module, src in sources.items():
         edges = graph.setdefault(module, {})
-        for node in ast.walk(ast.parse(src.text, src.path)):
+        for node in _imports(src.tree):
             for target in _targets(node, module, src.is_package, modules):
                 if target != module:
                     edges[target] = min(edges.get(target, node.lineno), node.lineno)
@@ -145,7 +167,7 @@ def import_cycles(sources: dict[str, Source]) -> list[str]:
 
 def _functions(tree: ast.AST, prefix: str = ""):
     """(qualified name, def line, lines) of every function and method in `tree`, nested ones too."""
-    for node in ast.iter_child_nodes(tree):
+    for node in _statements(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield prefix + node.name, node.lineno, node.end_lineno - node.lineno + 1
             yield from _functions(node, f"{prefix}{node.name}.")
@@ -172,7 +194,7 @@ def long_functions(tops: tuple[str, ...] = SCANNED, limit: int = MAX_FUNCTION_LI
     for top in tops:
         for path in _python_files(top):
             rel = path.relative_to(ROOT).as_posix()
-            for name, line, n in _functions(ast.parse(path.read_text(), rel)):
+            for name, line, n in _functions(_parsed(path)):
                 if n > limit:
                     out.append(f"{rel}:{line} {name} ({n} lines)")
     return out
@@ -199,11 +221,11 @@ def test_no_function_over_the_line_limit():
 # -- the checker itself, on synthetic sources ------------------------------------------------------
 
 def _synthetic(**modules: str) -> dict[str, Source]:
-    """Sources by dotted name (`__` for `.`); `pkg` and `pkg.sub` are packages."""
+    """Sources by dotted name (`__` for `.`) from their text; `pkg` and `pkg.sub` are packages."""
     out = {}
     for key, text in modules.items():
         name = key.replace("__", ".")
-        out[name] = Source(text, name.replace(".", "/") + ".py", name in ("pkg", "pkg.sub"))
+        out[name] = Source(ast.parse(text), name.replace(".", "/") + ".py", name in ("pkg", "pkg.sub"))
     return out
 
 
