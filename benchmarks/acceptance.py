@@ -6,7 +6,8 @@ Usage: .venv/bin/python benchmarks/acceptance.py [--modes paper,catalog] [--seed
 For each VC, mode and seed it synthesizes a 200-job, 14-day trace from
 ../shared/traces, simulates the policies side by side and prints the gain over
 simulated Solo-D, SLO attainment, jobs finished, simulated/closed-form Solo-D
-cost, and the placement-case shares of rollmux.
+cost, and the placement-case shares of rollmux. RollMux runs the `shipped` profile
+(what `rollmux simulate` runs, DESIGN §10); the group-based baselines plan with it.
 
 Every (trace, policy) simulation is an independent Ray task: on a private local
 Ray by default (--workers at a time, default every CPU), on the Ray cluster at
@@ -19,17 +20,20 @@ import sys
 import time
 from contextlib import ExitStack
 
-from rollmux.core.spec import default_cluster
+from rollmux.core.config import SchedulerConfig
+from rollmux.core.spec import ClusterSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baselines import solo_d_cost
-from rollmux.sim.runner import POLICY_NAMES, run_policy
-from rollmux.sim.simulator import SimConfig
+from rollmux.sim.runner import POLICY_NAMES
+from rollmux.study.sections import policy_run
 from rollmux.study.sweep import ray_session, serial_map
 from rollmux.workload import available_vcs, find_traces_dir, synthesize_philly
 
+CONFIG = SchedulerConfig.profile("shipped")  # what every run is configured by
 
-def main() -> None:
-    """Parse the options, run every simulation through the chosen map, print one row per trace."""
+
+def parse_args() -> tuple[argparse.Namespace, list[str]]:
+    """The options, and the policies to run (Solo-D always among them)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", default="paper,catalog")
     ap.add_argument("--seeds", default="11")
@@ -43,42 +47,50 @@ def main() -> None:
         ap.error("--serial runs in this process: drop --address and --workers")
     if args.workers is not None and args.workers < 1:
         ap.error("--workers must be at least 1")
-    traces = find_traces_dir(args.traces)
-    cluster = default_cluster()
     names = args.policies.split(",")
     if "solo-d" not in names:
         names.append("solo-d")
     unknown = [n for n in names if n not in POLICY_NAMES]
     if unknown:
         ap.error(f"unknown policy {unknown[0]!r}; choose from {', '.join(POLICY_NAMES)}")
-    others = [n for n in names if n != "solo-d"]
+    return args, names
 
+
+def row_line(row: tuple, res: dict, others: list[str], cluster: ClusterSpec) -> str:
+    """One trace's printed row: Solo-D simulated/closed form, each policy's gain, SLO and finished."""
+    mode, vc, seed, jobs = row
+    solo = res["solo-d"].cost_usd
+    line = f"{mode:8} {vc:7} {seed:>4} {solo / solo_d_cost(jobs, cluster):>11.4f} "
+    line += " ".join(f"{solo / res[n].cost_usd:>13.3f}x {100 * res[n].slo_attainment:>11.1f}% "
+                     f"{len(res[n].outcomes):>4}" for n in others)
+    if "rollmux" in res:
+        p = res["rollmux"].placement_shares()
+        line += "  " + " / ".join(f"{100 * p[k]:.0f}%" for k in ("direct_packing", "rollout_scaling", "isolated"))
+    return line
+
+
+def main() -> None:
+    """Parse the options, run every simulation through the chosen map, print one row per trace."""
+    args, names = parse_args()
+    traces = find_traces_dir(args.traces)
+    cluster = default_cluster()
+    others = [n for n in names if n != "solo-d"]
     seeds = list(map(int, args.seeds.split(",")))
     rows = [(mode, vc, seed, synthesize_philly(traces, vc, 200, 14.0, mode, seed))
             for mode in args.modes.split(",") for vc in available_vcs(traces) for seed in seeds]
-    runs = [(name, jobs, cluster, SimConfig(seed=seed)) for _, _, seed, jobs in rows for name in names]
+    runs = [(name, jobs, cluster, CONFIG, seed) for _, _, seed, jobs in rows for name in names]
     results: dict[int, dict] = {}
     printed = [0]
 
     def row_done(i: int, res) -> None:
         results.setdefault(i // len(names), {})[names[i % len(names)]] = res
         while printed[0] < len(rows) and len(results.get(printed[0], {})) == len(names):
-            print_row(rows[printed[0]], results.pop(printed[0]))
+            print(row_line(rows[printed[0]], results.pop(printed[0]), others, cluster), flush=True)
             printed[0] += 1
 
-    def print_row(row: tuple, res: dict) -> None:
-        mode, vc, seed, jobs = row
-        solo = res["solo-d"].cost_usd
-        line = f"{mode:8} {vc:7} {seed:>4} {solo / solo_d_cost(jobs, cluster):>11.4f} "
-        line += " ".join(f"{solo / res[n].cost_usd:>13.3f}x {100 * res[n].slo_attainment:>11.1f}% "
-                         f"{len(res[n].outcomes):>4}" for n in others)
-        if "rollmux" in res:
-            p = res["rollmux"].placement_shares()
-            line += "  " + " / ".join(f"{100 * p[k]:.0f}%" for k in ("direct_packing", "rollout_scaling", "isolated"))
-        print(line, flush=True)
-
     engine = "serial" if args.serial else f"Ray ({args.address or 'local'}, workers {args.workers or 'every CPU'})"
-    print(f"# {len(runs)} simulations ({len(rows)} traces x {len(names)} policies) on {engine}", file=sys.stderr)
+    print(f"# {len(runs)} simulations ({len(rows)} traces x {len(names)} policies) on {engine}; "
+          f"configuration {CONFIG.describe()}", file=sys.stderr)
     t0 = time.perf_counter()
     head = f"{'mode':8} {'vc':7} {'seed':>4} {'solo/closed':>11} " + " ".join(
         f"{n + ' gain':>14} {n + ' SLO':>12} {'fin':>4}" for n in others) + "  rollmux cases (direct/scaling/isolated)"
@@ -88,7 +100,7 @@ def main() -> None:
         except InputError as exc:
             sys.exit(f"error: {exc}")
         print(head, flush=True)
-        pmap(run_policy, runs, row_done)
+        pmap(policy_run, runs, row_done)
     print(f"# wall time {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 

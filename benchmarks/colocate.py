@@ -1,4 +1,4 @@
-"""Issue 14 item 5, measured alone: the per-job co-located (veRL) mode (core/colocate.py).
+"""The per-job co-located (veRL) mode measured alone (core/colocate.py).
 
 Usage: .venv/bin/python benchmarks/colocate.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
                                                [--modes paper,catalog] [--margins 0.8,1.0] [--regroup] [--wide]
@@ -6,14 +6,15 @@ Usage: .venv/bin/python benchmarks/colocate.py [--traces-spec 2869ce:11,b436b2:1
                                                [--json OUT] [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace (seeds other
 than the study's 0) and runs, as independent tasks (a private local Ray by default): Solo-D,
-RollMux with the mode off (`--no-colocate`), and RollMux with the mode on at each --margins value (a job
-goes co-located when that costs less than margin x its disaggregated placement per
-iteration). --regroup: also each margin with `--colo-regroup` (a co-located job is then a
-consolidation candidate and moves into a group when that saves more per iteration than its
-migration costs; off by default). --wide: also each margin with `--no-colo-narrow` (a co-located
-job always runs on max(rollout, training) GPUs, the veRL model's G; by default a 16:8 job may run
-on its one training node, its rollout narrowed). Every run keeps the defaults otherwise
-(priced migrations, regrouping, drift repair). The veRL baseline (every job co-located) is
+RollMux with the mode off (`shipped` with `colocation.enabled=False`), and RollMux with the mode
+on at each --margins value (`colocation.margin`: a job goes co-located when that costs less than
+margin x its disaggregated placement per iteration) and co-located jobs regrouping off
+(`colocation.regroup=False`). --regroup: also each margin with co-located jobs regrouping on (a
+co-located job is then a consolidation candidate and moves into a group when that saves more
+per iteration than its migration costs). --wide: also each margin with `colocation.narrow=False`
+(a co-located job always runs on max(rollout, training) GPUs, the veRL model's G; by default a
+16:8 job may run on its one training node, its rollout narrowed). Every run is the `shipped`
+profile (DESIGN §10) otherwise (priced migrations, regrouping, drift repair, co-located pairing). The veRL baseline (every job co-located) is
 computed in closed form alongside (not with --drift). Per run it prints gain over Solo-D,
 SLO attainment, cost over the busy-time bound and migrations, then how the arrivals were
 placed (co-located, isolated, joined a group).
@@ -22,13 +23,10 @@ placed (co-located, isolated, joined a group).
 
 import argparse
 import time
-from dataclasses import replace
 
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.sim.baselines import busy_time_bound, simulate_verl
-from rollmux.sim.runner import run_policy
-from rollmux.sim.simulator import SimConfig
-from rollmux.study.sections import summary
+from rollmux.study.sections import profile, run_config, summary
 from rollmux.study.sweep import add_sweep_options, number_list, sweep_done, sweep_rows, sweep_run
 from rollmux.workload.drift import add_drift
 
@@ -37,12 +35,12 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
     """One row's simulation (a sweep task): "solo-d", "off", "colo@MARGIN", "wide@MARGIN" or "regroup@MARGIN"."""
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
-    cfg = SimConfig(seed=seed, colocate=False)  # "off" (the mode is on by default since 2026-12-01)
+    overrides: dict = {"colocation.enabled": False}  # "off" (and Solo-D's planner)
     if run.startswith(("colo@", "wide@", "regroup@")):
         kind, margin = run.split("@")
-        cfg = replace(cfg, colocate=True, colo_margin=float(margin), colo_regroup=kind == "regroup",
-                      colo_narrow=kind != "wide")
-    res = run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg)
+        overrides = {"colocation.margin": float(margin), "colocation.regroup": kind == "regroup",
+                     "colocation.narrow": kind != "wide"}
+    res = run_config(jobs, cluster, profile("shipped", overrides), seed, solo=run == "solo-d")
     return {**summary(res), "counts": dict(res.placements or {})}
 
 

@@ -5,9 +5,10 @@ Usage: .venv/bin/python benchmarks/compaction.py [--traces-spec 2869ce:11,b436b2
                                                  [--json OUT] [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace and runs, as
 independent tasks (a private local Ray by default): Solo-D, RollMux as shipped but without
-compaction (`--no-compact`), and RollMux as shipped with compaction tried at most once per
---every seconds per group (1800 is the default). Every run keeps the other defaults (priced
-migrations, regrouping, drift repair, elastic rollout, the co-located mode). Per run it
+compaction (`compaction.enabled=False`), and RollMux as shipped with compaction tried at most
+once per --every seconds per group (`compaction.every_s`; the shipped profile's value is the
+default). Every run is the `shipped` profile (DESIGN §10) otherwise (priced migrations,
+regrouping, drift repair, elastic rollout, the co-located mode). Per run it
 prints gain over Solo-D, SLO attainment, cost over the busy-time bound, migrations and the
 rollout nodes compaction gave back.
 --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
@@ -15,13 +16,10 @@ rollout nodes compaction gave back.
 
 import argparse
 import time
-from dataclasses import replace
 
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.sim.baselines import busy_time_bound
-from rollmux.sim.runner import run_policy
-from rollmux.sim.simulator import SimConfig
-from rollmux.study.sections import summary
+from rollmux.study.sections import profile, run_config, summary
 from rollmux.study.sweep import add_sweep_options, number_list, sweep_done, sweep_rows, sweep_run
 from rollmux.workload.drift import add_drift
 
@@ -30,17 +28,17 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
     """One row's simulation (a sweep task): "solo-d", "off" or "every@SECONDS"."""
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
-    cfg = SimConfig(seed=seed, compact=False)
+    overrides: dict = {"compaction.enabled": False}
     if run.startswith("every@"):
-        cfg = replace(cfg, compact=True, compact_every_s=float(run.split("@")[1]))
-    return summary(run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg))
+        overrides = {"compaction.enabled": True, "compaction.every_s": float(run.split("@")[1])}
+    return summary(run_config(jobs, cluster, profile("shipped", overrides), seed, solo=run == "solo-d"))
 
 
 def main() -> None:
     """Parse the options, map every simulation, print the ablation side by side."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_options(ap, "2869ce:11,b436b2:12,e13805:13,7f04ca:23")
-    ap.add_argument("--every", default=f"{SimConfig().compact_every_s:g}")
+    ap.add_argument("--every", default=f"{profile('shipped').compaction.every_s:g}")
     ap.add_argument("--drift", action="store_true")
     args = ap.parse_args()
     every = number_list(args.every, "--every", "600,1800", inclusive=True)

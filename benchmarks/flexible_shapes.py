@@ -1,15 +1,14 @@
-"""Issue 14 item 4, measured alone: training scaling and elastic rollout parallelism (core/shapes.py).
+"""Training scaling and elastic rollout parallelism measured alone (core/shapes.py).
 
 Usage: .venv/bin/python benchmarks/flexible_shapes.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
                                                       [--modes paper,catalog] [--drift] [--json OUT]
                                                       [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace (seeds other
 than the study's 0) and runs, as independent tasks (a private local Ray by default): Solo-D,
-RollMux as it is (both switches off), with training scaling alone, with elastic rollout alone,
-and with both. Every run keeps the defaults otherwise (priced migrations, regrouping, drift
-repair, and since 2026-12-01 also admission by the mean, the co-located mode and stretch
-pricing: the policy is built as `rollmux simulate` builds it; before, it ran groups alone
-under Δ pricing). Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound (b: at
+RollMux with both switches off (`shapes.train_scaling`, `shapes.elastic_rollout`), with
+training scaling alone, with elastic rollout alone, and with both. Every run is the `shipped`
+profile (DESIGN §10) otherwise (priced migrations, regrouping, drift repair, admission by the
+mean, the co-located mode, stretch pricing), its policy built by `build_policy`. Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound (b: at
 nominal shapes; e: every job at its cheapest elastic shape, core/elastic.py) and
 migrations, then the isolated placements by reason (core/why.py) and what the shapes chose
 (joined with added training nodes, on fewer or more rollout nodes, isolated on fewer).
@@ -21,16 +20,14 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 from rollmux.core.elastic import busy_time_bound_elastic
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
-from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import busy_time_bound
-from rollmux.sim.runner import rollmux_policy
-from rollmux.sim.simulator import SimConfig, simulate
-from rollmux.study.sections import summary
+from rollmux.sim.simulator import Simulation
+from rollmux.study.sections import profile, run_config, summary
 from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
 from rollmux.workload.drift import add_drift
 
@@ -43,15 +40,14 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
     switches = RUNS[run]
-    cfg = SimConfig(seed=seed)
     if switches is None:
-        res = simulate(jobs, cluster, SoloPlacement(cfg.intra), cfg)
+        res = run_config(jobs, cluster, profile("shipped"), seed, solo=True)
         return {**summary(res), "why": None, "shapes": None}
-    cfg = replace(cfg, train_scaling=switches[0], elastic_rollout=switches[1])
-    policy = rollmux_policy(cfg)  # everything else as `rollmux simulate` ships it
-    res = simulate(jobs, cluster, policy, cfg)
+    cfg = profile("shipped", {"shapes.train_scaling": switches[0], "shapes.elastic_rollout": switches[1]})
+    sim = Simulation(jobs, cluster, cfg, seed=seed)  # (its policy, built from `cfg`, counts the shapes)
+    res = sim.run()
     why = (res.placements_why or {}).get("placements", {})
-    return {**summary(res), "why": why, "shapes": asdict(policy.shape_stats)}
+    return {**summary(res), "why": why, "shapes": asdict(sim.policy.shape_stats)}
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ Usage: .venv/bin/python benchmarks/group_shapes.py [--traces-spec 2869ce:11] [--
                                                    [--plan worst|mean] [--rows 12] [--json OUT]
                                                    [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed and mode it synthesizes a 200-job, 14-day trace, runs RollMux as shipped
-(`--plan` sets the admission) and prints, per group shape (members, rollout nodes, training
+(the `shipped` profile; `--plan` sets `admission.plan`) and prints, per group shape (members, rollout nodes, training
 nodes), its share of the cost and, weighted by cost, its planned rollout- and training-pool
 utilization and its planned period over its longest member cycle; co-located jobs are one row.
 A pool at 0.6 in a shape that holds 40% of the cost is where the gap to the busy-time bound is.
@@ -17,19 +17,17 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
-from rollmux.sim.simulator import SimConfig
 from rollmux.study.group_shapes import group_shapes
+from rollmux.study.sections import profile
 from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
 
 
 def one_run(jobs: list[JobSpec], cluster: ClusterSpec, seed: int, plan: str) -> dict:
     """One trace's profile (a sweep task)."""
-    cfg = SimConfig(seed=seed)
-    return group_shapes(jobs, cluster, replace(cfg, intra=replace(cfg.intra, plan=plan)))
+    return group_shapes(jobs, cluster, profile("shipped", {"admission.plan": plan}), seed)
 
 
 def main() -> None:
@@ -37,7 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_options(ap, "2869ce:11")
     ap.set_defaults(modes="paper")
-    ap.add_argument("--plan", choices=("worst", "mean"), default=SimConfig().intra.plan)
+    ap.add_argument("--plan", choices=("worst", "mean"), default=profile("shipped").admission.plan)
     ap.add_argument("--rows", type=int, default=12, help="shapes printed per trace, by cost share")
     args = ap.parse_args()
     cluster, rows = default_cluster(), sweep_rows(args)

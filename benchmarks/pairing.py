@@ -5,12 +5,13 @@ Usage: .venv/bin/python benchmarks/pairing.py [--traces-spec 2869ce:11,b436b2:12
                                               [--json OUT] [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace and runs, as
 independent tasks (a private local Ray by default): Solo-D; RollMux without pairing at the
-co-located margin it shipped with before pairing (`--no-colo-pair --colo-margin 0.75`, "off");
-and RollMux with pairing at each --margins value ("pair@M"). Every run keeps the simulator's
-defaults otherwise (narrowed co-location, co-located jobs regrouping, priced migrations, drift
-repair). Per trace it prints gain over Solo-D, SLO attainment, cost over the busy-time bound,
-migrations and how many arrivals founded a group with a co-located job; then, per mode and
-run, the mean and lowest gain and how many traces reach 1.7x (the issue's paper-profile bar).
+co-located margin measured best without it (`colocation.pair=False`, the margin then 0.75,
+`ColocationConfig.effective_margin`; "off"); and RollMux with pairing at each --margins value
+(`colocation.margin`, "pair@M"). Every run is the `shipped` profile (DESIGN §10) otherwise
+(narrowed co-location, co-located jobs regrouping, priced migrations, drift repair). Per trace
+it prints gain over Solo-D, SLO attainment, cost over the busy-time bound, migrations and how
+many arrivals founded a group with a co-located job; then, per mode and run, the mean and
+lowest gain and how many traces reach 1.7x (the paper-profile gain the mode was meant to reach).
 --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
 The default traces are the seven unseen ones of benchmarks/README.md; pass every VC at seeds
 11,12,13,23 for the 28-trace sweep.
@@ -18,28 +19,25 @@ The default traces are the seven unseen ones of benchmarks/README.md; pass every
 
 import argparse
 import time
-from dataclasses import replace
 
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.sim.baselines import busy_time_bound
-from rollmux.sim.runner import run_policy
-from rollmux.sim.simulator import SimConfig
-from rollmux.study.sections import summary
+from rollmux.study.sections import profile, run_config, summary
 from rollmux.study.sweep import add_sweep_options, number_list, sweep_done, sweep_rows, sweep_run
 from rollmux.workload.drift import add_drift
 
 UNSEEN = "2869ce:11,b436b2:12,e13805:13,7f04ca:23,0e4a51:0,103959:21,11cb48:22"
-BAR = 1.7  # the issue's paper-profile gain
+BAR = 1.7  # the paper-profile gain the mode was meant to reach
 
 
 def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drift: bool) -> dict:
     """One row's simulation (a sweep task): "solo-d", "off" or "pair@MARGIN"."""
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
-    cfg = SimConfig(seed=seed, colo_pair=False)  # (at COLO_MARGIN, its default without pairing)
+    overrides: dict = {"colocation.pair": False}  # (at COLO_MARGIN, its effective margin without pairing)
     if run.startswith("pair@"):
-        cfg = replace(cfg, colo_pair=True, colo_margin=float(run.split("@")[1]))
-    res = run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg)
+        overrides = {"colocation.pair": True, "colocation.margin": float(run.split("@")[1])}
+    res = run_config(jobs, cluster, profile("shipped", overrides), seed, solo=run == "solo-d")
     return {**summary(res), "counts": dict(res.placements or {})}
 
 

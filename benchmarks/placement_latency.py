@@ -7,11 +7,12 @@ the cluster state keeps them), then times `--probes` fresh placement decisions
 against that state and reports p50 / p99 in milliseconds, wall clock and CPU
 time of this process (on a shared machine the wall clock also counts other
 processes' turns), and how long building the state took. `rollmux bench
-placement --jobs N` prints the same wall-clock row for one size. The group search is the
-one `rollmux simulate` runs (admission by the mean, elastic rollout shapes, stretch pricing);
-`--nominal`: Algorithm 1 (nominal shapes, worst-case admission, Δ pricing; before issue 14).
-The per-job co-located mode stays off: these 8:8 jobs would all run co-located,
-leaving no group to search (0.3 ms p50 at 10,000 jobs with the mode on, measured 2026-12-01).
+placement --jobs N` prints the same wall-clock row for one size. The policy is built by
+`build_policy` from `rollmux.study.placement_bench.latency_config` (DESIGN §10): the group
+search `rollmux simulate` runs (the `shipped` profile: admission by the mean, elastic rollout
+shapes, stretch pricing) with the per-job co-located mode off, since these 8:8 jobs would all
+run co-located and leave no group to search; `--nominal`: the `paper` profile (Algorithm 1:
+nominal shapes, worst-case admission, Δ pricing).
 """
 
 import argparse

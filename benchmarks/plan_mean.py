@@ -1,36 +1,35 @@
-"""Issue 14 item 2, measured alone: SLO admission by the mean (plan="mean") vs the worst case.
+"""SLO admission by the mean (`admission.plan=mean`) vs the worst case, measured alone.
 
 Usage: .venv/bin/python benchmarks/plan_mean.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
                                                 [--modes paper,catalog] [--drift] [--stress N]
                                                 [--z 3.09] [--json OUT] [--workers N] [--serial]
 Unseen traces: for each VC:seed and mode a 200-job, 14-day Philly-driven trace (seeds other
-than the study's 0); runs Solo-D, RollMux with plan="worst" and with plan="mean" (everything
-else at its defaults: priced migrations, regrouping, drift repair) as independent tasks (a
-private local Ray by default). Per run: gain over Solo-D, SLO attainment, cost / busy-time
+than the study's 0); runs Solo-D, RollMux with `admission.plan=worst` and with `mean` (at
+confidence `admission.z`; the `shipped` profile otherwise, DESIGN §10: priced migrations,
+regrouping, drift repair, elastic rollout, the co-located mode, stretch pricing) as independent
+tasks (a private local Ray by default). Per run: gain over Solo-D, SLO attainment, cost / busy-time
 bound, migrations, and the isolated placements' reasons (placements_why).
 --no-elastic: nominal rollout shapes in both modes (elastic rollout, on by default, acts under
 both plans: the mean plan's sampled schedule scales each draw by the member's factor,
 core/shapes.py, core/admission.py). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
 --stress N: instead, the N stress traces of benchmarks/slo_stress.py (30 heavy-load jobs each,
-SLO ~ U(1, 1.5)) under both modes; prints every miss and each mode's job-level attainment.
+SLO ~ U(1, 1.5), long-tail migration on for half of them) under both modes, with the `groups`
+profile's search (nominal shapes, no co-located jobs, Δ pricing); prints every miss and each
+mode's job-level attainment.
 """
 
 import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound
-from rollmux.sim.runner import run_policy
-from rollmux.sim.simulator import SimConfig
-from rollmux.study.sections import summary
+from rollmux.study.sections import profile, run_config, summary
 from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
 from rollmux.workload.drift import add_drift
 
@@ -40,10 +39,10 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
     """One row's simulation (a sweep task): "solo-d", "worst" or "mean"."""
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
-    cfg = SimConfig(seed=seed, elastic_rollout=elastic)
+    overrides: dict = {"shapes.elastic_rollout": elastic}
     if run != "solo-d":
-        cfg = replace(cfg, intra=replace(cfg.intra, plan=run, plan_z=z))
-    res = run_policy("solo-d" if run == "solo-d" else "rollmux", jobs, cluster, cfg)
+        overrides |= {"admission.plan": run, "admission.z": z}
+    res = run_config(jobs, cluster, profile("shipped", overrides), seed, solo=run == "solo-d")
     why = (res.placements_why or {}).get("placements", {})
     return {**summary(res), "counts": dict(res.placements or {}), "why": {k: v for k, v in why.items() if v}}
 
@@ -53,13 +52,10 @@ def stress_run(seed: int, plan: str, z: float) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from factories import synthetic_trace
 
-    from rollmux.core.inter_group import RollMuxPlacement
-    from rollmux.sim.simulator import simulate
     jobs = synthetic_trace(np.random.default_rng(seed), 30, sigma=(0.0, 0.1, 0.3)[seed % 3],
                            mean_gap_s=(60.0, 0.0)[seed % 2], slo_range=(1.0, 1.5), duration_range=(3000.0, 20000.0))
-    intra = IntraConfig(migration=seed % 4 < 2, plan=plan, plan_z=z)
-    res = simulate(jobs, default_cluster(), RollMuxPlacement(intra),
-                   SimConfig(seed=seed, intra=IntraConfig(plan=plan, plan_z=z)))
+    cfg = profile("groups", {"admission.plan": plan, "admission.z": z, "intra_group.migration": seed % 4 < 2})
+    res = run_config(jobs, default_cluster(), cfg, seed)
     return {"jobs": len(jobs), "finished": len(res.outcomes), "cost": res.cost_usd,
             "missed": [o.job_id for o in res.outcomes if not o.slo_met],
             "shared": len(jobs) - res.placements.get("isolated", 0)}
@@ -72,7 +68,7 @@ def main() -> None:
     ap.add_argument("--drift", action="store_true")
     ap.add_argument("--no-elastic", action="store_true", help="nominal rollout shapes in both modes")
     ap.add_argument("--stress", type=int, default=0)
-    ap.add_argument("--z", type=float, default=IntraConfig.plan_z)
+    ap.add_argument("--z", type=float, default=profile("shipped").admission.z)
     args = ap.parse_args()
     t0 = time.perf_counter()
     try:

@@ -1,15 +1,15 @@
-"""Issue 14 item 3, measured alone: the SLO-aware order inside a group (core/slo_order.py).
+"""The SLO-aware order inside a group measured alone (core/slo_order.py).
 
 Usage: .venv/bin/python benchmarks/slo_order.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
                                                 [--modes paper,catalog] [--drift] [--json OUT]
                                                 [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace (seeds other
 than the study's 0) and runs, as independent tasks (a private local Ray by default): Solo-D,
-RollMux with round robin inside groups (`--order rr`, today) and with the SLO order
-(`--order slo`). Both plan with the worst case (`--plan worst`: the SLO order plans with it,
-so round robin is compared at the same admission), and the policy is Algorithm 1's search (nominal
-shapes, no co-located jobs, Δ pricing), as when this was measured; otherwise the defaults
-(priced migrations, regrouping, drift repair). Per run it prints gain over Solo-D, SLO
+RollMux with round robin inside groups (`intra_group.order=rr`, the default) and with the SLO
+order (`intra_group.order=slo`). Both run the `groups` profile (DESIGN §10): worst-case
+admission (the SLO order plans with it, so round robin is compared at the same admission) and
+Algorithm 1's search (nominal shapes, no co-located jobs, Δ pricing), with priced migrations,
+regrouping and drift repair; Solo-D plans with it too. Per run it prints gain over Solo-D, SLO
 attainment, cost over the busy-time bound and migrations, then the isolated placements by
 reason (core/why.py: member_slo is the one the SLO order targets). --drift: 30% of each
 trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
@@ -19,15 +19,11 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
-from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import busy_time_bound
-from rollmux.sim.simulator import SimConfig, simulate
-from rollmux.study.sections import summary
+from rollmux.study.sections import profile, run_config, summary
 from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
 from rollmux.workload.drift import add_drift
 
@@ -38,12 +34,10 @@ def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, drif
     """One row's simulation (a sweep task)."""
     if drift:
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
-    cfg = replace(SimConfig(seed=seed), intra=replace(SimConfig().intra, plan="worst"))
     if run == "solo-d":
-        return {**summary(simulate(jobs, cluster, SoloPlacement(cfg.intra), cfg)), "why": None}
-    cfg = replace(cfg, intra=replace(cfg.intra, plan="worst", order=run))
+        return {**summary(run_config(jobs, cluster, profile("groups"), seed, solo=True)), "why": None}
     t0 = time.process_time()
-    res = simulate(jobs, cluster, RollMuxPlacement(cfg.intra), cfg)
+    res = run_config(jobs, cluster, profile("groups", {"intra_group.order": run}), seed)
     why = (res.placements_why or {}).get("placements", {})
     return {**summary(res), "why": why, "cpu_s": time.process_time() - t0}
 

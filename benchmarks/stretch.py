@@ -5,22 +5,20 @@ Usage: .venv/bin/python benchmarks/stretch.py [--traces-spec 2869ce:11,b436b2:12
                                               [--json OUT] [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed, mode and co-located speed it synthesizes a 200-job, 14-day trace and runs,
 as independent tasks of one Pmap (a private local Ray by default): Solo-D, RollMux as
-shipped (stretch pricing on) and the same with `--no-stretch-pricing` (the first valid option
-in Δ order, Algorithm 1's choice). At a co-located speed other than 1 it also runs the groups
-alone (`--no-colocate`, stretch pricing on), the level a co-location rule that misjudges the
-mode should not fall below. It prints gain over Solo-D and SLO attainment per run.
+shipped (the `shipped` profile, stretch pricing on, at `colocation.speed`) and the same with
+`placement.pricing=delta` (the first valid option in Δ order, Algorithm 1's choice). At a
+co-located speed other than 1 it also runs the groups alone (`colocation.enabled=False`,
+stretch pricing on), the level a co-location rule that misjudges the mode should not fall below. It prints gain over Solo-D and SLO attainment per run.
 """
 
 import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
-from rollmux.sim.simulator import SimConfig
-from rollmux.study.sections import run_config, summary
+from rollmux.study.sections import profile, run_config, summary
 from rollmux.study.sweep import add_sweep_options, number_list, sweep_map, sweep_rows
 
 RUNS = ("solo-d", "stretch", "delta", "groups alone")
@@ -28,12 +26,12 @@ RUNS = ("solo-d", "stretch", "delta", "groups alone")
 
 def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int, speed: float) -> dict:
     """One row's simulation (a sweep task)."""
-    cfg = SimConfig(seed=seed, colo_speed=speed)
+    overrides: dict = {"colocation.speed": speed}
     if run == "delta":
-        cfg = replace(cfg, stretch_pricing=False)
+        overrides["placement.pricing"] = "delta"
     if run == "groups alone":
-        cfg = replace(cfg, colocate=False)
-    return summary(run_config(jobs, cluster, cfg, solo=run == "solo-d"))
+        overrides["colocation.enabled"] = False
+    return summary(run_config(jobs, cluster, profile("shipped", overrides), seed, solo=run == "solo-d"))
 
 
 def main() -> None:

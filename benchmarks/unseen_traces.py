@@ -1,14 +1,15 @@
-"""Issue-11 acceptance on traces the study never ran: regrouping vs static groups, and drift repair.
+"""Regrouping vs static groups, and drift repair, on traces the study never ran.
 
 Usage: .venv/bin/python benchmarks/unseen_traces.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
                                                     [--modes paper,catalog] [--json OUT]
                                                     [--address HOST:PORT] [--workers N] [--serial]
 For each VC:seed and mode it synthesizes a 200-job, 14-day Philly-driven trace
 (seeds other than the study's 0) and runs, as independent tasks of one Pmap
-(a private local Ray by default): Solo-D; RollMux with the paper's static groups
-(--static); RollMux's default (regrouping with priced migrations, repair on);
-and the same trace with 30% of its jobs drifting (rollout and training x1.5-2.5
-after 20-60% of their life) with and without repair. It prints gain over
+(a private local Ray by default): Solo-D; RollMux with static groups (the
+`shipped` profile without shrinking, regrouping or repair, compaction kept);
+RollMux as shipped (regrouping with priced migrations, repair on); and the same
+trace with 30% of its jobs drifting (rollout and training x1.5-2.5 after 20-60%
+of their life) with and without repair (`regroup.repair`). It prints gain over
 Solo-D, SLO attainment and migrations per run, and with --json writes them.
 """
 
@@ -16,12 +17,10 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
-from rollmux.sim.simulator import SimConfig
-from rollmux.study.sections import run_config, summary
+from rollmux.study.sections import profile, run_config, summary
 from rollmux.study.sweep import add_sweep_options, sweep_map, sweep_rows
 from rollmux.workload.drift import add_drift
 
@@ -30,13 +29,13 @@ RUNS = ("solo-d", "static", "rollmux", "drift, repair", "drift, no repair")
 
 def one_run(run: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
     """One row's simulation (a sweep task)."""
-    cfg = SimConfig(seed=seed)
+    overrides: dict = {}
     if run == "static":
-        cfg = replace(cfg, shrink=False, regroup=False, repair=False)
+        overrides = {"regroup.shrink": False, "regroup.enabled": False, "regroup.repair": False}
     if run.startswith("drift"):
         jobs = add_drift(jobs, 0.3, seed, rollout_scale=(1.5, 2.5), train_scale=(1.5, 2.5))
-        cfg = replace(cfg, repair=run == "drift, repair")
-    return summary(run_config(jobs, cluster, cfg, solo=run == "solo-d"))
+        overrides = {"regroup.repair": run == "drift, repair"}
+    return summary(run_config(jobs, cluster, profile("shipped", overrides), seed, solo=run == "solo-d"))
 
 
 def main() -> None:

@@ -6,17 +6,64 @@ hypothesis-generated examples.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import strategies as st
 
+from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group, Member
-from rollmux.core.intra_group import IntraConfig, PhaseTimes
-from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec
+from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.intra_group import PhaseTimes
+from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec, default_cluster
 
-# Worst-case SLO admission: the plan of `IntraConfig()` and of a bare `RollMuxPlacement()`.
-# The simulator's default admits by the mean (sim/simulator.py SimConfig), and a simulation
-# refuses a policy that admits by other rules, so tests written for the worst case pass it.
-WORST = IntraConfig()
+SHIPPED = SchedulerConfig()                    # what `rollmux simulate` and `rollmux serve` run
+PAPER = SchedulerConfig.profile("paper")      # the published system: Algorithm 1, static groups
+GROUPS = SchedulerConfig.profile("groups")    # the paper's admission and shapes with the repair side
+# What programs embedding the live service run without a config of their own (live/service.py).
+EMBEDDED = GROUPS.with_overrides({"regroup.repair": False})
+
+# The group planner's view of the paper profile on the default cluster: worst-case admission.
+WORST = PAPER.intra_for(default_cluster())
+
+# Short names tests use for settings (the policy's former keyword arguments).
+_SHORT = {
+    "colocate": "colocation.enabled", "colo_speed": "colocation.speed", "colo_margin": "colocation.margin",
+    "colo_narrow": "colocation.narrow", "prune_saturated": "placement.prune_saturated",
+    "best_fit": "placement.best_fit", "train_scaling": "shapes.train_scaling",
+    "elastic_rollout": "shapes.elastic_rollout", "max_group_size": "placement.max_group_size",
+    "regroup": "regroup.enabled", "shrink": "regroup.shrink", "repair": "regroup.repair",
+    "consolidate": "regroup.consolidate", "regroup_margin": "regroup.margin",
+    "migration_scale": "regroup.migration_scale", "batch_order": "placement.batch_order",
+    "compact": "compaction.enabled", "compact_every_s": "compaction.every_s",
+    "colo_regroup": "colocation.regroup", "colo_pair": "colocation.pair",
+    "plan": "admission.plan", "plan_quantile": "admission.quantile", "order": "intra_group.order",
+    "migration": "intra_group.migration",
+}
+
+
+def intra(**changes) -> IntraConfig:
+    """The paper profile's planner view on the default cluster with `changes` (IntraConfig fields)."""
+    return replace(WORST, **changes)
+
+
+def config(base: SchedulerConfig = PAPER, *, stretch_pricing: bool | None = None, **settings) -> SchedulerConfig:
+    """`base` with settings by short name (`_SHORT`) or by dotted name passed as a dict under
+    `dotted=...`; `stretch_pricing` sets `placement.pricing`."""
+    overrides = {_SHORT[k]: v for k, v in settings.items() if k != "dotted"}
+    overrides.update(settings.get("dotted", {}))
+    if stretch_pricing is not None:
+        overrides["placement.pricing"] = "stretch" if stretch_pricing else "delta"
+    return base.with_overrides(overrides) if overrides else base
+
+
+def make_policy(planner: IntraConfig | None = None, base: SchedulerConfig = PAPER, **settings) -> RollMuxPlacement:
+    """RollMux's placement as `build_policy` makes it from `base` with `settings` (see `config`),
+    planning with `planner` when given (else the configuration's view on the default cluster)."""
+    cfg = config(base, **settings)
+    if planner is None:
+        planner = cfg.intra_for(default_cluster())
+    return RollMuxPlacement(planner, cfg)
 
 
 def make_job(job_id: str = "j0", *, rollout: float = 100.0, train: float = 100.0,
@@ -137,7 +184,7 @@ def groups(draw, max_members: int = 5, max_rollout_nodes: int = 3, max_train_nod
 @st.composite
 def migration_configs(draw) -> IntraConfig:
     """Intra-group configs with long-tail migration on and varied knobs."""
-    return IntraConfig(warm_switch_s=draw(st.sampled_from([0.0, 2.0])), migration=True,
+    return intra(warm_switch_s=draw(st.sampled_from([0.0, 2.0])), migration=True,
                        tail_worker_frac=draw(st.sampled_from([0.1, 0.25, 0.5])),
                        start_ratio=draw(st.sampled_from([0.25, 0.5, 0.75, 1.0])),
                        migration_overhead_s=draw(st.sampled_from([0.0, 1.0])))
@@ -146,7 +193,7 @@ def migration_configs(draw) -> IntraConfig:
 def any_configs() -> st.SearchStrategy[IntraConfig]:
     """Migration on (varied) or off, warm switch 0 or 2 s."""
     return st.one_of(migration_configs(),
-                     st.sampled_from([IntraConfig(migration=False), IntraConfig(migration=False, warm_switch_s=0.0)]))
+                     st.sampled_from([intra(migration=False), intra(migration=False, warm_switch_s=0.0)]))
 
 
 # -- live-plane helpers ----------------------------------------------------------------------

@@ -62,7 +62,7 @@ for args in (["simulate", "--help"], ["serve", "--help"], ["study", "--help"], [
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, (args, res.output)
 import rollmux.live.server, rollmux.live.service, rollmux.live.client, rollmux.study.experiments, rollmux.sim.runner
-import rollmux.live.demo, rollmux.live.profile, rollmux.shim, rollmux.jobs
+import rollmux.harness.demo, rollmux.harness.profile, rollmux.shim, rollmux.jobs
 print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
 """
 
@@ -97,8 +97,8 @@ def test_missing_extra_is_one_line_and_survives_pickling():
 def test_the_demo_adds_the_trl_job_exactly_when_the_trl_extra_is_installed(monkeypatch, installed):
     from typer.testing import CliRunner
 
-    import rollmux.cli as cli
-    import rollmux.live.demo as demo
+    import rollmux.cli.harness as cli
+    import rollmux.harness.demo as demo
     seen: dict = {}
     monkeypatch.setattr(cli, "has_extra", lambda extra: installed)
     monkeypatch.setattr(demo, "run_demo", lambda **kw: seen.update(kw) or {"jobs": []})

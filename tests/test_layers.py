@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rollmux"
 # scheduling model every executor shares); workload; sim (the simulator and what it prices); study;
 # on the side, shim (job-facing) and live (the service) sit on core only; jobs (the demo's jobs, shipped
 # in the package) see only what a user's job sees, the shim; adapters (real RL libraries under the shim)
-# see the shim and weightsync, and only the demo's job list in live imports them; cli sees everything.
+# see the shim and weightsync; harness (what exercises the live plane end to end: chaos, demo, profiler)
+# sees all of those, and only its demo job list imports adapters; cli sees everything.
 ALLOWED: dict[str, set[str]] = {
     "errors": {"errors"},
     "data": set(),
@@ -22,11 +23,13 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"errors", "core", "sim"},
     "study": {"errors", "core", "workload", "sim", "study"},
     "shim": {"errors", "core", "shim"},
-    "live": {"errors", "core", "shim", "live", "weightsync", "jobs", "adapters"},  # the demo runs jobs, syncs weights
+    "live": {"errors", "core", "shim", "live"},  # the service only: nothing that runs jobs or syncs weights
     "jobs": {"errors", "core", "shim", "jobs"},  # the demo jobs that ship in the package: job-facing, like a user's
     "weightsync": {"weightsync"},
     "adapters": {"errors", "shim", "weightsync", "adapters"},
-    "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "weightsync", "jobs", "adapters", "cli"},
+    "harness": {"errors", "core", "workload", "shim", "live", "jobs", "weightsync", "adapters", "harness"},
+    "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "weightsync", "jobs", "adapters", "harness",
+            "cli"},
 }
 # Heavy or service frameworks the scheduling model and the simulator must run without.
 FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
@@ -114,7 +117,59 @@ def test_only_the_demo_job_list_imports_adapters():
                 t.startswith("rollmux.adapters") for _, t in imported_modules(
                     ast.parse(path.read_text()), module, path.name == "__init__.py")):
             importers.add(module)
-    assert importers <= {"rollmux.live.demo_jobs"}, sorted(importers)
+    assert importers <= {"rollmux.harness.demo_jobs"}, sorted(importers)
+
+
+def import_graph(layers: set[str]) -> dict[str, set[str]]:
+    """Each module of `layers` -> the rollmux modules it imports (lazy ones too; a name's module, not the name)."""
+    sources = {module_name(p, PACKAGE): p for p in package_sources()}
+    graph: dict[str, set[str]] = {}
+    for module, path in sources.items():
+        if layer_of(module) not in layers:
+            continue
+        graph[module] = set()
+        for _, target in imported_modules(ast.parse(path.read_text()), module, path.name == "__init__.py"):
+            while target and target not in sources:  # `from rollmux.live.journal import open_store`
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph` as [a, b, ..., a], or None (depth first, in name order)."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target in path:
+                return path[path.index(target):] + [target]
+            if target in graph and target not in done:
+                found = visit(target)
+                if found:
+                    return found
+        done.add(path.pop())
+        return None
+
+    for module in sorted(graph):
+        found = None if module in done else visit(module)
+        if found:
+            return found
+    return None
+
+
+def test_the_service_and_the_harness_have_no_import_cycle():
+    assert find_cycle(import_graph({"live", "harness"})) is None
+
+
+def test_an_import_cycle_is_found_lazy_imports_included():
+    # The shape the journal had: the store module imported its Redis backend lazily, which imported it back.
+    graph = {"rollmux.live.journal": {"rollmux.live.journal_redis"}, "rollmux.live.journal_redis":
+             {"rollmux.live.journal"}, "rollmux.live.service": {"rollmux.live.journal"}}
+    assert find_cycle(graph) == ["rollmux.live.journal", "rollmux.live.journal_redis", "rollmux.live.journal"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
 def test_top_level_holds_only_entry_points():
@@ -133,9 +188,18 @@ def test_top_level_holds_only_entry_points():
     ("rollmux.core.env", "import ray\n", "core may not import ray"),
     ("rollmux.sim.runner", "from rollmux.jobs.grpo import make_job\n", "sim may not import jobs"),
     ("rollmux.study.report", "import rollmux.jobs.grpo\n", "study may not import jobs"),
-    ("rollmux.jobs.grpo.job", "from rollmux.live.profile import x\n", "jobs may not import live"),
+    ("rollmux.jobs.grpo.job", "from rollmux.live.client import x\n", "jobs may not import live"),
+    ("rollmux.jobs.grpo.job", "from rollmux.harness.profile import x\n", "jobs may not import harness"),
     ("rollmux.adapters.trl", "from rollmux.live.client import x\n", "adapters may not import live"),
     ("rollmux.core.group", "import rollmux.adapters.trl\n", "core may not import adapters"),
+    ("rollmux.live.service", "from rollmux.jobs.grpo import make_job\n", "live may not import jobs"),
+    ("rollmux.live.app", "import rollmux.weightsync\n", "live may not import weightsync"),
+    ("rollmux.live.journal.base", "def f():\n    from rollmux.adapters.trl import TRLJob\n",
+     "live may not import adapters"),
+    ("rollmux.live.server", "from rollmux.harness.chaos.run import Chaos\n", "live may not import harness"),
+    ("rollmux.live.journal.repair", "from ...harness import demo\n", "live may not import harness"),
+    ("rollmux.harness.demo", "from rollmux.cli import app\n", "harness may not import cli"),
+    ("rollmux.core.group", "from rollmux import harness\n", "core may not import harness"),
 ])
 def test_a_forbidden_import_is_reported_with_its_line(module, source, expected):
     found = violations(source, module, "x.py")

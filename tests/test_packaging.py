@@ -74,7 +74,7 @@ def test_the_wheel_carries_the_demo_jobs_data_and_dashboard(wheel):
     for path in ("rollmux/jobs/__init__.py", "rollmux/jobs/grpo/__init__.py", "rollmux/jobs/grpo/job.py",
                  "rollmux/jobs/grpo/model.py", "rollmux/jobs/grpo/profiled.py", "rollmux/data/default_trace.jsonl",
                  "rollmux/data/default_cluster.yaml", "rollmux/live/dashboard/index.html",
-                 "rollmux/live/dashboard/login.html", "rollmux/cli.py"):
+                 "rollmux/live/dashboard/login.html", "rollmux/cli/__init__.py"):
         assert path in names, path
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()

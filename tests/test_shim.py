@@ -6,11 +6,11 @@ import threading
 import time
 
 import pytest
-from factories import make_group, make_job, most_running_at_once, run_threads
+from factories import intra, make_group, make_job, most_running_at_once, run_threads
 
+from rollmux.core.config import IntraConfig
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group_controller import GroupController
-from rollmux.core.intra_group import IntraConfig
 from rollmux.shim import JobShim, LocalPermitClient
 
 
@@ -19,7 +19,7 @@ def plane():
     """Two jobs sharing one rollout node and one training node, served on a wall clock."""
     env = WallClockEnvironment()
     group = make_group([(make_job("a", tail_frac=0.3), (0,)), (make_job("b", tail_frac=0.3), (0,))], 1)
-    ctl = GroupController(env, group, IntraConfig(warm_switch_s=0.0))
+    ctl = GroupController(env, group, intra(warm_switch_s=0.0))
     client = LocalPermitClient(env, {"a": ctl, "b": ctl})
     thread = threading.Thread(target=env.serve, daemon=True)
     thread.start()
@@ -176,7 +176,7 @@ def _serve(cfg: IntraConfig, tail: float = 0.3):
 
 
 def test_the_tail_hook_runs_before_the_scheduler_hands_the_slots_on():
-    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0, tail_worker_frac=0.25))
+    env, ctl, client = _serve(intra(warm_switch_s=0.0, tail_worker_frac=0.25))
     seen = []
     a = JobShim("a", client, on_tail=lambda g: seen.append((g.kept(0), ctl.tails_on(0))))
     b = JobShim("b", client)
@@ -249,7 +249,7 @@ def test_a_migrated_tail_is_recomputed_and_the_weights_match_a_solo_run():
     from rollmux.jobs.grpo import GRPOJob, make_config, run_solo
 
     cfg = make_config("heavy", seed=2)
-    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0, tail_worker_frac=0.5))
+    env, ctl, client = _serve(intra(warm_switch_s=0.0, tail_worker_frac=0.5))
     trainer, workers = GRPOJob(cfg), [GRPOJob(cfg), GRPOJob(cfg)]
     hook: dict = {}
     shim, tails, b_slots = JobShim("a", client, on_tail=lambda g: hook["on_tail"](g)), [], []
@@ -280,7 +280,7 @@ def test_a_migrated_tail_is_recomputed_and_the_weights_match_a_solo_run():
 
 
 def test_init_is_gated_and_offloads_but_never_onloads():
-    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0))
+    env, ctl, client = _serve(intra(warm_switch_s=0.0))
     events = []
     hooks = dict(onload=lambda ph: events.append(("onload", ph)), offload=lambda ph: events.append(("offload", ph)))
     a, b = JobShim("a", client), JobShim("b", client, **hooks)
@@ -303,7 +303,7 @@ def test_init_is_gated_and_offloads_but_never_onloads():
 
 
 def test_sync_is_granted_while_others_hold_the_nodes_and_is_measured():
-    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0))
+    env, ctl, client = _serve(intra(warm_switch_s=0.0))
     events = []
     a = JobShim("a", client)
     b = JobShim("b", client, onload=lambda ph: events.append(ph), offload=lambda ph: events.append(ph))
@@ -323,7 +323,7 @@ def test_the_decorator_form_acts_for_the_job_set_once(monkeypatch):
     import rollmux.shim
     monkeypatch.setattr(rollmux.shim, "_process_shim", None)  # no context left by another test
     monkeypatch.setattr(rollmux.shim._current, "shim", None)
-    env, ctl, client = _serve(IntraConfig(warm_switch_s=0.0))
+    env, ctl, client = _serve(intra(warm_switch_s=0.0))
     events = []
 
     @rollmux.phase("rollout")  # decorated before the job's context exists

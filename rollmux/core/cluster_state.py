@@ -10,7 +10,7 @@ it arrivals and departures and tell it each job's progress.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -18,17 +18,30 @@ import numpy as np
 from rollmux.core.accounting import Ledger
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colo_model import colocated_iter_s
-from rollmux.core.colocate import COLO_MARGIN, PAIRED_COLO_MARGIN, colocated_group, colocated_phases, group_gpus
+from rollmux.core.colocate import colocated_group, colocated_phases, group_gpus
 from rollmux.core.compaction import compactions, narrowed
+from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
 from rollmux.core.group_index import IndexedGroups, IndexSnapshot, progress_rows
 from rollmux.core.inter_group import group_fits
-from rollmux.core.intra_group import IntraConfig, job_planning_times, plan_group
+from rollmux.core.intra_group import job_planning_times, plan_group
 from rollmux.core.pairing import Pairing, pair_decision
-from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView, validate_plan
+from rollmux.core.placement import (
+    Case,
+    ClusterView,
+    Colocating,
+    Explaining,
+    JoinBounds,
+    PlacementPlan,
+    PlacementPolicy,
+    ProgressView,
+    Regrouping,
+    Shaped,
+    validate_plan,
+)
 from rollmux.core.regroup import (
     Move,
     OwedProgress,
@@ -47,66 +60,6 @@ from rollmux.errors import InputError
 Progress = Mapping[str, tuple[int, float]]  # job_id -> (iterations done, seconds since start)
 
 
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Knobs of the scheduler, whichever executor runs it."""
-
-    seed: int = 0
-    max_group_size: int = 5
-    intra: IntraConfig = field(default_factory=IntraConfig)
-    shrink: bool = True           # release nodes no remaining member needs (beyond the paper)
-    regroup: bool = True          # dissolve a group whose members fit elsewhere for less (beyond the paper)
-    migration_scale: float = 1.0  # stretches every migration's time (state moved + cold start)
-    regroup_margin: float = 2.0   # hysteresis: a regroup must save this many times what it costs
-    repair: bool = True           # re-plan a group from measured phase times; evict members it cannot keep
-    flat_sync: bool = False       # weight sync sends one copy per rollout node across the link (ablation)
-    batch_order: bool = True      # jobs arriving together are placed shortest cycle first (beyond the paper)
-    consolidate: int = 2          # on any departure, also try to dissolve groups of at most this many members
-    train_scaling: bool = False   # a job may join a group by adding training nodes (core/shapes.py)
-    # A job may roll out on fewer/more rollout nodes (core/elastic.py). It paid on paper-profile
-    # and catalog traces (benchmarks/flexible_shapes.py), so the simulator turns it on (SimConfig);
-    # off here: a live job must then run its rollout on whichever rollout nodes its permit names,
-    # a count that compaction may lower while it runs (`rollmux serve --elastic-rollout`).
-    elastic_rollout: bool = False
-    # An arrival may run co-located on training nodes, veRL mode (core/colocate.py); off here:
-    # a live job must be able to run its rollout on training GPUs (`rollmux serve --colocate`).
-    colocate: bool = False
-    colo_speed: float = 1.0       # co-located phases run this many times as fast as calibrated
-    # Co-located only when below this share of the disaggregated cost (core/colocate.py); None:
-    # PAIRED_COLO_MARGIN with `colo_pair`, else COLO_MARGIN (`colocation_margin`).
-    colo_margin: float | None = None
-    # With elastic rollout too, a co-located job with more rollout than training GPUs may run on
-    # its training GPUs' nodes, its rollout narrowed (core/colo_model.py `narrowed_gpus`).
-    colo_narrow: bool = True
-    # A co-located job is a consolidation candidate like a lone group: it moves into a group
-    # (migrating, priced) when that saves its training nodes for more than the move costs.
-    # On in the simulator since narrowed co-location (SimConfig); off here: the live service
-    # moves co-located jobs only when its config asks (benchmarks/README.md, "Co-located jobs
-    # regrouping").
-    colo_regroup: bool = False
-    # An arrival that would run co-located may instead found a group with a running co-located
-    # job, which migrates into it (core/pairing.py), when that saves more than the move costs.
-    # On in the simulator (SimConfig); off here, like `colo_regroup`: the live service moves no
-    # co-located job unless its config asks.
-    colo_pair: bool = False
-    # Placement takes the valid option that adds least per iteration, the members' stretch
-    # included (core/marginal.py), instead of the first in Δ order. On in the simulator
-    # (sim/simulator.py SimConfig); off here by default, so the live service keeps Algorithm
-    # 1's choice unless its config turns it on (live/live_state.py honours it).
-    stretch_pricing: bool = False
-    # Rollout compaction (core/compaction.py): a group drops an idle rollout node when the members
-    # pinned there can narrow onto their other nodes within their SLO budgets (elastic rollout
-    # only), tried at a member's iteration end, at most once per `compact_every_s` per group.
-    compact: bool = True
-    compact_every_s: float = 1800.0
-
-    def colocation_margin(self) -> float:
-        """`colo_margin`, or by default the margin measured best with or without `colo_pair`."""
-        if self.colo_margin is not None:
-            return self.colo_margin
-        return PAIRED_COLO_MARGIN if self.colo_pair else COLO_MARGIN
-
-
 # Co-located jobs a departure's consolidation pass tries to move into groups, at most.
 COLO_TRIES = 4
 
@@ -116,17 +69,16 @@ ADMISSION_FIELDS = ("plan", "plan_quantile", "plan_z", "plan_chains", "plan_leng
 
 
 def check_same_admission(policy: PlacementPolicy, intra: IntraConfig) -> None:
-    """InputError naming the fields where a policy's own IntraConfig admits by other rules than
-    the scheduler's (e.g. a `RollMuxPlacement()` under `--plan mean`); other fields (long-tail
-    migration, switch time) may differ."""
-    own = getattr(policy, "cfg", None)
-    if not policy.admits_by_slo or not isinstance(own, IntraConfig):
+    """InputError naming the fields where a policy's own planner view admits by other rules
+    than the scheduler's; other fields (long-tail migration, switch time) may differ."""
+    if not isinstance(policy, Regrouping):
         return
+    own = policy.cfg
     diff = [f for f in ADMISSION_FIELDS if getattr(own, f) != getattr(intra, f)]
     if diff:
         shown = ", ".join(f"{f}={getattr(own, f)!r} vs {getattr(intra, f)!r}" for f in diff)
         raise InputError("policy", f"its SLO admission differs from the scheduler config's ({shown}): "
-                                   "build the policy from the config's IntraConfig")
+                                   "build the policy with build_policy(config, cluster)")
 
 
 class ClusterState:
@@ -135,10 +87,16 @@ class ClusterState:
     def __init__(self, env: Environment, cluster: ClusterSpec, policy: PlacementPolicy,
                  cfg: SchedulerConfig) -> None:
         self.env, self.cluster, self.policy, self.cfg = env, cluster, policy, cfg
-        check_same_admission(policy, cfg.intra)
+        self.intra = cfg.intra_for(cluster)  # the group planner's view (core/config.py)
+        check_same_admission(policy, self.intra)
+        # The policy's optional capabilities (core/placement.py), asked once.
+        self.regroups = isinstance(policy, Regrouping)
+        self.join_bounds = policy if isinstance(policy, JoinBounds) else None
+        self.explains = isinstance(policy, Explaining) and policy.explains
+        colocates = isinstance(policy, Colocating) and policy.colocate
         self.ledger = Ledger(cluster)
         # Every write to the groups also updates their placement index (core/group_index.py).
-        self.groups: dict[int, Group] = IndexedGroups(cfg.intra)
+        self.groups: dict[int, Group] = IndexedGroups(self.intra)
         self._view_groups: tuple = (None, (), None)  # (key, groups, index snapshot) of the last view
         # A co-located job's controller grants its permits on its own training nodes (the live
         # plane asks it; the simulator plays co-located iterations without permits).
@@ -164,7 +122,7 @@ class ClusterState:
         self._pass_targets: set[int] | None = None  # the groups a consolidation pass found new room in
         self._compact_at: dict[int, float] = {}  # group -> earliest next compaction try
         self.compacted = 0  # rollout nodes given back by compaction
-        if getattr(policy, "colocate", False):
+        if colocates:
             self.cases[Case.COLOCATED.value] = 0
 
     def view(self, progress: Progress) -> ClusterView:
@@ -183,7 +141,7 @@ class ClusterState:
                     else getattr(pools, p).max_nodes - self.ledger.nodes[p]) for p in ("rollout", "train")}
         groups, index = self._groups_in_view()
         return ClusterView(self.cluster, groups, free["rollout"], free["train"],
-                           self.cfg.max_group_size, self._next_gid, progress, index, owed_s)
+                           self.cfg.placement.max_group_size, self._next_gid, progress, index, owed_s)
 
     def _owed(self) -> dict[int, float]:
         """Group id -> migration seconds its members may still wait for: every move reserved
@@ -226,14 +184,14 @@ class ClusterState:
         """With `colo_pair`, the validated pairing (core/pairing.py) of an arrival the policy
         placed co-located (`plan`) with a co-located job not already moving; None otherwise.
         Its time counts towards the arrival's decision."""
-        if not (self.cfg.colo_pair and plan.case == Case.COLOCATED and self.colocated):
+        if not (self.cfg.colocation.pair and plan.case == Case.COLOCATED and self.colocated):
             return None
         t0 = time.perf_counter()
         arriving = self.arriving
         idle = [g for gid, g in self.colocated.items()
                 if gid not in self.dissolving and g.members[0].job_id not in arriving]
         view = self.view(progress)
-        pairing = pair_decision(job, plan, view, idle, self.policy, self.cfg.migration_scale, self.cfg.regroup_margin)
+        pairing = pair_decision(job, plan, view, idle, self.policy, self.cfg.regroup.migration_scale, self.cfg.regroup.margin)
         if pairing is not None:
             validate_plan(pairing.plan, job, view)
         if self.decision_ms["arrival"]:
@@ -264,14 +222,14 @@ class ClusterState:
                 self.why.add(plan.why)
         if plan.case == Case.COLOCATED:  # its training nodes, no group
             self.colocated[g.group_id] = g
-            self.controllers[g.group_id] = ColocatedController(self.env, g, self.cfg.intra)
+            self.controllers[g.group_id] = ColocatedController(self.env, g, self.intra)
             self._next_gid = max(self._next_gid, g.group_id + 1)
             return
         self.groups[g.group_id] = g
         self._next_gid = max(self._next_gid, g.group_id + 1)
         ctl = self.controllers.get(g.group_id)
         if ctl is None:
-            ctl = self.controllers[g.group_id] = GroupController(self.env, g, self.cfg.intra)
+            ctl = self.controllers[g.group_id] = GroupController(self.env, g, self.intra)
         if held:
             ctl.hold(plan.job_id)
         ctl.update_group(g)
@@ -325,13 +283,13 @@ class ClusterState:
             self.ledger.release("train", rest.n_train, now)
             return None
         remap = None
-        if self.cfg.shrink:
+        if self.cfg.regroup.shrink:
             rest, remap, freed_r, freed_t = shrink(rest)
             self.ledger.release("rollout", freed_r, now)
             self.ledger.release("train", freed_t, now)
         # Keep the order: a departure can only shorten the period, and a
         # re-ordering would cost the remaining members a transient.
-        rest = plan_group(rest, self.cfg.intra, reorder=False)
+        rest = plan_group(rest, self.intra, reorder=False)
         self.groups[group_id] = rest
         self.controllers[group_id].update_group(rest, remap)
         return rest
@@ -342,7 +300,7 @@ class ClusterState:
 
         Each decision is handed to `commit` (default: `apply_regroup`) before the next one
         is made, so later decisions see earlier reservations; the live plane journals it."""
-        if not (self.cfg.regroup and getattr(self.policy, "regroups", False)):
+        if not (self.cfg.regroup.enabled and self.regroups):
             return []
         commit = commit or self.apply_regroup
         t0 = time.perf_counter()
@@ -351,7 +309,7 @@ class ClusterState:
             # The departure freed room: small groups elsewhere may now fit into others.
             # An earlier move of this pass may have reserved a slot in it: take it as it is now.
             now = self.groups.get(g.group_id) or self.colocated.get(g.group_id)
-            if now is not None and now.size <= self.cfg.consolidate:
+            if now is not None and now.size <= self.cfg.regroup.consolidate:
                 # A co-located job was placed against the groups of its arrival: only those
                 # with new room can take it now, so its (full) placement search looks there.
                 within = self._pass_targets if g.group_id in self.colocated else None
@@ -377,16 +335,16 @@ class ClusterState:
         roomier = set(groups.roomier) if indexed else set()
         if indexed:
             groups.roomier.clear()
-        k = self.cfg.consolidate
+        k = self.cfg.regroup.consolidate
         if not k:
             return []
         small = (groups.index.small(k) if indexed else [g for g in groups.values() if len(g.members) <= k])
         skip = self.dissolving if rest is None else self.dissolving | {rest.group_id}
-        if self.cfg.colo_regroup:  # a co-located job is a group of one (on its own training nodes)
+        if self.cfg.colocation.regroup:  # a co-located job is a group of one (on its own training nodes)
             small = list(small) + list(self.colocated.values())
         small = [g for g in small if g.group_id not in skip]
         pools = self.cluster.pools
-        join_matrix = getattr(self.policy, "join_matrix", None)
+        join_matrix = None if self.join_bounds is None else self.join_bounds.join_matrix
         if indexed and join_matrix is not None and pools.rollout.max_nodes is None and pools.train.max_nodes is None:
             if rest is not None:
                 roomier.add(rest.group_id)
@@ -428,8 +386,8 @@ class ClusterState:
             view = self.view(progress)
             if within is not None:  # (a few groups: no index needed to search them)
                 view = replace(view, groups=tuple(g for g in view.groups if g.group_id in within), index=None)
-            decision = dissolve_decision(group, view, self.policy, self.cfg.migration_scale,
-                                         self.cfg.regroup_margin)
+            decision = dissolve_decision(group, view, self.policy, self.cfg.regroup.migration_scale,
+                                         self.cfg.regroup.margin)
         finally:
             self.dissolving.discard(gid)
         if decision is None:
@@ -457,7 +415,7 @@ class ClusterState:
     @property
     def compacts(self) -> bool:
         """Rollout compaction is on and the policy may narrow rollouts (elastic rollout)."""
-        return self.cfg.compact and getattr(getattr(self.policy, "shapes", None), "elastic_rollout", False)
+        return self.cfg.compaction.enabled and isinstance(self.policy, Shaped) and self.policy.shapes.elastic_rollout
 
     def compact(self, group_id: int, progress: Progress, commit: Callable[[int, int], None] | None = None) -> int:
         """Rollout compaction (core/compaction.py): drop the group's idle rollout nodes that its
@@ -476,11 +434,11 @@ class ClusterState:
         idle = ctl.idle_rollout_nodes()
         if not idle:
             return 0  # (not a try: a later iteration's end may find a node idle)
-        self._compact_at[group_id] = now + self.cfg.compact_every_s
+        self._compact_at[group_id] = now + self.cfg.compaction.every_s
         if self.planned:
             progress = _MeasuredProgress(progress, self.estimates, self.planned)
         dropped = 0
-        for g, drop in compactions(g, self.cluster, self.cfg.intra, progress, idle):
+        for g, drop in compactions(g, self.cluster, self.intra, progress, idle):
             if commit is None:
                 self._adopt_compaction(g, drop)
             else:
@@ -496,7 +454,7 @@ class ClusterState:
         cand = None if g is None or not 0 <= drop < g.n_rollout else narrowed(g, drop, self.cluster)
         if cand is None:
             raise ValueError(f"group {group_id} cannot give back rollout node {drop}")
-        self._adopt_compaction(plan_group(cand, self.cfg.intra, reorder=False), drop)
+        self._adopt_compaction(plan_group(cand, self.intra, reorder=False), drop)
 
     def _adopt_compaction(self, g: Group, drop: int) -> None:
         """The group `g` now runs without its former rollout node `drop`: release it, renumber the rest."""
@@ -510,10 +468,10 @@ class ClusterState:
                 commit: Callable[[Regroup], None] | None, rollout_factor: float | None) -> list[str]:
         """Drift repair of `observe`: the evicted jobs."""
         self.settling.pop(job_id, None)  # a migrant's first iteration there: its stall is past
-        if not (self.cfg.repair and getattr(self.policy, "regroups", False)) or group_id in self.dissolving:
+        if not (self.cfg.regroup.repair and self.regroups) or group_id in self.dissolving:
             return []  # only a policy with SLO admission repairs (baselines never check SLOs)
         if group_id in self.colocated:  # it shares nothing: no group to re-plan
-            if self.cfg.colo_regroup:  # (its measured profile serves a move only)
+            if self.cfg.colocation.regroup:  # (its measured profile serves a move only)
                 self._observe_colocated(job_id, group_id, rollout_s, train_s)
             return []
         g = self.groups[group_id]
@@ -527,7 +485,7 @@ class ClusterState:
         t0 = time.perf_counter()
         members = tuple(Member(spec, m.rollout_nodes, m.train_nodes, m.rollout_factor) if m.job_id == job_id else m
                         for m in g.members)
-        g = plan_group(Group(g.group_id, g.n_rollout, g.n_train, members), self.cfg.intra)
+        g = plan_group(Group(g.group_id, g.n_rollout, g.n_train, members), self.intra)
         self.groups[group_id] = g
         self.controllers[group_id].update_group(g)
         if self.planned:
@@ -563,12 +521,12 @@ class ClusterState:
         gpus = group_gpus(self.colocated[group_id], self.cluster)  # G, or a narrowed G'
         est = self.estimates.get(job_id)
         declared = member.job if est is None else est.job
-        r_scale, t_scale, _ = colocated_phases(declared, self.cluster, 1.0, 1.0, self.cfg.colo_speed, gpus)
+        r_scale, t_scale, _ = colocated_phases(declared, self.cluster, 1.0, 1.0, self.cfg.colocation.speed, gpus)
         spec = self._measured(job_id, member.job, rollout_s / r_scale, train_s / t_scale)
         if spec is None:
             return
-        planned_s = colocated_iter_s(spec, self.cluster, job_planning_times(spec, self.cfg.intra).rollout,
-                                     self.cfg.colo_speed, gpus)
+        planned_s = colocated_iter_s(spec, self.cluster, job_planning_times(spec, self.intra).rollout,
+                                     self.cfg.colocation.speed, gpus)
         g = self.colocated[group_id] = colocated_group(group_id, spec, self.cluster, planned_s, gpus)
         self.controllers[group_id].update_group(g)
 
@@ -578,11 +536,11 @@ class ClusterState:
         movers: list[str] = []
         while len(staying) > 1:
             rest = plan_group(shrink(Group(g.group_id, g.n_rollout, g.n_train, tuple(staying)))[0],
-                              self.cfg.intra)
-            if group_fits(rest, progress, self.cfg.intra):  # the policy's own SLO admission test
+                              self.intra)
+            if group_fits(rest, progress, self.intra):  # the policy's own SLO admission test
                 break
             victim = max(staying, key=lambda m: m.job.solo_iter_s)
-            charges = {victim.job_id: migration_seconds(victim.job, self.cluster, self.cfg.migration_scale)}
+            charges = {victim.job_id: migration_seconds(victim.job, self.cluster, self.cfg.regroup.migration_scale)}
             self.dissolving.add(g.group_id)  # not a target of its own eviction
             try:
                 planned = plan_moves((victim,), g.group_id, self.view(progress), self.policy, charges,

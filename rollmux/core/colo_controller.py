@@ -21,7 +21,7 @@ from typing import Callable
 from rollmux.core.env import Environment
 from rollmux.core.group import Group
 from rollmux.core.group_controller import CONTROLLED, INIT, ROLLOUT, SYNC, TRAIN, Grant
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 
 COLOCATED_POOL = "train"  # where a co-located job's rollout permit sends it
 

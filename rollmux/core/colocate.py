@@ -61,17 +61,13 @@ from rollmux.core.colo_model import (
     verl_rollout_scale,
     verl_train_scale,
 )
+from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, GroupShape, Member
-from rollmux.core.intra_group import IntraConfig, job_planning_times
+from rollmux.core.intra_group import job_planning_times
 from rollmux.core.placement import Case, ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
 
-COLO_MARGIN = 0.75  # co-located only when below this share of the disaggregated cost (see above)
-# With co-located pairing (core/pairing.py) a group is founded when a pairing pays for it, so
-# the option value above no longer needs a margin: measured better at 1 (sim/simulator.py SimConfig).
-PAIRED_COLO_MARGIN = 1.0
-
-__all__ = ["COLO_MARGIN", "PAIRED_COLO_MARGIN", "choose", "colocated_group", "colocated_option", "colocated_phases", "colocated_slo_ok",
+__all__ = ["choose", "colocated_group", "colocated_option", "colocated_phases", "colocated_slo_ok",
            "iteration_cost", "colocated_gpus", "colocated_nodes", "group_gpus", "is_colocated"]
 
 
@@ -150,9 +146,9 @@ def iteration_cost(plan: PlacementPlan) -> float:
 
 
 def choose(job: JobSpec, view: ClusterView, disagg: PlacementPlan | None,
-           isolated: Callable[[], PlacementPlan | None], cfg: IntraConfig, speed: float = 1.0,
-           margin: float = COLO_MARGIN,
-           cost: Callable[[PlacementPlan], float] = iteration_cost, narrow: bool = False) -> PlacementPlan | None:
+           isolated: Callable[[], PlacementPlan | None], cfg: IntraConfig, speed: float,
+           margin: float, cost: Callable[[PlacementPlan], float] = iteration_cost,
+           narrow: bool = False) -> PlacementPlan | None:
     """The cheaper of the co-located option and the disaggregated answer.
 
     `disagg`: the cheapest valid group placement (None: no group takes the job);

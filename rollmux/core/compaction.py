@@ -26,7 +26,8 @@ from collections.abc import Container, Iterator, Mapping
 from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, Member, residency_ok
 from rollmux.core.inter_group import group_fits, period_budget
-from rollmux.core.intra_group import IntraConfig, group_planning_times, node_loads, plan_group, t_cycle, t_load
+from rollmux.core.intra_group import group_planning_times, node_loads, plan_group, t_cycle, t_load
+from rollmux.core.config import IntraConfig
 from rollmux.core.marginal import group_cost_per_period
 from rollmux.core.spec import ClusterSpec
 

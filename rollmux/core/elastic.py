@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+from rollmux.core.config import MAX_SCALE, MIN_SHARE
 from rollmux.core.group import Member
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -39,8 +40,6 @@ TURNS = 4                   # turns of a multi-turn job
 ENV_LATENCY_S = 5.0         # per turn: tool / sandbox call on the critical path
 
 MAX_NONSCALING = 0.9  # the batch-bound part is never modelled below a tenth of the rollout
-MIN_SHARE = 0.5       # fewest rollout nodes: ceil(k0 * MIN_SHARE)
-MAX_SCALE = 2.0       # most rollout nodes: floor(k0 * MAX_SCALE)
 
 
 def nonscaling_share(job: JobSpec) -> float:

@@ -34,7 +34,8 @@ from typing import Any, Callable
 
 from rollmux.core.env import Environment
 from rollmux.core.group import Group
-from rollmux.core.intra_group import IntraConfig, tail_share
+from rollmux.core.intra_group import tail_share
+from rollmux.core.config import IntraConfig
 
 ROLLOUT, TRAIN, INIT, SYNC = "rollout", "train", "init", "sync"
 CONTROLLED = (INIT, ROLLOUT, TRAIN, SYNC)  # phases a controller grants

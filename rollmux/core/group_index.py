@@ -32,7 +32,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from rollmux.core.group import Group
-from rollmux.core.intra_group import IntraConfig, group_planning_times, node_loads, t_cycle, t_load
+from rollmux.core.intra_group import group_planning_times, node_loads, t_cycle, t_load
+from rollmux.core.config import IntraConfig
 from rollmux.core.why import CODE, Refusal
 
 KT_MAX = 8         # training-node prefixes indexed; jobs needing more are checked on the first KT_MAX

@@ -21,10 +21,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from rollmux.core.admission import admits
+from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import MARGIN, JobNeeds, group_bounds, progress_rows
 from rollmux.core.intra_group import (
-    IntraConfig,
     PhaseTimes,
     group_period_stats,
     group_planning_times,
@@ -35,10 +35,10 @@ from rollmux.core.intra_group import (
 )
 
 NO_BOUND = float("-inf")  # a candidate without index bounds: only the exact checks decide
-from rollmux.core.colocate import COLO_MARGIN, choose, iteration_cost
+from rollmux.core.colocate import choose, iteration_cost
 from rollmux.core.marginal import plan_added_cost
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.shapes import ShapeConfig, ShapeStats, least_cycles
+from rollmux.core.shapes import ShapeStats, least_cycles
 from rollmux.core.shapes import place as place_shapes
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.why import CODE, REFUSALS, PlacementWhy, Refusal
@@ -211,38 +211,31 @@ def _fit_score(g: Group, slack: float, how: str) -> float:
 
 class RollMuxPlacement(PlacementPolicy):
     """Algorithm 1 with SLO admission at the worst case (or a quantile), or by the mean with
-    confidence (`IntraConfig.plan`, core/admission.py)."""
+    confidence (`IntraConfig.plan`, core/admission.py); the search, shapes and co-located mode
+    as the configuration sets them. Built by `build_policy` (core/policy.py)."""
 
     name = "rollmux"
-    regroups = True  # its SLO admission makes departure-time re-placement safe
-    admits_by_slo = True  # by `cfg`: the scheduler's config must admit by the same rules
     explains = True  # its isolated plans say why no group took the job (PlacementPlan.why)
-    # Flexible group shapes (core/shapes.py): training scaling, elastic rollout parallelism;
-    # both off (the default): Algorithm 1 as written. Set by the runner from SchedulerConfig.
-    shapes: ShapeConfig = ShapeConfig()
-    # Stretch pricing (core/marginal.py): take the valid option that adds least per iteration,
-    # the members' stretch included, instead of the first in Δ order. Off: the paper. Set from
-    # SchedulerConfig by the runner and the live service; it runs through core/shapes.py's search.
-    stretch_pricing: bool = False
-    # Narrowed co-location (core/colo_model.py `narrowed_gpus`): with `colocate` and elastic
-    # rollout, a co-located job may run on fewer training GPUs than its rollout declares.
-    colo_narrow: bool = False
 
-    def __init__(self, cfg: IntraConfig | None = None, prune_saturated: bool = False,
-                 best_fit: str = "", colocate: bool = False, colo_speed: float = 1.0,
-                 colo_margin: float = COLO_MARGIN) -> None:
-        """`prune_saturated`: the paper's pruning of saturated/full groups (off: the exact
-        SLO check decides, which also lets rollout scaling relieve a saturated group);
-        `best_fit` ("util" or "slo"): among equal-Δ candidates take the tightest instead
-        of the first found (the paper); `colocate`: an arrival may run co-located on
-        training nodes when that is cheaper at its SLO (core/colocate.py), with co-located
-        phases `colo_speed` times as fast as calibrated, chosen when it costs less than
-        `colo_margin` x the disaggregated answer."""
-        self.cfg = cfg or IntraConfig()
-        self.colocate, self.colo_speed, self.colo_margin = colocate, colo_speed, colo_margin
-        self.prune_saturated = prune_saturated
+    def __init__(self, intra: IntraConfig, config: SchedulerConfig) -> None:
+        """`intra`: the group planner's view (`config.intra_for(cluster)`); `config`: the
+        search (`placement`), the shapes (`shapes`) and the co-located mode (`colocation`)."""
+        self.cfg = intra
+        search, colo = config.placement, config.colocation
+        # The paper's pruning of saturated/full groups (off: the exact SLO check decides, which
+        # also lets rollout scaling relieve a saturated group); `best_fit` ("util" or "slo"):
+        # among equal-Δ candidates the tightest instead of the first found (the paper).
+        self.prune_saturated, self.best_fit = search.prune_saturated, search.best_fit
+        # Stretch pricing (core/marginal.py): the valid option that adds least per iteration,
+        # the members' stretch included, instead of the first in Δ order (the paper).
+        self.stretch_pricing = search.pricing == "stretch"
+        self.shapes = config.shapes  # flexible shapes (core/shapes.py); both off: Algorithm 1
+        # The co-located mode (core/colocate.py): chosen when cheaper at the SLO by `colo_margin`.
+        self.colocate, self.colo_speed, self.colo_margin = colo.enabled, colo.speed, colo.effective_margin
+        # Narrowed co-location (core/colo_model.py `narrowed_gpus`): with elastic rollout, a
+        # co-located job may run on fewer training GPUs than its rollout declares.
+        self.colo_narrow = colo.narrow and config.shapes.elastic_rollout
         self._features: dict[str, tuple[JobSpec, tuple]] = {}  # join_matrix's per-job constants
-        self.best_fit = best_fit
         self.shape_stats = ShapeStats()  # what the flexible shapes chose, per placed arrival
 
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
@@ -253,8 +246,7 @@ class RollMuxPlacement(PlacementPolicy):
         if self.colocate:  # the co-located mode against the disaggregated answer (core/colocate.py)
             cost = (lambda p: plan_added_cost(p, view)) if self.stretch_pricing else iteration_cost
             return choose(job, view, plan, lambda: isolated_plan(job, view, self.cfg, why.result()),
-                          self.cfg, self.colo_speed, self.colo_margin, cost,
-                          narrow=self.colo_narrow and self.shapes.elastic_rollout)
+                          self.cfg, self.colo_speed, self.colo_margin, cost, narrow=self.colo_narrow)
         return plan if plan is not None else isolated_plan(job, view, self.cfg, why.result())
 
     def place_joined(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:

@@ -22,52 +22,9 @@ from typing import Sequence
 import numpy as np
 
 from rollmux.core.admission import PeriodStats, mean_rollout, period_stats
+from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.spec import JobSpec
-
-
-@dataclass(frozen=True)
-class IntraConfig:
-    """Knobs of the intra-group schedule."""
-
-    warm_switch_s: float = 2.0
-    migration: bool = True
-    tail_worker_frac: float = 0.25   # share of a node's workers a migrated tail keeps
-    start_ratio: float = 0.5         # a rollout starts when this share of workers is free
-    migration_overhead_s: float = 1.0  # stragglers are aborted and recomputed
-    plan_quantile: float = 1.0       # 1.0 = worst case (every response at the cap); plan="worst" only
-    best_order_max: int = 6          # search the best cyclic order up to this size
-    # SLO admission (core/admission.py): "worst" plans every rollout at plan_quantile;
-    # "mean" admits when each member's mean iteration time stays within its budget with
-    # confidence z over its remaining iterations, from plan_chains x plan_length seeded draws.
-    plan: str = "worst"
-    plan_z: float = 3.09             # one-sided ~99.9%
-    plan_chains: int = 32
-    plan_length: int = 16
-    # Order inside a group (core/slo_order.py): "rr" round robin, every member once per
-    # meta-iteration; "slo" weighted round robin, a tight member up to max_rate times.
-    order: str = "rr"
-    max_rate: int = 4
-
-    def __post_init__(self) -> None:
-        checks = [
-            (self.warm_switch_s >= 0, "warm_switch_s must be >= 0"),
-            (0 < self.start_ratio <= 1, "start_ratio must be in (0, 1]"),
-            (0 < self.tail_worker_frac <= 1, "tail_worker_frac must be in (0, 1]"),
-            (self.migration_overhead_s >= 0, "migration_overhead_s must be >= 0"),
-            (0 < self.plan_quantile <= 1, "plan_quantile must be in (0, 1]"),
-            (self.best_order_max >= 0, "best_order_max must be >= 0"),
-            (self.plan in ("worst", "mean"), f"plan must be 'worst' or 'mean', not {self.plan!r}"),
-            (self.plan == "worst" or self.plan_quantile == 1.0, "plan_quantile applies to plan='worst' only"),
-            (self.plan_z >= 0, "plan_z must be >= 0"),
-            (self.plan_chains >= 2 and self.plan_length >= 1, "plan_chains must be >= 2, plan_length >= 1"),
-            (self.order in ("rr", "slo"), f"order must be 'rr' or 'slo', not {self.order!r}"),
-            (self.order == "rr" or self.plan == "worst", "order='slo' plans with plan='worst' only"),
-            (self.max_rate >= 1, "max_rate must be >= 1"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ValueError(f"IntraConfig: {msg}")
 
 
 @dataclass(frozen=True)

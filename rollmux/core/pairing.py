@@ -35,7 +35,8 @@ from rollmux.core.colocate import iteration_cost
 from rollmux.core.elastic import nonscaling_share
 from rollmux.core.group import Group
 from rollmux.core.inter_group import isolated_plan
-from rollmux.core.intra_group import IntraConfig, job_planning_times
+from rollmux.core.intra_group import job_planning_times
+from rollmux.core.config import IntraConfig
 from rollmux.core.marginal import group_cost_per_period
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.regroup import Regroup, _with_plan, dissolve_decision, migration_seconds, slice_rate

@@ -11,11 +11,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from rollmux.core.colo_model import colocated_gpus, gpu_options
+from rollmux.core.config import IntraConfig, ShapesConfig
 from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, residency_ok
 from rollmux.core.group_index import IndexSnapshot, rows_by_entry
@@ -121,13 +122,55 @@ class PlacementPolicy(ABC):
     """Decides where an arriving job goes."""
 
     name: str = "policy"
-    # Admits by SLO with its own IntraConfig (`cfg`), which must then be the scheduler's
-    # (cluster_state.check_same_admission). The baselines plan groups but admit without SLOs.
-    admits_by_slo: bool = False
 
     @abstractmethod
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
         """A plan for `job`, or None when it cannot be placed now (it waits)."""
+
+
+# Optional capabilities of a policy, found by type (never by probing attributes). The
+# executor asks for each once, when it is built (core/cluster_state.py).
+
+@runtime_checkable
+class Regrouping(Protocol):
+    """Admits by SLO with its own planner view (`cfg`, which must then be the scheduler's) and
+    can place a job into existing groups only, so departure-time re-placement is safe. The
+    baselines plan groups but admit without SLOs: they never regroup or repair."""
+
+    cfg: IntraConfig
+
+    def place_joined(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
+        """The cheapest valid placement of `job` into an existing group; None if there is none."""
+
+
+@runtime_checkable
+class JoinBounds(Protocol):
+    """Has a cheap necessary test of whether jobs could join groups (the departure pass uses it
+    to skip groups no departure can affect)."""
+
+    def join_matrix(self, targets: Sequence[Group], jobs: Sequence[JobSpec], view: ClusterView) -> np.ndarray:
+        """False where no plan of this policy puts `jobs[i]` into `targets[k]`."""
+
+
+@runtime_checkable
+class Explaining(Protocol):
+    """Its isolated plans say why no group took the job (`PlacementPlan.why`, core/why.py)."""
+
+    explains: bool
+
+
+@runtime_checkable
+class Colocating(Protocol):
+    """May place a job co-located on training nodes (core/colocate.py) when `colocate`."""
+
+    colocate: bool
+
+
+@runtime_checkable
+class Shaped(Protocol):
+    """Places jobs on flexible shapes (core/shapes.py); elastic rollout lets groups compact."""
+
+    shapes: ShapesConfig
 
 
 class PlanInvalid(ValueError):

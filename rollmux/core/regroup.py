@@ -29,7 +29,7 @@ from rollmux.core.colocate import is_colocated, iteration_cost
 from rollmux.core.group import Group, Member
 from rollmux.core.group_index import progress_rows
 from rollmux.core.inter_group import isolated_plan
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import IntraConfig
 from rollmux.core.marginal import group_cost_per_period, plan_added_cost
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy, ProgressView
 from rollmux.core.spec import ClusterSpec, JobSpec

@@ -36,10 +36,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rollmux.core.elastic import MAX_SCALE, MIN_SHARE, node_counts, rollout_factor
+from rollmux.core.config import ShapesConfig
+from rollmux.core.elastic import node_counts, rollout_factor
 from rollmux.core.group import Group, Member
 from rollmux.core.group_index import MARGIN
-from rollmux.core.intra_group import PhaseTimes, group_planning_times, plan_group, t_cycle, t_load
+from rollmux.core.intra_group import (
+    PhaseTimes,
+    group_planning_times,
+    plan_group,
+    t_cycle,
+    t_load,
+)
 from rollmux.core.marginal import plan_added_cost
 from rollmux.core.placement import Case, ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -54,27 +61,6 @@ STRETCH_TRIES = 8
 # Under the mean plan it runs at most this many exact SLO checks (a sampled schedule each),
 # the options with the most closed-form headroom first (`_by_headroom`).
 EXACT_TRIES = 12
-
-
-@dataclass(frozen=True)
-class ShapeConfig:
-    """The flexible-shape switches and the elastic range."""
-
-    train_scaling: bool = False
-    elastic_rollout: bool = False
-    min_share: float = MIN_SHARE   # fewest rollout nodes: ceil(k0 * min_share)
-    max_scale: float = MAX_SCALE   # most rollout nodes: floor(k0 * max_scale)
-
-    def __post_init__(self) -> None:
-        if not 0 < self.min_share <= 1:
-            raise ValueError("ShapeConfig: min_share must be in (0, 1]")
-        if self.max_scale < 1:
-            raise ValueError("ShapeConfig: max_scale must be >= 1")
-
-    @property
-    def on(self) -> bool:
-        """Either mechanism is on (else Algorithm 1 runs unchanged)."""
-        return self.train_scaling or self.elastic_rollout
 
 
 def isolated_shape(group_id: int, job: JobSpec, cluster: ClusterSpec, nodes: int) -> Group:
@@ -426,7 +412,7 @@ def _try(policy: "RollMuxPlacement", g: Group, job: JobSpec, k: int, factor: flo
     return plan
 
 
-def least_cycles(jobs, own_sum, own_train, cluster: ClusterSpec, cfg: ShapeConfig):
+def least_cycles(jobs, own_sum, own_train, cluster: ClusterSpec, cfg: ShapesConfig):
     """Per job, its planned rollout + train + sync (`own_sum`) at its fastest allowed shape
     (join_matrix's necessary condition stays necessary with elastic rollout)."""
     import numpy as np

@@ -49,7 +49,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from rollmux.core.group import Member
-from rollmux.core.intra_group import IntraConfig, PhaseTimes, period
+from rollmux.core.intra_group import PhaseTimes, period
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import JobSpec
 
 ORDERS = ("rr", "slo")

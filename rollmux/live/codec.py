@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from rollmux.core.colocate import is_colocated
 from rollmux.core.group import Group, GroupShape, Member
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, PlacementPlan
 from rollmux.core.regroup import Move, Regroup
 from rollmux.core.spec import JobSpec

@@ -38,15 +38,15 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.cluster_state import ClusterState
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.policy import build_policy
 from rollmux.core.regroup import Regroup
-from rollmux.core.shapes import ShapeConfig
 from rollmux.core.spec import ClusterSpec, HostGB, JobSpec
 from rollmux.core.why import WhyTally
 from rollmux.live.codec import (
@@ -114,20 +114,13 @@ class LiveState:
 
     def __init__(self, env: Environment, cluster: ClusterSpec, cfg: SchedulerConfig) -> None:
         self.cfg = cfg
-        # With `colocate` a job may be told to run co-located: its permits name its training
+        # The policy `rollmux simulate` runs with the same config (core/policy.py). With the
+        # co-located mode a job may be told to run co-located: its permits name its training
         # nodes for every phase (core/colo_controller.py), and the job must honour a rollout
-        # permit on pool "train" (the veRL way). Off by default (SchedulerConfig).
-        policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed,
-                                  colo_margin=cfg.colocation_margin())
-        # Stretch pricing (core/marginal.py) only chooses among the same nominal-shape options,
-        # so the service honours it; it is off in SchedulerConfig by default.
-        policy.stretch_pricing = cfg.stretch_pricing
-        # With `elastic_rollout` a job may be placed on more or fewer rollout nodes than it
-        # declared, and compaction may later narrow it: its rollout permits name the nodes it
-        # has now, and the job must roll out on exactly those (`rollmux serve --elastic-rollout`).
-        # Training scaling stays off: the service keeps a group's training nodes as founded.
-        policy.shapes = ShapeConfig(train_scaling=False, elastic_rollout=cfg.elastic_rollout)
-        policy.colo_narrow = cfg.colo_narrow  # (with both modes: a co-located job's rollout narrowed)
+        # permit on pool "train" (the veRL way). With elastic rollout a job may be placed on more
+        # or fewer rollout nodes than it declared, and compaction may later narrow it: its
+        # rollout permits name the nodes it has now.
+        policy = build_policy(cfg, cluster)
         self.cluster = ClusterState(env, cluster, policy, cfg)
         self.jobs: dict[str, LiveJob] = {}
         self.grants = 0      # permits granted so far (for status)
@@ -154,7 +147,7 @@ class LiveState:
         self.jobs[job.job_id] = LiveJob(job, p["token_hash"], p["at"])
 
     def _apply_place(self, p: dict, replay: bool) -> None:
-        plan = plan_from_dict(p["plan"], self.cfg.intra)
+        plan = plan_from_dict(p["plan"], self.cluster.intra)
         job = self.jobs[p["job_id"]]
         self.cluster.apply(plan, p["arrival"])
         job.group_id, job.status, job.migrate = plan.group.group_id, "running", False
@@ -255,7 +248,7 @@ class LiveState:
             for jid in p["job_ids"]:
                 self.jobs[jid].migrate = True
             return
-        r = regroup_from_dict(p, self.cfg.intra)
+        r = regroup_from_dict(p, self.cluster.intra)
         self.cluster.apply_regroup(r)
         for mv in r.moves:
             self.jobs[mv.job_id].migrate = True
@@ -313,17 +306,17 @@ class LiveState:
             self.jobs[jid] = LiveJob(**{**r, "spec": JobSpec.model_validate(r["spec"])})
         self.grants = d["grants"]
         for gd in d["groups"]:
-            g = group_from_dict(gd, self.cfg.intra)
+            g = group_from_dict(gd, self.cluster.intra)
             cs.groups[g.group_id] = g
-            cs.controllers[g.group_id] = GroupController(cs.env, g, self.cfg.intra)
+            cs.controllers[g.group_id] = GroupController(cs.env, g, self.cluster.intra)
             cs.controllers[g.group_id].import_state(d["controllers"][str(g.group_id)])
         for gd in d.get("colocated", ()):  # (older snapshots: none; the service refused the mode)
-            g = group_from_dict(gd, self.cfg.intra)
+            g = group_from_dict(gd, self.cluster.intra)
             cs.colocated[g.group_id] = g
-            cs.controllers[g.group_id] = ColocatedController(cs.env, g, self.cfg.intra)
+            cs.controllers[g.group_id] = ColocatedController(cs.env, g, self.cluster.intra)
             cs.controllers[g.group_id].import_state(d["controllers"][str(g.group_id)])
         cs.dissolving = set(d["dissolving"])
-        cs.arriving = {j: move_from_dict(m, self.cfg.intra) for j, m in d.get("arriving", {}).items()}
+        cs.arriving = {j: move_from_dict(m, self.cluster.intra) for j, m in d.get("arriving", {}).items()}
         cs._next_gid, cs.cases = d["next_gid"], dict(d["cases"])
         cs.why = WhyTally.from_json(d.get("why", {}))  # older snapshots: none counted
         for pool, n in d["nodes"].items():

@@ -23,7 +23,7 @@ import httpx
 import uvicorn
 
 from rollmux.live.app import create_app
-from rollmux.live.service import SchedulerCore
+from rollmux.live.service import EMBEDDED_PROFILE, SchedulerCore
 
 
 def free_port() -> int:
@@ -81,7 +81,10 @@ class ProcessServer:
     """`rollmux serve` as a child process on a free loopback port."""
 
     def __init__(self, store: str, workdir: Path, cluster: Path | None = None, extra: list[str] | None = None,
-                 port: int | None = None, tls: tuple[Path, Path] | None = None) -> None:
+                 port: int | None = None, tls: tuple[Path, Path] | None = None,
+                 profile: str | None = EMBEDDED_PROFILE) -> None:
+        """`profile`: the named configuration it serves (default: the one programs embedding the
+        service run, as `SchedulerCore` does; None: `rollmux serve`'s own default, shipped)."""
         self.port = port or free_port()
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.token_file = workdir / "admin.token"
@@ -90,6 +93,8 @@ class ProcessServer:
                "--store", store, "--admin-token-file", str(self.token_file)]
         if cluster is not None:
             cmd += ["--cluster", str(cluster)]
+        if profile is not None:
+            cmd += ["--profile", profile]
         if tls is not None:
             cmd += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
         self.cmd = cmd + (extra or [])

@@ -37,18 +37,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rollmux.core.cluster_state import SchedulerConfig
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.colocate import colocated_phases, group_gpus
 from rollmux.core.env import WallClockEnvironment
-from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
 from rollmux.live.codec import job_to_dict, plan_to_dict, regroup_to_dict
 from rollmux.live.handoff import Inbox, settle
 from rollmux.live.in_process import ADMIN, InProcessApi
-from rollmux.live.journal import JournalError, Store, open_store
+from rollmux.live.journal import JournalError, MemoryStore, Store, open_store
 from rollmux.live.live_state import LiveState
-from rollmux.live.memory_store import MemoryStore
 from rollmux.live.refusals import (
     AuthError,
     BadRequest,
@@ -79,22 +77,68 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-# The config record's version: 2 since the service honours `elastic_rollout`.
-CONFIG_VERSION = 2
+# The config record's version: 3 since the record holds the sectioned SchedulerConfig
+# (core/config.py); versions 1 and 2 held its former flat fields.
+CONFIG_VERSION = 3
+# What a fresh store runs when the program embedding the core gives no config: the
+# co-execution groups and their repairs (tests and tools embed the core with made-up jobs).
+EMBEDDED_PROFILE = "groups"
+
+
+def live_refusal(cfg: SchedulerConfig) -> str | None:
+    """Why the live plane cannot execute `cfg` yet (one line naming the setting), or None."""
+    if cfg.shapes.train_scaling:
+        return ("setting shapes.train_scaling: the live plane keeps a group's training nodes as founded; "
+                "run without it (--set shapes.train_scaling=false)")
+    return None
 
 
 def _config_record(cluster: ClusterSpec, cfg: SchedulerConfig) -> dict:
-    return {"cluster": cluster.model_dump(exclude_none=True), "cfg": asdict(cfg), "version": CONFIG_VERSION}
+    return {"cluster": cluster.model_dump(exclude_none=True), "config": cfg.model_dump(), "version": CONFIG_VERSION}
 
 
 def _config_from(d: dict) -> tuple[ClusterSpec, SchedulerConfig]:
-    cfg = dict(d["cfg"])
-    cfg["intra"] = IntraConfig(**cfg["intra"])
-    if d.get("version", 1) < 2:
-        # Older services journaled SchedulerConfig's former default (elastic_rollout on) and
+    spec = ClusterSpec.model_validate(d["cluster"])
+    if d.get("version", 1) >= 3:
+        return spec, SchedulerConfig.model_validate(d["config"])
+    return spec, legacy_config(d["cfg"], d.get("version", 1))
+
+
+# A version 1 or 2 record's flat fields -> the setting each now is.
+_LEGACY = {
+    "max_group_size": "placement.max_group_size", "shrink": "regroup.shrink", "regroup": "regroup.enabled",
+    "migration_scale": "regroup.migration_scale", "regroup_margin": "regroup.margin",
+    "repair": "regroup.repair", "batch_order": "placement.batch_order", "consolidate": "regroup.consolidate",
+    "train_scaling": "shapes.train_scaling", "elastic_rollout": "shapes.elastic_rollout",
+    "colocate": "colocation.enabled", "colo_speed": "colocation.speed", "colo_margin": "colocation.margin",
+    "colo_narrow": "colocation.narrow", "colo_regroup": "colocation.regroup", "colo_pair": "colocation.pair",
+    "compact": "compaction.enabled", "compact_every_s": "compaction.every_s",
+}
+_LEGACY_INTRA = {
+    "migration": "intra_group.migration", "tail_worker_frac": "intra_group.tail_worker_frac",
+    "start_ratio": "intra_group.start_ratio", "migration_overhead_s": "intra_group.migration_overhead_s",
+    "best_order_max": "intra_group.best_order_max", "order": "intra_group.order", "max_rate": "intra_group.max_rate",
+    "plan": "admission.plan", "plan_quantile": "admission.quantile", "plan_z": "admission.z",
+    "plan_chains": "admission.chains", "plan_length": "admission.length",
+}
+
+
+def legacy_config(flat: dict, version: int) -> SchedulerConfig:
+    """The SchedulerConfig a version 1 or 2 config record meant: every field it holds, by its
+    current setting; a setting it lacks keeps what those services ran (their defaults)."""
+    old = {"admission.plan": "worst", "placement.pricing": "delta", "shapes.elastic_rollout": False,
+           "colocation.enabled": False, "colocation.regroup": False, "colocation.pair": False,
+           "regroup.repair": False, "compaction.enabled": False}
+    overrides = dict(old)
+    overrides.update({_LEGACY[k]: v for k, v in flat.items() if k in _LEGACY})
+    overrides.update({_LEGACY_INTRA[k]: v for k, v in flat.get("intra", {}).items() if k in _LEGACY_INTRA})
+    if flat.get("stretch_pricing"):
+        overrides["placement.pricing"] = "stretch"
+    if version < 2:
+        # Version 1 services journaled the flat config's former default (elastic_rollout on) and
         # ignored it: their jobs were placed on nominal shapes, and so they stay.
-        cfg["elastic_rollout"] = False
-    return ClusterSpec.model_validate(d["cluster"]), SchedulerConfig(**cfg)
+        overrides["shapes.elastic_rollout"] = False
+    return SchedulerConfig().with_overrides(overrides)
 
 
 class SchedulerCore(Supervision, InProcessApi):
@@ -160,9 +204,12 @@ class SchedulerCore(Supervision, InProcessApi):
             if cluster is None:
                 raise ServiceError("no cluster given and no journal to recover it from")
             spec = ClusterSpec.model_validate(cluster)
-            # The schedule's switch and migration costs are the cluster's, as in the simulator's CLI.
-            cfg = cfg or SchedulerConfig(intra=IntraConfig(warm_switch_s=spec.warm_switch_s),
-                                         repair=self._repair_default)
+            if cfg is None:
+                cfg = SchedulerConfig.profile(EMBEDDED_PROFILE).with_overrides(
+                    {"regroup.repair": self._repair_default})
+            refusal = live_refusal(cfg)
+            if refusal is not None:
+                raise ServiceError(refusal)
             config = _config_record(spec, cfg)
             self.journal.append("config", config)
             self.recovered_records = 1
@@ -489,7 +536,7 @@ class SchedulerCore(Supervision, InProcessApi):
         if gid not in cs.colocated or phase not in ("rollout", "train"):
             return 1.0
         rollout, train, _ = colocated_phases(self.state.planning_spec(job_id), cs.cluster, 1.0, 1.0,
-                                             self.state.cfg.colo_speed, group_gpus(cs.colocated[gid], cs.cluster))
+                                             self.state.cfg.colocation.speed, group_gpus(cs.colocated[gid], cs.cluster))
         return rollout if phase == "rollout" else train
 
     def _opened(self, grant: dict) -> None:
@@ -531,7 +578,7 @@ class SchedulerCore(Supervision, InProcessApi):
         if self.telemetry is not None:
             self.telemetry.phase_done(phase, float(timings["run_s"]))
         if self.telemetry is not None and phase in ("rollout", "train"):  # the phases that onload
-            self.telemetry.context_switch("cold" if held.get("switch_s", 0) > self.state.cfg.intra.warm_switch_s
+            self.telemetry.context_switch("cold" if held.get("switch_s", 0) > self.state.cluster.intra.warm_switch_s
                                           else "warm", float(timings["onload_s"]))
         if phase == "rollout":
             self._tail_sent.discard(job_id)
@@ -560,7 +607,7 @@ class SchedulerCore(Supervision, InProcessApi):
             self._record("memory", {"job_id": job_id, "host_gb": {p: max(gb, seen.get(p, 0.0))
                                                                   for p, gb in host_gb.items()}})
         rollout_s = job.last_run.get("rollout")
-        if (phase == "train" and self.state.cfg.repair and rollout_s is not None and job.group_id is not None
+        if (phase == "train" and self.state.cfg.regroup.repair and rollout_s is not None and job.group_id is not None
                 and not job.migrate):
             self._record("observe", {"job_id": job_id, "rollout_s": rollout_s, "train_s": job.last_run["train"],
                                      "at": time.time(), "rollout_factor": job.last_factor})

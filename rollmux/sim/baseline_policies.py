@@ -28,7 +28,8 @@ import numpy as np
 
 from rollmux.core.group import Group, Member
 from rollmux.core.inter_group import isolated_plan, joined_plan, pin_into, rollout_node_loads
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
+from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.spec import JobSpec
 
@@ -40,8 +41,8 @@ class SoloPlacement(PlacementPolicy):
 
     name = "solo-d"
 
-    def __init__(self, cfg: IntraConfig | None = None) -> None:
-        self.cfg = cfg or IntraConfig()
+    def __init__(self, cfg: IntraConfig) -> None:
+        self.cfg = cfg
 
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
         """Always a new group."""
@@ -85,8 +86,8 @@ class RandomPlacement(PlacementPolicy):
 
     name = "random"
 
-    def __init__(self, rng: np.random.Generator, cfg: IntraConfig | None = None) -> None:
-        self.cfg = cfg or IntraConfig()
+    def __init__(self, rng: np.random.Generator, cfg: IntraConfig) -> None:
+        self.cfg = cfg
         self.rng = rng
 
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
@@ -109,8 +110,8 @@ class GreedyPlacement(PlacementPolicy):
 
     name = "greedy"
 
-    def __init__(self, cfg: IntraConfig | None = None) -> None:
-        self.cfg = cfg or IntraConfig()
+    def __init__(self, cfg: IntraConfig) -> None:
+        self.cfg = cfg
 
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
         """Join the most idle group with room (ties: the first), else a new group."""
@@ -131,8 +132,8 @@ class FixedPartition(PlacementPolicy):
 
     name = "fixed-partition"
 
-    def __init__(self, groups: Sequence[Group], cfg: IntraConfig | None = None) -> None:
-        self.cfg = cfg or IntraConfig()
+    def __init__(self, groups: Sequence[Group], cfg: IntraConfig) -> None:
+        self.cfg = cfg
         self.groups = {g.group_id: g for g in groups}
         self.where = {m.job_id: (g.group_id, m) for g in groups for m in g.members}
         # Fresh ids for unknown jobs never collide with the partition's own.

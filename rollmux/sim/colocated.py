@@ -9,16 +9,30 @@ switches on all G GPUs, training on its training GPUs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
+from rollmux.core.accounting import Ledger
+from rollmux.core.cluster_state import ClusterState
 from rollmux.core.colocate import colocated_phases, group_gpus
+from rollmux.core.config import SchedulerConfig
+from rollmux.core.env import SimEnvironment
+from rollmux.core.spec import ClusterSpec
 from rollmux.sim.draws import drift_scales
-
-if TYPE_CHECKING:
-    from rollmux.sim.simulator import Simulation, _JobRun
+from rollmux.sim.runs import JobRun
 
 
-def colocated_iteration(sim: Simulation, run: _JobRun) -> None:
+class Host(Protocol):
+    """What a co-located iteration needs of the simulation that plays it."""
+
+    env: SimEnvironment
+    cluster: ClusterSpec
+    cfg: SchedulerConfig
+    state: ClusterState
+    ledger: Ledger
+    _sync_done: Callable[[str], None]
+
+
+def colocated_iteration(sim: Host, run: JobRun) -> None:
     """Play the co-located job's next iteration; it ends in the simulator's `_sync_done`."""
     job, now = run.job, sim.env.now()
     a, b = drift_scales(job, now - run.start_s)
@@ -27,7 +41,7 @@ def colocated_iteration(sim: Simulation, run: _JobRun) -> None:
     run.solo_s += run.rollout_s + run.train_s + job.sync_s  # the same iteration run solo, disaggregated
     g = group_gpus(sim.state.colocated[run.group_id], sim.cluster)  # G, or a narrowed G'
     if run.colo is None:  # the model's scales (and the switches) for this job, once
-        run.colo = colocated_phases(job, sim.cluster, 1.0, 1.0, sim.cfg.colo_speed, g)
+        run.colo = colocated_phases(job, sim.cluster, 1.0, 1.0, sim.cfg.colocation.speed, g)
     r_scale, t_scale, switches = run.colo
     roll, train = run.rollout_s * r_scale, run.train_s * t_scale
     sim.ledger.busy("train", g, roll + switches)

@@ -7,15 +7,15 @@ from typing import Callable
 
 import numpy as np
 
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.shapes import ShapeConfig
+from rollmux.core.config import SchedulerConfig
+from rollmux.core.placement import PlacementPolicy
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
 from rollmux.sim.baseline_policies import GreedyPlacement, RandomPlacement, SoloPlacement
 from rollmux.sim.baselines import busy_time_bound, simulate_verl
 from rollmux.sim.gavel import simulate_gavel
 from rollmux.sim.metrics import PolicyResult
-from rollmux.sim.simulator import SimConfig, simulate
+from rollmux.sim.simulator import simulate
 
 POLICY_NAMES = ("rollmux", "solo-d", "verl", "random", "greedy", "gavel")
 DEFAULT_POLICIES = ("rollmux", "solo-d", "verl")
@@ -23,38 +23,30 @@ DEFAULT_POLICIES = ("rollmux", "solo-d", "verl")
 Progress = Callable[[int, int], None]
 
 
-def rollmux_policy(cfg: SimConfig) -> RollMuxPlacement:
-    """RollMux's placement as `rollmux simulate` runs it with `cfg`: its admission, the
-    co-located mode, flexible shapes and stretch pricing as the config sets them."""
-    policy = RollMuxPlacement(cfg.intra, colocate=cfg.colocate, colo_speed=cfg.colo_speed,
-                              colo_margin=cfg.colocation_margin())
-    policy.shapes = ShapeConfig(cfg.train_scaling, cfg.elastic_rollout)  # core/shapes.py
-    policy.stretch_pricing = cfg.stretch_pricing  # core/marginal.py
-    policy.colo_narrow = cfg.colo_narrow  # core/colo_model.py (with elastic rollout)
-    return policy
+def baseline_policy(name: str, cfg: SchedulerConfig, cluster: ClusterSpec, seed: int) -> PlacementPolicy:
+    """A group-based baseline, planning with the config's planner view on `cluster`."""
+    intra = cfg.intra_for(cluster)
+    if name == "solo-d":
+        return SoloPlacement(intra)
+    if name == "random":
+        # Its own stream, derived from the run seed, so placement draws never shift job draws.
+        return RandomPlacement(np.random.default_rng([seed, 0x52414E44]), intra)
+    if name == "greedy":
+        return GreedyPlacement(intra)
+    raise InputError("--policy", f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
 
 
-def run_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig,
-               progress: Progress | None = None) -> PolicyResult:
-    """Run the named policy over the trace."""
+def run_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, cfg: SchedulerConfig,
+               progress: Progress | None = None, *, seed: int = 0, flat_sync: bool = False) -> PolicyResult:
+    """Run the named policy over the trace (RollMux as `cfg` sets it; the baselines)."""
     if name in ("verl", "gavel"):
-        result = (simulate_verl(jobs, cluster, cfg.seed) if name == "verl"
-                  else simulate_gavel(jobs, cluster, seed=cfg.seed))
+        result = (simulate_verl(jobs, cluster, seed) if name == "verl"
+                  else simulate_gavel(jobs, cluster, seed=seed))
         if progress is not None:
             progress(len(jobs), len(jobs))
         return result
-    if name == "rollmux":
-        policy = rollmux_policy(cfg)
-    elif name == "solo-d":
-        policy = SoloPlacement(cfg.intra)
-    elif name == "random":
-        # Its own stream, derived from the run seed, so placement draws never shift job draws.
-        policy = RandomPlacement(np.random.default_rng([cfg.seed, 0x52414E44]), cfg.intra)
-    elif name == "greedy":
-        policy = GreedyPlacement(cfg.intra)
-    else:
-        raise InputError("--policy", f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
-    return simulate(jobs, cluster, policy, cfg, progress)
+    policy = None if name == "rollmux" else baseline_policy(name, cfg, cluster, seed)
+    return simulate(jobs, cluster, cfg, policy, progress, seed=seed, flat_sync=flat_sync)
 
 
 @dataclass
@@ -75,8 +67,9 @@ class Comparison:
                 "policies": {n: r.to_json() for n, r in self.results.items()}}
 
 
-def compare(jobs: list[JobSpec], cluster: ClusterSpec, names: list[str], cfg: SimConfig,
-            progress_for: Callable[[str], Progress | None] | None = None) -> Comparison:
+def compare(jobs: list[JobSpec], cluster: ClusterSpec, names: list[str], cfg: SchedulerConfig,
+            progress_for: Callable[[str], Progress | None] | None = None, *, seed: int = 0,
+            flat_sync: bool = False) -> Comparison:
     """Run each named policy on the same inputs."""
     for name in names:
         if name not in POLICY_NAMES:
@@ -84,5 +77,5 @@ def compare(jobs: list[JobSpec], cluster: ClusterSpec, names: list[str], cfg: Si
     results = {}
     for name in names:
         progress = progress_for(name) if progress_for else None
-        results[name] = run_policy(name, jobs, cluster, cfg, progress)
+        results[name] = run_policy(name, jobs, cluster, cfg, progress, seed=seed, flat_sync=flat_sync)
     return Comparison(results, busy_time_bound(jobs, cluster))

@@ -11,17 +11,18 @@ node caps, arrivals queue FIFO.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-import numpy as np
 
-from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.cluster_state import ClusterState
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.elastic import member_rollout_gpus
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import ROLLOUT, TRAIN, Grant
-from rollmux.core.intra_group import IntraConfig, head_finish
-from rollmux.core.placement import PlacementPolicy, ProgressView
+from rollmux.core.intra_group import head_finish
+from rollmux.core.placement import PlacementPolicy
+from rollmux.core.policy import build_policy
 from rollmux.core.regroup import slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
@@ -29,105 +30,11 @@ from rollmux.sim.colocated import colocated_iteration
 from rollmux.sim.draws import drift_scales, rollout_draws, solo_seconds
 from rollmux.sim.link import SharedLink
 from rollmux.sim.metrics import JobOutcome, PolicyResult
-
-
-@dataclass(frozen=True)
-class SimConfig(SchedulerConfig):
-    """The scheduler's knobs as the simulator runs them: the same, but with the per-job
-    co-located mode on (core/colocate.py) and stretch pricing (core/marginal.py). The mode
-    paid on 17 of 18 unseen traces and on the study's (benchmarks/README.md,
-    docs/study/study.md); the live plane runs it only when asked (`rollmux serve --colocate`:
-    its jobs must run a rollout on training GPUs), so `SchedulerConfig` keeps it off. Stretch
-    pricing paid on paper-profile traces and held catalog ones (benchmarks/stretch.py); the
-    live service keeps Algorithm 1's choice by default. And SLO admission by the mean
-    (`--plan mean`, core/admission.py): it paid on 12 of 14 unseen traces, and since its
-    search is bounded (core/shapes.py `EXACT_TRIES`) it meets the 10,000-job targets
-    (benchmarks/README.md); the live service, like `IntraConfig`, keeps the per-iteration
-    worst case (`--plan worst`). Elastic rollout parallelism (core/elastic.py) paid on
-    paper-profile and catalog traces (benchmarks/flexible_shapes.py); the live service turns
-    it on when asked (`rollmux serve --elastic-rollout`: its jobs must roll out on the nodes
-    their permits name). Co-located jobs regrouping (`--colo-regroup`, core/regroup.py): with
-    narrowed co-location most arrivals run co-located, and moving them into groups that appear
-    paid on paper-profile traces and never lost (benchmarks/README.md, "Co-located jobs
-    regrouping"); the 10,000-job run stays within its 5-minute target (101 s CPU). Co-located
-    pairing (`--colo-pair`, core/pairing.py): an arrival may found a group with a co-located
-    job; it won on all 56 traces measured (28 paper-profile, 28 catalog); with it, co-location is taken
-    whenever it is cheaper per iteration (`colocation_margin()` is then PAIRED_COLO_MARGIN = 1: a
-    group gets founded when pairing pays for it, so the margin that kept arrivals out of
-    co-location to seed groups costs more than it brings; benchmarks/README.md, "Co-located pairing")."""
-
-    intra: IntraConfig = field(default_factory=lambda: IntraConfig(plan="mean"))
-    colocate: bool = True
-    stretch_pricing: bool = True
-    elastic_rollout: bool = True
-    colo_regroup: bool = True
-    colo_pair: bool = True
+from rollmux.sim.runs import JobRun, RunProgress
 
 
 class SimulationStalled(RuntimeError):
     """The event queue emptied while jobs were unfinished (a scheduling deadlock)."""
-
-
-@dataclass
-class _JobRun:
-    job: JobSpec
-    group_id: int
-    rollouts: np.ndarray
-    start_s: float
-    done: int = 0
-    moving_since: float | None = None  # left its old group; not yet through its migration
-    rollout_s: float = 0.0  # this iteration's true phase times, as the scheduler measures them
-    train_s: float = 0.0
-    sync_parts: int = 0     # parts of the sync still running (fixed time, link transfer)
-    solo_s: float = 0.0     # the same iterations (same draws, same drift) run solo
-    # A lone member's iteration played in one step: (start, rollout end, train end, sync end,
-    # train switch); None when it runs phase by phase through its controller.
-    fast: tuple[float, float, float, float, float] | None = None
-    fast_token: int = 0
-    # Its member's rollout shape this iteration (core/elastic.py): time factor and GPUs held.
-    r_factor: float = 1.0
-    r_gpus: float = 0.0
-    # A co-located job's (rollout scale, training scale, switch seconds), set on its first
-    # iteration (sim/colocated.py): constant over its run, so not recomputed per iteration.
-    colo: tuple[float, float, float] | None = None
-
-
-class _Progress(ProgressView):
-    """A read-only view of the running jobs' progress at one instant."""
-
-    __slots__ = ("runs", "now")
-
-    def __init__(self, runs: dict[str, _JobRun], now: float) -> None:
-        self.runs, self.now = runs, now
-
-    def get(self, job_id: str, default=None):
-        """The running job's progress, or `default`."""
-        run = self.runs.get(job_id)
-        return default if run is None else (run.done, self.now - run.start_s)
-
-    def rows(self, job_ids: Sequence[str]) -> np.ndarray:
-        """(done, elapsed) per job id, NaN rows for jobs not running."""
-        runs = list(map(self.runs.get, job_ids))
-        n = len(runs)
-        if None in runs:  # (rare: a job not running) entry by entry
-            get, now, nan = self.runs.get, self.now, (np.nan, np.nan)
-            return np.array([nan if (r := get(j)) is None else (r.done, now - r.start_s) for j in job_ids],
-                            dtype=float).reshape(-1, 2)
-        # Column by column: about 4x faster than an array of tuples (a departure pass reads
-        # every member of every group the index cannot exclude).
-        out = np.empty((n, 2))
-        out[:, 0] = np.fromiter([r.done for r in runs], float, n)
-        out[:, 1] = self.now - np.fromiter([r.start_s for r in runs], float, n)
-        return out
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self.runs
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.runs)
-
-    def __len__(self) -> int:
-        return len(self.runs)
 
 
 @dataclass
@@ -148,18 +55,23 @@ class Simulation:
 
     lone_fast_path = True  # play a lone member's iteration in one step (off: every phase by permits)
 
-    def __init__(self, jobs: list[JobSpec], cluster: ClusterSpec, policy: PlacementPolicy,
-                 cfg: SimConfig | None = None) -> None:
+    def __init__(self, jobs: list[JobSpec], cluster: ClusterSpec, config: SchedulerConfig | None = None,
+                 policy: PlacementPolicy | None = None, *, seed: int = 0, flat_sync: bool = False) -> None:
+        """`config`: the scheduler's settings (default: the shipped profile); `policy`: built from
+        it unless given (a baseline); `seed`: every rollout draw; `flat_sync`: weight sync sends
+        one copy per rollout node across the inter-pool link (ablation), not one per job."""
         for job in jobs:
             reason = cluster.job_unplaceable_reason(job)
             if reason is not None:
                 raise InputError(f"job {job.job_id}", f"can never be placed: {reason}")
-        self.jobs, self.cluster, self.policy = jobs, cluster, policy
-        self.cfg = cfg or SimConfig()
+        self.cfg = config or SchedulerConfig()
+        self.jobs, self.cluster = jobs, cluster
+        self.policy = policy or build_policy(self.cfg, cluster)
+        self.seed, self.flat_sync = seed, flat_sync
         self.env = SimEnvironment()
-        self.state = ClusterState(self.env, cluster, policy, self.cfg)
+        self.state = ClusterState(self.env, cluster, self.policy, self.cfg)
         self.ledger = self.state.ledger
-        self.runs: dict[str, _JobRun] = {}
+        self.runs: dict[str, JobRun] = {}
         self.tail_end: dict[str, float] = {}
         self.queue: deque[JobSpec] = deque()
         self.outcomes: list[JobOutcome] = []
@@ -184,8 +96,8 @@ class Simulation:
             stuck = sorted(set(j.job_id for j in self.jobs) - {o.job_id for o in self.outcomes})
             raise SimulationStalled(f"{self.policy.name}: {len(stuck)} jobs never finished, e.g. {stuck[:5]}")
         self.ledger.close(self.env.now())
-        regroups = self.cfg.regroup and getattr(self.policy, "regroups", False)
-        why = self.state.why.to_json() if getattr(self.policy, "explains", False) else None
+        regroups = self.cfg.regroup.enabled and self.state.regroups
+        why = self.state.why.to_json() if self.state.explains else None
         return PolicyResult.from_ledger(self.policy.name, self.ledger, len(self.jobs), self.outcomes,
                                         placements=dict(self.state.cases), decision_ms=self.state.decision_ms,
                                         migrations=self.moves.to_json() if regroups or self.moves.count else None,
@@ -197,10 +109,10 @@ class Simulation:
         """Each running job's (iterations done, seconds since it started), read on demand: a
         decision looks up a few jobs, and building every running job's entry per iteration
         dominated long traces."""
-        return _Progress(self.runs, self.env.now())
+        return RunProgress(self.runs, self.env.now())
 
     def _arrive(self, job: JobSpec) -> None:
-        if not self.cfg.batch_order:
+        if not self.cfg.placement.batch_order:
             self.queue.append(job)
             self._drain()
             return
@@ -228,7 +140,7 @@ class Simulation:
     def _start(self, job: JobSpec, gid: int) -> None:
         run = self.runs.get(job.job_id)
         if run is None:
-            self.runs[job.job_id] = _JobRun(job, gid, rollout_draws(job, self.cfg.seed), self.env.now())
+            self.runs[job.job_id] = JobRun(job, gid, rollout_draws(job, self.seed), self.env.now())
         else:  # re-queued after a crash-free wait: it resumes where it stopped
             run.group_id = gid
         self._next_iteration(job.job_id)
@@ -251,7 +163,7 @@ class Simulation:
     # membership changes meanwhile, `_materialize` hands the controller the state the permit
     # path would have reached and the iteration goes on phase by phase (same times, same busy
     # time: on long traces most iterations are lone ones).
-    def _fast_iteration(self, run: _JobRun, ctl) -> None:
+    def _fast_iteration(self, run: JobRun, ctl) -> None:
         jid, now = run.job.job_id, self.env.now()
         a, b = drift_scales(run.job, now - run.start_s)
         base = float(run.rollouts[run.done])
@@ -301,7 +213,7 @@ class Simulation:
         run.sync_parts = 1
         self.env.call_at(t3, self._sync_part_done, jid)
 
-    def _rollout_shape(self, run: _JobRun, group) -> float:
+    def _rollout_shape(self, run: JobRun, group) -> float:
         """Note the member's rollout factor and GPUs (core/elastic.py) on `run`; return the factor."""
         m = group.member(run.job.job_id)
         run.r_factor = m.rollout_factor
@@ -335,9 +247,9 @@ class Simulation:
         self.ledger.busy("rollout", gpus, head - now - idle)
         end = head
         if g.tail_share > 0:
-            end = head + g.tail_share * r + self.cfg.intra.migration_overhead_s
+            end = head + g.tail_share * r + self.state.intra.migration_overhead_s
             self.tail_end[g.job_id] = end
-            self.ledger.busy("rollout", gpus * self.cfg.intra.tail_worker_frac, end - head)
+            self.ledger.busy("rollout", gpus * self.state.intra.tail_worker_frac, end - head)
             self.env.call_at(head, ctl.tail_started, g.job_id)
         self.env.call_at(end, self._rollout_done, g.job_id)
 
@@ -361,10 +273,10 @@ class Simulation:
             run.sync_parts += 1
             self.link.send(jid, 8 * run.job.weights_gb * self._sync_copies(run), lambda: self._sync_part_done(jid))
 
-    def _sync_copies(self, run: _JobRun) -> int:
+    def _sync_copies(self, run: JobRun) -> int:
         """Model copies one sync sends across the link: one (topology-aware: rollout nodes
         all-gather on their own network) or one per rollout node (flat)."""
-        return self.cluster.pools.rollout.nodes_for(run.job.rollout_gpus) if self.cfg.flat_sync else 1
+        return self.cluster.pools.rollout.nodes_for(run.job.rollout_gpus) if self.flat_sync else 1
 
     def _sync_part_done(self, jid: str) -> None:
         run = self.runs[jid]
@@ -384,7 +296,7 @@ class Simulation:
         else:
             self._next_iteration(jid)
 
-    def _observe(self, run: _JobRun) -> None:
+    def _observe(self, run: JobRun) -> None:
         """Hand the iteration's measured times to the scheduler (drift repair may evict members)."""
         rollout, train = run.rollout_s, run.train_s
         if run.colo is not None and run.group_id in self.state.colocated:  # measured where it ran
@@ -392,7 +304,7 @@ class Simulation:
         self.state.observe(run.job.job_id, run.group_id, rollout, train, self.progress(),
                            rollout_factor=run.r_factor)  # (the factor it rolled out at: compaction may narrow it since)
 
-    def _migrate(self, run: _JobRun) -> None:
+    def _migrate(self, run: JobRun) -> None:
         """At its boundary a mover leaves its old group and takes its reserved slot."""
         jid = run.job.job_id
         self.state.leave(jid, run.group_id)
@@ -402,7 +314,7 @@ class Simulation:
         self._request(jid, ROLLOUT)
 
     # -- departures ---------------------------------------------------------------------
-    def _depart(self, run: _JobRun) -> None:
+    def _depart(self, run: JobRun) -> None:
         job, now = run.job, self.env.now()
         # A drifted job is judged against the same iterations run solo: the same draws and
         # the same drift on each (the solo run would drift at another iteration, doing other work).
@@ -420,7 +332,8 @@ class Simulation:
         self._drain()
 
 
-def simulate(jobs: list[JobSpec], cluster: ClusterSpec, policy: PlacementPolicy,
-             cfg: SimConfig | None = None, progress=None) -> PolicyResult:
-    """Run one group-based policy over a trace."""
-    return Simulation(jobs, cluster, policy, cfg).run(progress)
+def simulate(jobs: list[JobSpec], cluster: ClusterSpec, config: SchedulerConfig | None = None,
+             policy: PlacementPolicy | None = None, progress=None, *, seed: int = 0,
+             flat_sync: bool = False) -> PolicyResult:
+    """Run one group-based policy (RollMux built from `config`, or `policy`) over a trace."""
+    return Simulation(jobs, cluster, config, policy, seed=seed, flat_sync=flat_sync).run(progress)

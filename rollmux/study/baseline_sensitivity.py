@@ -1,10 +1,12 @@
-"""Study section: the co-located baselines on their own terms (DESIGN §6, issue 11 item 2).
+"""Study section: the co-located baselines on their own terms (DESIGN §6).
 
 On the Philly-driven traces (paper and catalog profiles), against simulated
-Solo-D and with RollMux for reference, twice: its co-execution groups alone
-(`rollmux`: nominal shapes, no co-located jobs) and as `rollmux simulate` ships it
-(`rollmux-shipped`: elastic rollout and the per-job co-located mode, run at each
-co-located speed, since its co-located jobs use the same calibration):
+Solo-D and with RollMux for reference, twice, each a configuration its label
+names (DESIGN §10): as `rollmux simulate` runs it (`rollmux`: the `shipped`
+profile, run at each co-located speed `colocation.speed`, since its co-located
+jobs use the same calibration) and its co-execution groups alone
+(`rollmux-groups`: `shipped` with the co-located mode off, study/sections.py
+`groups_config`):
 
 - veRL, calibrated to the paper's co-located pairs (rollmux/sim/baselines.py),
   at co-located speed x0.8, x1 and x1.2 of the calibration: the sensitivity row.
@@ -25,17 +27,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import simulate_verl
 from rollmux.sim.gavel import GavelSimulation
 from rollmux.sim.metrics import PolicyResult
-from rollmux.sim.runner import run_policy
-from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study.capacity import capped
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import pct, regenerate
+from rollmux.study.sections import groups_config, label, pct, profile, regenerate, run_config
 from rollmux.study.sweep import Pmap
 from rollmux.workload import synthesize_philly
 
@@ -44,17 +43,26 @@ SPEEDS = (0.8, 1.0, 1.2)
 CAP_NODES = 41        # the paper's production cluster: 41 rollout + 41 training nodes
 QUICK_CAP_NODES = 8   # the quick study's 30-job, 2-day traces never reach 41 nodes
 TIE_REL = 1e-3        # a cost within 0.1% of Solo-D's is reported as a tie
+RM = ("rollmux", "rollmux-groups")  # the RollMux runs
 
 
 def runs_of(cap: int) -> list[tuple[str, float, int | None]]:
     """(policy, co-located speed, nodes per pool or None) of every run on one trace."""
-    out: list[tuple[str, float, int | None]] = [("solo-d", 1.0, None), ("rollmux", 1.0, None)]
-    out += [("rollmux-shipped", s, None) for s in SPEEDS]
+    out: list[tuple[str, float, int | None]] = [("solo-d", 1.0, None), ("rollmux-groups", 1.0, None)]
+    out += [("rollmux", s, None) for s in SPEEDS]
     out += [("verl", s, None) for s in SPEEDS]
     out += [("gavel-plain", 1.0, None), ("gavel-plain", 1.0, cap)]
     out += [("gavel-hetero", s, None) for s in SPEEDS]
     out += [("gavel-hetero", 1.0, cap)]
     return out
+
+
+def rollmux_config(policy: str, speed: float) -> SchedulerConfig:
+    """The configuration of a RollMux run (Solo-D plans with `shipped`): `rollmux` is the
+    `shipped` profile at co-located speed `speed`, `rollmux-groups` its groups alone."""
+    if policy == "rollmux-groups":
+        return groups_config()
+    return profile("shipped", {"colocation.speed": speed})
 
 
 def summarize(res: PolicyResult, colocated: int, preemptions: int | None, gpn: int = 8) -> dict:
@@ -81,12 +89,8 @@ def baseline_run(mode: str, policy: str, speed: float, cap: int | None, jobs: li
         sim = GavelSimulation(jobs, c, seed, hetero=policy == "gavel-hetero", colo_speed=speed)
         res = sim.run()
         return {**head, **summarize(res, sim.kind_counts["colo"], sim.preemptions, gpn)}
-    if policy == "rollmux-shipped":
-        res = run_policy("rollmux", jobs, c, SimConfig(seed=seed, colo_speed=speed))
-        return {**head, **summarize(res, res.placements.get("colocated", 0), None, gpn)}
-    cfg = SimConfig(seed=seed)
-    place = RollMuxPlacement(cfg.intra) if policy == "rollmux" else SoloPlacement(cfg.intra)
-    return {**head, **summarize(simulate(jobs, c, place, cfg), 0, None, gpn)}
+    res = run_config(jobs, c, rollmux_config(policy, speed), seed, solo=policy == "solo-d")
+    return {**head, **summarize(res, res.placements.get("colocated", 0), None, gpn)}
 
 
 def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap, cap_nodes: int | None = None) -> dict:
@@ -112,14 +116,15 @@ def findings(data: dict) -> list[str]:
         if not runs:
             continue
         solo = _solo_cost(data, mode)
-        rm = next(r for r in runs if r["policy"] == "rollmux")
+        rm = next(r for r in runs if r["policy"] == "rollmux-groups")
         verl = {r["speed"]: r for r in runs if r["policy"] == "verl"}
         cheaper = [f"x{s:g}" for s, r in sorted(verl.items()) if r["cost_usd"] < rm["cost_usd"]]
         gains = ", ".join(f"{solo / r['cost_usd']:.2f}x at x{s:g}" for s, r in sorted(verl.items()))
-        out.append(f"- {mode}: veRL gains {gains} over Solo-D against RollMux's {solo / rm['cost_usd']:.2f}x; "
-                   + (f"veRL is cheaper than RollMux at {', '.join(cheaper)}." if cheaper
-                      else "RollMux is cheaper at every calibration."))
-        shipped = {r["speed"]: r for r in runs if r["policy"] == "rollmux-shipped"}
+        out.append(f"- {mode}: veRL gains {gains} over Solo-D against RollMux's groups alone "
+                   f"{solo / rm['cost_usd']:.2f}x; "
+                   + (f"veRL is cheaper than RollMux's groups alone at {', '.join(cheaper)}." if cheaper
+                      else "RollMux's groups alone are cheaper at every calibration."))
+        shipped = {r["speed"]: r for r in runs if r["policy"] == "rollmux"}
         if shipped:
             out.append(f"- {mode}: RollMux as shipped (per-job co-located mode) gains " + ", ".join(
                 f"{solo / r['cost_usd']:.2f}x at x{s:g} ({pct(r['colocated_share'])} co-located, veRL "
@@ -143,9 +148,10 @@ def render(data: dict) -> str:
         "each job on max(rollout, train) GPUs of H800, with its phase times calibrated to the paper's "
         "co-located pairs (8B-32k rollout 888 -> 608 s, 32B-8k training 362 -> 271 s; factors interpolated "
         "over the job's rollout/train balance, rollmux/sim/baselines.py); the speed column scales the "
-        "co-located phases (x0.8 = 25% slower than calibrated). `rollmux` is RollMux's co-execution "
-        "groups alone (nominal shapes, no co-located jobs); `rollmux-shipped` is what `rollmux simulate` runs "
-        "(elastic rollout, stretch pricing, the per-job co-located mode at the row's speed). Gavel+ plain "
+        "co-located phases (x0.8 = 25% slower than calibrated). Each RollMux row names its configuration: "
+        "`rollmux` is what `rollmux simulate` runs (the `shipped` profile: elastic rollout, stretch pricing, "
+        "the per-job co-located mode at the row's speed, `colocation.speed`); `rollmux-groups` is its "
+        "co-execution groups alone (the co-located mode off); Solo-D plans with `shipped`. Gavel+ plain "
         "keeps every job "
         "disaggregated; "
         "heterogeneity-aware Gavel+ runs each job's rollout on H20 or co-located on its H800 gang, "
@@ -160,10 +166,11 @@ def render(data: dict) -> str:
     ]
     for r in data["runs"]:
         solo = _solo_cost(data, r["mode"])
-        colo = r["policy"] in ("verl", "gavel-hetero", "rollmux-shipped")
+        colo = r["policy"] in ("verl", "gavel-hetero", "rollmux")
         pk = r["peak_nodes"]
+        shown = label(r["policy"], rollmux_config(r["policy"], r["speed"])) if r["policy"] in RM else r["policy"]
         lines.append(
-            f"| {r['mode']} | {r['policy']} | {'x' + format(r['speed'], 'g') if colo else '-'} | "
+            f"| {r['mode']} | {shown} | {'x' + format(r['speed'], 'g') if colo else '-'} | "
             f"{r['cap'] or 'uncapped'} | {r['cost_usd']:,.0f} | {solo / r['cost_usd']:.2f}x | {pct(r['slo'])} | "
             f"{pct(r['slo_with_queueing'])} | {r['mean_slowdown']:.3f} | {pk['rollout']} / {pk['train']} | "
             f"{pct(r['colocated_share'])} | {'-' if r['preemptions'] is None else r['preemptions']} |")

@@ -4,14 +4,15 @@ A share of the jobs drifts: after a random fraction of its lifetime its true
 rollout and training times scale up (rollmux/workload/drift.py). The scheduler
 never reads the drift; it sees each iteration's measured phase times, and with
 repair re-plans a group with measured profiles and moves out members the group
-can no longer keep (paying for the migrations). `--no-repair` plans with the
-declared profiles throughout. A drifted job is judged against the same
-iterations, drift included, run solo.
+can no longer keep (paying for the migrations; DESIGN §5a). Without repair
+(`regroup.repair=False`) it plans with the declared profiles throughout. Every
+row is `groups_config` (study/sections.py) with repair on or off, its label
+naming it. A drifted job is judged against the same iterations, drift included,
+run solo.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -25,6 +26,7 @@ from rollmux.study.sections import (
     philly_jobs,
     regenerate,
     run_config,
+    simulate_command,
     summary,
 )
 from rollmux.study.sweep import Pmap
@@ -45,11 +47,12 @@ def drift_run(mode: str, severity: str, repair: bool, jobs: list[JobSpec], clust
               seed: int) -> dict:
     """RollMux on one (maybe drifted) trace, with or without repair."""
     trace = jobs if severity == "none" else drifted(jobs, severity, seed)
-    res = run_config(trace, cluster, replace(groups_config(seed), repair=repair))
+    cfg = groups_config({"regroup.repair": repair})
+    res = run_config(trace, cluster, cfg, seed)
     drifting = {j.job_id for j in trace if j.drift is not None}
     slo_drifted = [o.slo_met for o in res.outcomes if o.job_id in drifting]
     slo_others = [o.slo_met for o in res.outcomes if o.job_id not in drifting]
-    return {"mode": mode, "severity": severity, "repair": repair, **summary(res),
+    return {"mode": mode, "severity": severity, "repair": repair, "config": cfg.describe(), **summary(res),
             "drifting": len(drifting),
             "slo_drifted": sum(slo_drifted) / len(slo_drifted) if slo_drifted else 1.0,
             "slo_others": sum(slo_others) / len(slo_others) if slo_others else 1.0}
@@ -79,12 +82,13 @@ def render(data: dict) -> str:
         "SLO budget moves members out (slowest first) until it fits. SLO drifted / others: attainment "
         "of the drifting jobs and of everyone else.",
         "",
-        "| trace | drift | repair | cost $ | SLO met | SLO drifted | SLO others | migrations | stall h | migration $ |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| trace | drift | repair | configuration | cost $ | SLO met | SLO drifted | SLO others | migrations | stall h | migration $ |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["runs"]:
-        lines.append(f"| {r['mode']} | {r['severity']} | {'on' if r['repair'] else 'off'} | {r['cost_usd']:,.0f} | "
+        lines.append(f"| {r['mode']} | {r['severity']} | {'on' if r['repair'] else 'off'} | `{r['config']}` | "
+                     f"{r['cost_usd']:,.0f} | "
                      f"{pct(r['slo'])} | {pct(r['slo_drifted'])} | {pct(r['slo_others'])} | {mig_cells(r)} |")
     lines += ["", regenerate(data, "drift", "a drifted trace is a trace whose jobs carry a `drift` "
-              "field, e.g. `rollmux simulate --jobs drifted.jsonl --no-repair`."), ""]
+              f"field, e.g. `{simulate_command(groups_config({'regroup.repair': False}))} --jobs drifted.jsonl`."), ""]
     return "\n".join(lines)

@@ -7,28 +7,27 @@ Three parts, each a markdown table (and plots):
      mixed, SLO 1.2 / 1.5 / 2.0 / U(1,2), and max group size 2-5;
   B. Philly-driven traces — every policy's cost normalized to the busy-time
      bound, gain over Solo-D and SLO attainment;
-  C. ablations of what goes beyond the paper, on the same traces;
+  C. what goes beyond the paper's static groups, on the same traces;
 plus a cost-over-time plot of a Philly-driven trace, and the sections in
 SECTIONS: priced-migration sensitivity, profile drift with and without repair,
 a finite inter-pool link, how often residency decides, why arrivals get a group
-of their own, issue 14's mechanisms each on its own, fixed capacity (41 + 41 nodes) and the baselines' calibration.
+of their own, the mechanisms beyond the paper each on its own, fixed capacity
+(41 + 41 nodes) and the baselines' calibration.
+
+Every RollMux row is a named profile plus overrides (DESIGN §10), built by the one
+policy builder, and labelled with that configuration (study/sections.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound
-from rollmux.sim.gavel import simulate_gavel
 from rollmux.sim.metrics import PolicyResult
-from rollmux.sim.runner import run_policy
-from rollmux.sim.simulator import SimConfig, simulate
 from rollmux.study import (
     baseline_sensitivity,
     capacity,
@@ -45,7 +44,6 @@ from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollm
 from rollmux.study.part_a import (  # noqa: F401
     SLOS,
     SMALL_POLICIES,
-    STATIC,
     WORKLOADS,
     SmallCell,
     rate_at_start,
@@ -53,54 +51,50 @@ from rollmux.study.part_a import (  # noqa: F401
     study_cells,
 )
 from rollmux.study.report import write_report
-from rollmux.study.sections import before_issue_14
+from rollmux.study.sections import label, policy_run, profile
 from rollmux.study.sweep import OnDone, Pmap, serial_map
 from rollmux.workload import find_traces_dir, synthesize_philly
 
 PHILLY_POLICIES = ("rollmux", "rollmux-static", "solo-d", "verl", "random", "greedy", "gavel")
+# Part B's RollMux rows: what `rollmux simulate` runs, and the paper's static groups.
+PHILLY_PROFILES = {"rollmux": "shipped", "rollmux-static": "paper"}
+# The configuration every other part-B policy plans its groups with (`rollmux simulate`'s).
+BASELINE_PROFILE = "shipped"
 
 
-def philly_variants() -> dict[str, SimConfig]:
-    """Part C: rollmux variants, from the paper's static groups to regrouping, nominal shapes and
-    no co-located jobs (issue 14's mechanisms, on top of this, are the mechanisms section's rows)."""
-    default = before_issue_14()  # (variant_policy sets none of issue 14's switches either)
+def philly_variants() -> dict[str, SchedulerConfig]:
+    """Part C: from the paper's static groups (`paper`) to the co-execution groups with their
+    repair side (`groups`: shrinking, re-placement, consolidation, drift repair), then the
+    `groups` profile with one setting changed per row. The mechanisms beyond `groups` are the
+    mechanisms section's rows."""
     return {
-        "static groups (paper)": replace(default, **STATIC),
-        "+ shrink": replace(default, shrink=True, regroup=False),
-        "+ re-placement of the group a job left": replace(default, shrink=False, regroup=True, consolidate=0),
-        "+ shrink + re-placement": replace(default, consolidate=0),
-        "+ shrink + re-placement + consolidation of small groups (default)": default,
-        "default, fixed cyclic order": replace(default, intra=IntraConfig(best_order_max=0)),
-        "default, paper's pruning of saturated groups": default,
-        "default, best-fit tie-break": default,
-        "default, arrivals placed in file order": replace(default, batch_order=False),
-        "default, p95 planning": replace(default, intra=IntraConfig(plan_quantile=0.95)),
-        "default, no long-tail migration": replace(default, intra=IntraConfig(migration=False)),
+        "static groups": profile("paper"),
+        "+ shrink": profile("groups", {"regroup.enabled": False}),
+        "+ re-placement of the group a job left": profile("groups", {"regroup.shrink": False,
+                                                                      "regroup.consolidate": 0}),
+        "+ shrink + re-placement": profile("groups", {"regroup.consolidate": 0}),
+        "+ shrink + re-placement + consolidation of small groups": profile("groups"),
+        "fixed cyclic order": profile("groups", {"intra_group.best_order_max": 0}),
+        "paper's pruning of saturated groups": profile("groups", {"placement.prune_saturated": True}),
+        "best-fit tie-break": profile("groups", {"placement.best_fit": "util"}),
+        "arrivals placed in file order": profile("groups", {"placement.batch_order": False}),
+        "p95 planning": profile("groups", {"admission.quantile": 0.95}),
+        "no long-tail migration": profile("groups", {"intra_group.migration": False}),
     }
-
-
-def variant_policy(label: str, cfg: SimConfig) -> RollMuxPlacement:
-    """The placement policy of a part-C variant."""
-    return RollMuxPlacement(cfg.intra, prune_saturated="pruning" in label,
-                            best_fit="util" if "best-fit" in label else "")
 
 
 def philly_policy_run(name: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
     """Part B: one policy on a Philly-driven trace (one sweep task)."""
-    if name == "rollmux-static":
-        cfg = replace(before_issue_14(seed), **STATIC)  # the paper's groups
-        res = simulate(jobs, cluster, RollMuxPlacement(), cfg)
+    if name in PHILLY_PROFILES:
+        res = policy_run("rollmux", jobs, cluster, profile(PHILLY_PROFILES[name]), seed)
         res.policy = name
         return res
-    if name == "gavel":
-        return simulate_gavel(jobs, cluster, seed=seed)
-    return run_policy(name, jobs, cluster, SimConfig(seed=seed))
+    return policy_run(name, jobs, cluster, profile(BASELINE_PROFILE), seed)
 
 
-def philly_variant_run(label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
-    """Part C: one rollmux variant on a Philly-driven trace (one sweep task)."""
-    cfg = replace(philly_variants()[label], seed=seed)
-    return simulate(jobs, cluster, variant_policy(label, cfg), cfg)
+def philly_variant_run(row: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> PolicyResult:
+    """Part C: one RollMux variant (a `philly_variants` row) on a Philly-driven trace (one sweep task)."""
+    return policy_run("rollmux", jobs, cluster, philly_variants()[row], seed)
 
 
 _TASKS: dict[str, Callable[..., Any]] = {"small": small_cell, "policy": philly_policy_run,
@@ -126,8 +120,11 @@ def philly_result(mode: str, jobs: list[JobSpec], cluster: ClusterSpec, results:
     """Parts B and C of one mode, from the results of its `philly_tasks` runs (in their order)."""
     policies = dict(zip(PHILLY_POLICIES, results[:len(PHILLY_POLICIES)]))
     variants = dict(zip(philly_variants(), results[len(PHILLY_POLICIES):]))
+    # Each RollMux row's label names its configuration (study/sections.py `label`).
+    labels = {name: label(name, profile(p)) for name, p in PHILLY_PROFILES.items()}
+    labels |= {what: label(what, cfg) for what, cfg in philly_variants().items()}
     return {"mode": mode, "jobs": len(jobs), "bound": busy_time_bound(jobs, cluster), "policies": policies,
-            "variants": variants}
+            "variants": variants, "labels": labels}
 
 
 def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap = serial_map,

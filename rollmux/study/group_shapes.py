@@ -1,6 +1,6 @@
 """Where a run's node-hours go: its groups by shape, and how busy their plans keep each pool.
 
-A diagnostic for the gap between RollMux and the busy-time bound (issue 14): the run is
+A diagnostic for the gap between RollMux and the busy-time bound (DESIGN §7): the run is
 sampled every `every_s` seconds of simulated time, and each group held at that instant adds
 its node rate x `every_s` to its shape's cost. A shape is (members, rollout nodes, training
 nodes); co-located jobs form one row. Per shape it reports the cost share and, weighted by
@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from rollmux.core.colocate import is_colocated
+from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group
-from rollmux.core.intra_group import IntraConfig, group_planning_times, job_planning_times, node_loads
+from rollmux.core.intra_group import group_planning_times, job_planning_times, node_loads
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.sim.runner import rollmux_policy
-from rollmux.sim.simulator import SimConfig, Simulation
+from rollmux.sim.simulator import Simulation
 
 COLOCATED = "co-located"
 TIGHT_SLO = 1.2  # a group is "tight" when its tightest member's SLO is below this (kinds)
@@ -52,13 +52,16 @@ def kind(g: Group) -> str:
     return f"{how}, {'tight' if min(m.job.slo for m in g.members) < TIGHT_SLO else 'loose'}"
 
 
-def group_shapes(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig, every_s: float = 600.0) -> dict:
-    """Run RollMux as `rollmux simulate` does and profile its groups (module docstring):
+def group_shapes(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SchedulerConfig, seed: int = 0,
+                 every_s: float = 600.0) -> dict:
+    """Run RollMux as `cfg` sets it, as `rollmux simulate` does with draws `seed`, and profile its
+    groups (module docstring):
     {"cost_usd", "rows": [{"shape", "cost_share", "rollout_use", "train_use", "stretch"}],
     "kinds": [{"kind", "cost_share", "busy_share", "waste_share"}]}, rows by cost share,
     largest first. A kind's busy share is the busy-time bound's price of its planned work
     over its cost (1 = no idle GPU); its waste share, its cost less that, over the run's."""
-    sim = Simulation(jobs, cluster, rollmux_policy(cfg), cfg)
+    sim = Simulation(jobs, cluster, cfg, seed=seed)
+    intra = cfg.intra_for(cluster)  # the planner view the run's groups were planned with
     pr, pt = cluster.pools.rollout.node_price_per_hour, cluster.pools.train.node_price_per_hour
     acc: dict[object, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # kind -> [$, busy $]
@@ -71,18 +74,18 @@ def group_shapes(jobs: list[JobSpec], cluster: ClusterSpec, cfg: SimConfig, ever
             acc[COLOCATED][0] += usd
             k = kinds[kind(g)]
             k[0] += usd
-            k[1] += busy_rate(g, cluster, cfg.intra) * hours
+            k[1] += busy_rate(g, cluster, intra) * hours
         for g in sim.state.groups.values():
             if g.shape is None or not g.members:
                 continue
             usd = (g.n_rollout * pr + g.n_train * pt) * hours
             a = acc[(len(g.members), g.n_rollout, g.n_train)]
             a[0] += usd
-            for i, v in enumerate(planned_use(g, cfg.intra), start=1):
+            for i, v in enumerate(planned_use(g, intra), start=1):
                 a[i] += v * usd
             k = kinds[kind(g)]
             k[0] += usd
-            k[1] += busy_rate(g, cluster, cfg.intra) * hours
+            k[1] += busy_rate(g, cluster, intra) * hours
         if len(sim.outcomes) < len(jobs) and sim.env.pending:  # (only while the run has events:
             sim.env.call_at(sim.env.now() + every_s, tick)        # a stalled run must still stop)
 

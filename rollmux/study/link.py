@@ -7,17 +7,17 @@ Concurrent syncs share the link evenly. Topology-aware sync sends one model
 copy per job across the link (the rollout nodes all-gather on their own
 network); flat sync sends one copy per rollout node (the ablation row). The
 unlimited row is the model without the fields (each sync takes its profile's
-`sync_s`).
+`sync_s`). RollMux runs `groups_config` (study/sections.py); flat sync is the
+simulator's own run setting (`flat_sync`), not a scheduler setting.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import GROUPS_NOTE, MODES, groups_config, pct, philly_jobs, regenerate, run_config, summary
+from rollmux.study.sections import GROUPS_NOTE, MODES, groups_config, pct, philly_jobs, regenerate, run_config, simulate_command, summary
 from rollmux.study.sweep import Pmap
 
 # (label, link Gb/s or None, flat sync)
@@ -38,7 +38,7 @@ def link_run(mode: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, s
     """RollMux on the trace with one row's link."""
     _, gbps, flat = next(r for r in ROWS if r[0] == label)
     cl = cluster.model_copy(update={"inter_pool_gbps": gbps})
-    res = run_config(with_weights(jobs, cluster), cl, replace(groups_config(seed), flat_sync=flat))
+    res = run_config(with_weights(jobs, cluster), cl, groups_config(), seed, flat_sync=flat)
     return {"mode": mode, "row": label, **summary(res)}
 
 
@@ -71,5 +71,5 @@ def render(data: dict) -> str:
             lines.append(f"| {mode} | {r['row']} | {r['cost_usd']:,.0f} | {r['cost_usd'] / base:.3f}x | "
                          f"{pct(r['slo'])} | {r['mean_slowdown']:.3f} |")
     lines += ["", regenerate(data, "link", "on a cluster file, set `inter_pool_gbps` and give jobs "
-              "`weights_gb`; `rollmux simulate --flat-sync` for the flat ablation."), ""]
+              f"`weights_gb`; `{simulate_command(groups_config())} --flat-sync` for the flat ablation."), ""]
     return "\n".join(lines)

@@ -1,25 +1,27 @@
 """Study section: what migrations cost, and how the result depends on their price.
 
-RollMux's default regroups (dissolves a group whose members fit elsewhere for
-less, reserving their slots) only when the saving over the members' expected
-remaining life beats twice the node-time the migrations hold. Here the whole
-migration time (state moved + cold start) is scaled x0.5, x1, x2 and x4 on both
-Philly-driven traces, next to the paper's static groups and Solo-D, with every
-migration's count, job-hours stalled and node-time cost. A slower migration
-that comes out cheaper is flagged and explained from the runs' own numbers.
+RollMux regroups (dissolves a group whose members fit elsewhere for less,
+reserving their slots) only when the saving over the members' expected remaining
+life beats `regroup.margin` (2) times the node-time the migrations hold (DESIGN
+§5a). Here the whole migration time (state moved + cold start) is scaled x0.5,
+x1, x2 and x4 (`regroup.migration_scale`) on both Philly-driven traces, next to
+the same configuration with static groups (`STATIC`) and Solo-D, with every
+migration's count, job-hours stalled and node-time cost. Every RollMux row is
+`groups_config` (study/sections.py) plus its overrides, and its label names it. A
+slower migration that comes out cheaper is flagged and explained from the runs'
+own numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.study.config import StudyConfig
-from rollmux.study.part_a import STATIC
-from rollmux.study.sections import GROUPS_NOTE, MODES, groups_config, pct, philly_jobs, regenerate, run_config, summary
+from rollmux.study.sections import GROUPS_NOTE, MODES, STATIC, groups_config, pct, philly_jobs, regenerate, run_config, simulate_command, summary
 from rollmux.study.sweep import Pmap
 
 SCALES = (0.5, 1.0, 2.0, 4.0)
@@ -27,14 +29,20 @@ ROWS = ("solo-d", "static") + tuple(f"x{s:g}" for s in SCALES)
 SEEDS = 3  # draw seeds per row: one run's order of close rows can be luck of its path
 
 
+def row_config(row: str) -> SchedulerConfig:
+    """The configuration of one row (Solo-D plans with the plain `groups_config`)."""
+    if row == "static":
+        return groups_config(STATIC)
+    if row.startswith("x"):
+        return groups_config({"regroup.migration_scale": float(row[1:])})
+    return groups_config()
+
+
 def migration_run(mode: str, row: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
     """One row of the section on one trace."""
-    cfg = groups_config(seed)
-    if row == "static":
-        cfg = replace(cfg, **STATIC)
-    elif row.startswith("x"):
-        cfg = replace(cfg, migration_scale=float(row[1:]))
-    return {"mode": mode, "row": row, **summary(run_config(jobs, cluster, cfg, solo=row == "solo-d"))}
+    cfg = row_config(row)
+    res = run_config(jobs, cluster, cfg, seed, solo=row == "solo-d")
+    return {"mode": mode, "row": row, "config": None if row == "solo-d" else cfg.describe(), **summary(res)}
 
 
 def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap) -> dict:
@@ -122,10 +130,11 @@ def render(data: dict) -> str:
             rs = rows[row]
             c = np.array([r["cost_usd"] for r in rs])
             m = {k: _mean(rs, lambda r, k=k: r["migrations"][k]) for k in ("count", "stall_hours", "cost_usd")}
-            lines.append(f"| {mode} | {row} | {c.mean():,.0f} ± {c.std():,.0f} | {c.mean() / static:.3f}x | "
+            shown = row if rs[0]["config"] is None else f"{row}: `{rs[0]['config']}`"
+            lines.append(f"| {mode} | {shown} | {c.mean():,.0f} ± {c.std():,.0f} | {c.mean() / static:.3f}x | "
                          f"{pct(_mean(rs, lambda r: r['slo']))} | {_mean(rs, lambda r: r['mean_slowdown']):.3f} | "
                          f"{m['count']:.0f} | {m['stall_hours']:.1f} | {m['cost_usd']:,.0f} |")
     lines += ["", *findings(data), "",
-              regenerate(data, "migration", "one row: `rollmux simulate --policy rollmux "
-              "--migration-scale 2 --json out.json`."), ""]
+              regenerate(data, "migration", f"one row: `{simulate_command(row_config('x2'))} "
+              "--policy rollmux --json out.json`."), ""]
     return "\n".join(lines)

@@ -3,14 +3,18 @@
 All jobs are present at once. A partition of the jobs into co-execution groups,
 each with its node counts and pins, costs the sum of its groups' node prices
 per hour. The optimum is the cheapest partition whose every group is *valid*
-(rollmux.study.offline_optimum_groups): exactly RollMux's admission rule, so every
-placement RollMux makes is a candidate and the optimum never costs more.
+(rollmux.study.offline_optimum_groups): exactly the admission rule of RollMux configured
+with the paper's static groups (the `paper` profile by default: worst-case planning, nominal
+shapes, no co-located jobs; DESIGN §6), so every placement that RollMux makes is a candidate
+and the optimum never costs more. The RollMux configuration compared against also sets the
+max group size (`placement.max_group_size`) and, through its planner view on the cluster
+(`SchedulerConfig.intra_for`), the validity rule.
 
 `cheapest_group` finds the cheapest valid configuration of one subset (fewest
 rollout nodes; n_train is fixed by the subset), `optimal_partition` combines
 subsets: exactly by a DP over subsets up to `exact_limit` jobs, else by a
 randomized sampler seeded with RollMux's own partition (an upper bound).
-Pool node caps (max_nodes) are ignored, as in bench.build_state: this is a cost
+Pool node caps (max_nodes) are ignored, as in placement_bench.build_state: this is a cost
 study of steady provisioning, $/h, with every job present and none finishing.
 """
 
@@ -22,9 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
+from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.policy import build_policy
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.study.offline_optimum_groups import cheapest_group, group_budget, group_valid, pins_ok
 from rollmux.study.placement_bench import build_state
@@ -164,17 +168,19 @@ def _sample(costs: _Costs, n: int, rng: np.random.Generator, samples: int,
     return best_cost, best
 
 
-def optimal_partition(jobs: Sequence[JobSpec], cluster: ClusterSpec, cfg: IntraConfig | None = None,
-                      max_group_size: int = 5, exact_limit: int = 10,
-                      rng: np.random.Generator | None = None, samples: int = 32) -> OptimumResult:
-    """The cheapest partition of `jobs` into valid groups.
+def optimal_partition(jobs: Sequence[JobSpec], cluster: ClusterSpec, config: SchedulerConfig | None = None,
+                      exact_limit: int = 10, rng: np.random.Generator | None = None,
+                      samples: int = 32) -> OptimumResult:
+    """The cheapest partition of `jobs` into groups valid under `config` (default: the `paper`
+    profile): its planner view on `cluster` and its max group size.
 
     Exact (DP over subsets, exact=True) for up to `exact_limit` jobs; above that the best
     of RollMux's own partition (each group re-optimized), greedy insertion in file order
     and `samples` random insertion orders, each improved by random merges and moves
-    (an upper bound, exact=False; never above rollmux_static_cost).
+    (an upper bound, exact=False; never above rollmux_static_cost with the same `config`).
     """
-    cfg = cfg or IntraConfig()
+    config = config or SchedulerConfig.profile("paper")
+    cfg, max_group_size = config.intra_for(cluster), config.placement.max_group_size
     jobs = list(jobs)
     if not jobs:
         return OptimumResult(0.0, [], True)
@@ -186,7 +192,7 @@ def optimal_partition(jobs: Sequence[JobSpec], cluster: ClusterSpec, cfg: IntraC
         groups = _groups_of(masks, costs)
         return OptimumResult(total_cost_per_hour(groups, cluster), groups, True)
     index = {j.job_id: i for i, j in enumerate(jobs)}
-    _, rm_groups = rollmux_static_cost(jobs, cluster, cfg, max_group_size)
+    _, rm_groups = rollmux_static_cost(jobs, cluster, config)
     rm_masks = [sum(1 << index[jid] for jid in g.job_ids()) for g in rm_groups]
     rng = rng if rng is not None else np.random.default_rng(0)
     _, masks = _sample(costs, len(jobs), rng, samples, [rm_masks])
@@ -196,11 +202,13 @@ def optimal_partition(jobs: Sequence[JobSpec], cluster: ClusterSpec, cfg: IntraC
 
 # -- references -----------------------------------------------------------------------------------
 
-def rollmux_static_cost(jobs: Sequence[JobSpec], cluster: ClusterSpec, cfg: IntraConfig | None = None,
-                        max_group_size: int = 5) -> tuple[float, list[Group]]:
-    """RollMux placing all jobs at once, one after another in the given order (like
-    bench.build_state): the groups' total cost per hour, and the groups."""
-    groups = build_state(list(jobs), RollMuxPlacement(cfg or IntraConfig()), cluster, max_group_size)
+def rollmux_static_cost(jobs: Sequence[JobSpec], cluster: ClusterSpec,
+                        config: SchedulerConfig | None = None) -> tuple[float, list[Group]]:
+    """RollMux as `config` sets it (default: the `paper` profile), built by `build_policy`,
+    placing all jobs at once, one after another in the given order (like
+    placement_bench.build_state): the groups' total cost per hour, and the groups."""
+    config = config or SchedulerConfig.profile("paper")
+    groups = build_state(list(jobs), build_policy(config, cluster), cluster, config.placement.max_group_size)
     out = sorted(groups.values(), key=lambda g: g.group_id)
     return total_cost_per_hour(out, cluster), out
 

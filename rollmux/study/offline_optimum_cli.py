@@ -1,7 +1,9 @@
 """Body of `rollmux optimal`: offline optimum vs RollMux vs the busy-time bound on a static job set.
 
 All jobs of the trace are taken as present at once (arrival times are ignored);
-RollMux places them one after another in file order.
+RollMux with the paper's static groups (the `paper` profile at the given max group
+size, DESIGN §10) places them one after another in file order, and the optimum is the
+cheapest partition valid under that configuration (study/offline_optimum.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.trace_io import load_cluster, load_jobs
 from rollmux.errors import InputError
 from rollmux.study.offline_optimum import busy_time_bound_per_hour, optimal_partition, rollmux_static_cost
@@ -45,13 +47,13 @@ def optimal_command(jobs: Path, cluster: Path | None, json_out: Path | None,
         if reason is not None:
             raise InputError(f"job {job.job_id}", f"can never be placed: {reason}")
     job_list = list(trace.jobs)
-    cfg = IntraConfig(warm_switch_s=spec.warm_switch_s)
+    cfg = SchedulerConfig.profile("paper").with_overrides({"placement.max_group_size": max_group_size})
 
     t0 = time.perf_counter()
-    opt = optimal_partition(job_list, spec, cfg, max_group_size, exact_limit=EXACT_LIMIT,
+    opt = optimal_partition(job_list, spec, cfg, exact_limit=EXACT_LIMIT,
                             rng=np.random.default_rng(SEED), samples=SAMPLES)
     elapsed = time.perf_counter() - t0
-    rm_cost, _ = rollmux_static_cost(job_list, spec, cfg, max_group_size)
+    rm_cost, _ = rollmux_static_cost(job_list, spec, cfg)
     bound = busy_time_bound_per_hour(job_list, spec)
     doc = {
         "optimal_cost_per_hour": opt.cost_per_hour,
@@ -66,7 +68,7 @@ def optimal_command(jobs: Path, cluster: Path | None, json_out: Path | None,
     table.add_column("$/h", justify="right")
     table.add_column("x optimum", justify="right")
     kind = "optimum" if opt.exact else "best found (upper bound)"
-    for name, cost in ((kind, opt.cost_per_hour), ("rollmux", rm_cost), ("busy-time bound", bound)):
+    for name, cost in ((kind, opt.cost_per_hour), (f"rollmux: {cfg.describe()}", rm_cost), ("busy-time bound", bound)):
         table.add_row(name, f"{cost:,.2f}", f"{cost / opt.cost_per_hour:.3f}" if opt.cost_per_hour else "-")
     out.print(table)
     out.print(f"{len(opt.groups)} groups, {'exact search' if opt.exact else 'sampled'} in {elapsed:.2f} s: "

@@ -24,7 +24,8 @@ from typing import Sequence
 
 from rollmux.core.group import Group, Member, isolated_group, residency_ok
 from rollmux.core.inter_group import period_budget
-from rollmux.core.intra_group import IntraConfig, group_planning_times, plan_group, planning_times, t_cycle, t_load
+from rollmux.core.intra_group import group_planning_times, plan_group, planning_times, t_cycle, t_load
+from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 TOL = 1e-9  # relative tolerance of SLO comparisons, as in inter_group
@@ -55,14 +56,12 @@ def pins_ok(group: Group, cluster: ClusterSpec) -> bool:
     return True
 
 
-def group_valid(group: Group, cluster: ClusterSpec, cfg: IntraConfig | None = None,
-                max_group_size: int = 5) -> bool:
+def group_valid(group: Group, cluster: ClusterSpec, cfg: IntraConfig, max_group_size: int = 5) -> bool:
     """RollMux's admission rule for a whole group placed at t=0 (module docstring).
 
     The planned period is taken from plan_group, which searches the best cyclic
     order up to cfg.best_order_max members; above that the members' order counts.
     """
-    cfg = cfg or IntraConfig()
     if not 1 <= group.size <= max(1, max_group_size) or not pins_ok(group, cluster):
         return False
     if group.size == 1:
@@ -188,7 +187,7 @@ def _orders(size: int, cfg: IntraConfig):
         yield (0,) + rest
 
 
-def cheapest_group(jobs: Sequence[JobSpec], cluster: ClusterSpec, cfg: IntraConfig | None = None,
+def cheapest_group(jobs: Sequence[JobSpec], cluster: ClusterSpec, cfg: IntraConfig,
                    max_group_size: int = 5) -> Group | None:
     """The cheapest valid configuration (planned, group_id 0) of exactly these jobs, or None.
 
@@ -197,7 +196,6 @@ def cheapest_group(jobs: Sequence[JobSpec], cluster: ClusterSpec, cfg: IntraConf
     members' needs, over canonical pin assignments; the first valid one at the smallest
     count wins. The closed-form bound max(T_cycle, T_load) prunes before plan_group.
     """
-    cfg = cfg or IntraConfig()
     jobs = list(jobs)
     if not jobs or len(jobs) > max(1, max_group_size):
         return None

@@ -3,6 +3,8 @@
 Each cell (workload, SLO, max group size) runs `instances` job sets; on each,
 every policy runs to completion in the simulator with static groups (no shrink,
 no re-placement), and the randomized policy (random) once per placement seed.
+RollMux runs as configured by the `paper` profile at the cell's max group size
+(DESIGN §10), its columns named by their configuration (`ROLLMUX_COLUMNS`).
 Per run, three numbers (DESIGN §6-7):
 
 - paper's cost / optimum: the paper's cost rate of the policy's groups — each
@@ -19,28 +21,43 @@ Per run, three numbers (DESIGN §6-7):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
+from rollmux.core.policy import build_policy
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.baseline_policies import FixedPartition, GreedyPlacement, RandomPlacement
 from rollmux.sim.gavel import simulate_gavel
 from rollmux.sim.metrics import PolicyResult, paper_cost_per_hour
-from rollmux.sim.simulator import SimConfig, simulate
+from rollmux.sim.simulator import simulate
 from rollmux.study.config import StudyConfig
 from rollmux.study.offline_optimum import optimal_partition
+from rollmux.study.sections import profile
 from rollmux.workload import paper_jobs
 
 WORKLOADS = ("balanced", "rollout-heavy", "train-heavy", "mixed")
 SLOS: tuple[float | None, ...] = (1.2, 1.5, 2.0, None)  # None: U(1, 2)
-SMALL_POLICIES = ("rollmux", "rollmux-paper", "random", "greedy", "gavel")
+# Part A's RollMux columns, each named by its configuration: the paper's static groups (the
+# `paper` profile: worst-case planning, as the optimum plans), and the same placing arrivals
+# in file order with the paper's pruning of saturated groups (Algorithm 1 as published).
+# Every cell runs them at its own max group size (`placement.max_group_size`).
+AS_PUBLISHED = {"placement.batch_order": False, "placement.prune_saturated": True}
+ROLLMUX_COLUMNS: dict[str, dict[str, Any]] = {profile("paper", o).describe(): o for o in ({}, AS_PUBLISHED)}
+PAPER = next(iter(ROLLMUX_COLUMNS))  # the first column: the `paper` profile itself
+SMALL_POLICIES = (*ROLLMUX_COLUMNS, "random", "greedy", "gavel")
 RANDOMIZED = ("random",)  # policies whose placements depend on a placement seed
 PLACEMENT_SEEDS = 5       # placement seeds per instance for a randomized policy
-STATIC = dict(shrink=False, regroup=False, repair=False, compact=False)  # the paper's groups: fixed once formed
+
+
+def cell_config(size: int, overrides: Mapping[str, Any] | None = None) -> SchedulerConfig:
+    """A part-A configuration: the `paper` profile at max group size `size`, with `overrides`.
+    The baselines and the optimum's replay plan their groups with it too (worst case)."""
+    return profile("paper", {**(overrides or {}), "placement.max_group_size": size})
+
 
 # Per group that was ever placed: (its $/h in its final planned composition, its members' job ids).
 GroupRecord = list[tuple[float, list[str]]]
@@ -93,22 +110,21 @@ def rate_at_start(result: PolicyResult) -> float:
 def _small_policy(name: str, jobs: list[JobSpec], cluster: ClusterSpec, size: int, seed: int,
                   placement_seed: int = 0) -> tuple[PolicyResult, GroupRecord | None]:
     """Run one policy on a small set with static groups; its result and its groups (None: gavel)."""
-    cfg = SimConfig(seed=seed, max_group_size=size, intra=IntraConfig(), **STATIC)  # worst case, as the optimum
     if name == "gavel":
         return simulate_gavel(jobs, cluster, seed=seed, max_pack=size), None
-    if name == "rollmux-paper":  # Algorithm 1 as published: file order, pruning, first fit
-        policy, cfg = RollMuxPlacement(cfg.intra, prune_saturated=True), replace(cfg, batch_order=False)
-    elif name == "rollmux":
-        policy = RollMuxPlacement(cfg.intra)
+    cfg = cell_config(size, ROLLMUX_COLUMNS.get(name))
+    intra = cfg.intra_for(cluster)
+    if name in ROLLMUX_COLUMNS:
+        policy: PlacementPolicy = build_policy(cfg, cluster)
     elif name == "greedy":
-        policy = GreedyPlacement(cfg.intra)
+        policy = GreedyPlacement(intra)
     elif name == "random":
         # Its own stream: placement draws never shift the jobs' rollout draws.
-        policy = RandomPlacement(np.random.default_rng([seed, 7, placement_seed]), cfg.intra)
+        policy = RandomPlacement(np.random.default_rng([seed, 7, placement_seed]), intra)
     else:
         raise ValueError(f"unknown part-A policy {name!r}")
     rec = _Recorder(policy)
-    res = simulate(jobs, cluster, rec, cfg)
+    res = simulate(jobs, cluster, cfg, rec, seed=seed)
     return res, rec.groups(cluster)
 
 
@@ -121,8 +137,8 @@ def paper_cost_of(res: PolicyResult, groups: GroupRecord) -> float:
 def optimum_run(jobs: list[JobSpec], cluster: ClusterSpec, size: int, seed: int,
                 groups: list) -> PolicyResult:
     """The optimum's partition run to completion as static groups, on the same draws."""
-    cfg = SimConfig(seed=seed, max_group_size=size, intra=IntraConfig(), **STATIC)  # worst case, as the optimum
-    return simulate(jobs, cluster, FixedPartition(groups, cfg.intra), cfg)
+    cfg = cell_config(size)
+    return simulate(jobs, cluster, cfg, FixedPartition(groups, cfg.intra_for(cluster)), seed=seed)
 
 
 def small_cell(workload: str, slo: float | None, size: int, sc: StudyConfig,
@@ -135,7 +151,7 @@ def small_cell(workload: str, slo: float | None, size: int, sc: StudyConfig,
     for i in range(sc.instances):
         seed = sc.seed * 1000 + i
         jobs = paper_jobs(sc.small_jobs, profile=workload, slo=slo, seed=seed)
-        opt = optimal_partition(jobs, cluster, IntraConfig(), size)
+        opt = optimal_partition(jobs, cluster, cell_config(size))
         exact &= opt.exact
         opt_total = optimum_run(jobs, cluster, size, seed, opt.groups).cost_usd
         for p in SMALL_POLICIES:

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import numpy as np
 
+from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group
 from rollmux.core.group_index import IndexedGroups
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPolicy, validate_plan
+from rollmux.core.policy import build_policy
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
-from rollmux.sim.runner import rollmux_policy
-from rollmux.sim.simulator import SimConfig
 
 
 def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSpec,
@@ -22,9 +19,9 @@ def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSp
     """Place `jobs` one after another (no departures) and return the resulting groups.
 
     The groups are kept indexed (core/group_index.py) with `intra` (default: the policy's
-    own planning configuration), as the cluster state keeps them; a co-located job (core/colocate.py)
-    joins no group, as in the cluster state."""
-    groups = IndexedGroups(intra or getattr(policy, "cfg", None) or IntraConfig())
+    own planner view, `policy.cfg`), as the cluster state keeps them; a co-located job
+    (core/colocate.py) joins no group, as in the cluster state."""
+    groups = IndexedGroups(intra if intra is not None else policy.cfg)
     for job in jobs:
         view = indexed_view(groups, cluster, max_group_size)
         plan = policy.place(job, view)
@@ -43,20 +40,28 @@ def indexed_view(groups: dict[int, Group], cluster: ClusterSpec, max_group_size:
     return ClusterView(cluster, tuple(groups.values()), None, None, max_group_size, max(groups, default=-1) + 1)
 
 
+def latency_config(shipped: bool = True) -> SchedulerConfig:
+    """The configuration `placement_latency` times: the `shipped` group search (its admission,
+    elastic rollout shapes and stretch pricing) with the co-located mode off, since these jobs
+    (8:8) would all run co-located and leave no group to search (that answer takes ~0.3 ms at
+    any size); or, not `shipped`, the `paper` profile (Algorithm 1: nominal shapes, Δ pricing,
+    worst-case admission)."""
+    if not shipped:
+        return SchedulerConfig.profile("paper")
+    return SchedulerConfig.profile("shipped").with_overrides({"colocation.enabled": False})
+
+
 def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: bool = True,
                       shipped: bool = True) -> dict:
-    """p50/p99 (ms) of one RollMux placement decision with `n_active` jobs placed.
+    """p50/p99 (ms) of one RollMux placement decision with `n_active` jobs placed, the policy
+    built by `build_policy` from `latency_config(shipped)`.
 
     `indexed`: the view carries the group index, as `ClusterState` hands it to the policy
-    (False: the plain scan over every group, for comparison). `shipped`: the group search as
-    `rollmux simulate` runs it (its admission, elastic rollout shapes and stretch pricing,
-    sim/runner.py); False: Algorithm 1 with nominal shapes, Δ pricing and worst-case admission.
-    The co-located mode stays off here: these jobs (8:8) would all run co-located, leaving no
-    group to search (that answer takes ~0.3 ms at any size)."""
+    (False: the plain scan over every group, for comparison)."""
     from rollmux.workload import paper_jobs
     cluster = default_cluster()
-    cfg = SimConfig()
-    policy = rollmux_policy(replace(cfg, colocate=False)) if shipped else RollMuxPlacement(IntraConfig())
+    config = latency_config(shipped)
+    policy = build_policy(config, cluster)
     active = paper_jobs(n_active, seed=seed)
     t0 = time.perf_counter()
     groups = build_state(active, policy, cluster)
@@ -71,7 +76,8 @@ def placement_latency(n_active: int, probes: int = 50, seed: int = 0, indexed: b
         times.append((time.perf_counter() - t0) * 1e3)
         cpu.append((time.process_time() - c0) * 1e3)
     # CPU time as well: on a shared machine wall time also counts other processes' turns.
-    return {"jobs": n_active, "groups": len(groups), "shipped": shipped, "plan": policy.cfg.plan,
+    return {"jobs": n_active, "groups": len(groups), "shipped": shipped, "config": config.describe(),
+            "plan": policy.cfg.plan,
             "p50_ms": float(np.percentile(times, 50)), "p99_ms": float(np.percentile(times, 99)),
             "p50_cpu_ms": float(np.percentile(cpu, 50)),
             "p99_cpu_ms": float(np.percentile(cpu, 99)), "build_s": build_s}

@@ -1,42 +1,44 @@
-"""Study section: why arrivals get a group of their own (issue 14, item 1).
+"""Study section: why arrivals get a group of their own.
 
-The default RollMux policy runs on the study's Philly-driven traces (paper and catalog
-profiles; at the study's default sizes the catalog one is the embedded default trace that
-`rollmux simulate` runs). For every
-arrival it isolates, the policy says why each existing group refused it (core/why.py); the
-section tabulates one reason per isolated placement (its nearest miss) and the groups each
-reason refused. Rows: before issue 14's mechanisms (nominal shapes, no co-located jobs),
-planning at the worst case and at the median rollout (`--plan-quantile 0.5`), then what
-`rollmux simulate` ships (admission by the mean, elastic rollout, the per-job co-located mode,
-stretch pricing): the before and
-after of the issue.
+RollMux runs on the study's Philly-driven traces (paper and catalog profiles; at the study's
+default sizes the catalog one is the embedded default trace that `rollmux simulate` runs).
+For every arrival it isolates, the policy says why each existing group refused it
+(core/why.py); the section tabulates one reason per isolated placement (its nearest miss) and
+the groups each reason refused. Rows, each a configuration (DESIGN §10) its label names: the
+`groups` profile (nominal shapes, no co-located jobs) planning at the worst case and at the
+median rollout (`admission.quantile=0.5`), then the `shipped` profile (admission by the mean,
+elastic rollout, the per-job co-located mode, stretch pricing): what the mechanisms beyond
+the paper change in who gets a group of their own.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.why import REASON_NAMES
-from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import MODES, before_issue_14, pct, philly_jobs, regenerate, run_config
+from rollmux.study.sections import MODES, pct, philly_jobs, profile, regenerate, run_config, simulate_command
 from rollmux.study.sweep import Pmap
 
-# (label, rollout quantile the SLO admission plans with, issue 14's shipped mechanisms on)
-ROWS = (("worst case, before issue 14", 1.0, False), ("median (--plan-quantile 0.5), before issue 14", 0.5, False),
-        ("shipped default (admission by the mean, elastic rollout, compaction, co-located mode, stretch pricing)",
-         1.0, True))
+# (label, profile, overrides)
+ROWS = (("worst case", "groups", {}), ("median rollout", "groups", {"admission.quantile": 0.5}),
+        ("shipped (admission by the mean, elastic rollout, compaction, co-located mode, stretch pricing)",
+         "shipped", {}))
+
+
+def row_config(label: str) -> SchedulerConfig:
+    """The configuration of the row labelled `label`."""
+    return next(profile(name, overrides) for row, name, overrides in ROWS if row == label)
 
 
 def why_run(trace: str, label: str, jobs: list[JobSpec], cluster: ClusterSpec, seed: int) -> dict:
-    """RollMux with one row's planning on the trace: its isolated placements and why."""
-    q, shipped = next((q, on) for name, q, on in ROWS if name == label)
-    cfg = SimConfig(seed=seed) if shipped else before_issue_14(seed)
-    res = run_config(jobs, cluster, replace(cfg, intra=replace(cfg.intra, plan_quantile=q)))
+    """RollMux with one row's configuration on the trace: its isolated placements and why."""
+    cfg = row_config(label)
+    res = run_config(jobs, cluster, cfg, seed)
     why = res.placements_why or {"placements": {}, "groups": {}}
-    return {"trace": trace, "row": label, "jobs": len(jobs), "cost_usd": res.cost_usd,
+    return {"trace": trace, "row": label, "config": cfg.describe(), "jobs": len(jobs), "cost_usd": res.cost_usd,
             "slo": res.slo_attainment, "isolated": sum(why["placements"].values()),
             "colocated": res.placements.get("colocated", 0),
             "placements": why["placements"], "groups": why["groups"]}
@@ -68,19 +70,19 @@ def render(data: dict) -> str:
         f"are left out. Philly VC {data['vc']}; at the default sizes the catalog trace is "
         "`rollmux simulate`'s embedded default trace.",
         "",
-        f"| trace | planning | jobs | co-located | isolated | {head} | cost $ | SLO met |",
+        f"| trace | configuration | jobs | co-located | isolated | {head} | cost $ | SLO met |",
         "|---|---|---|---|---|" + "---|" * len(shown) + "---|---|",
     ]
     for r in runs:
         cells = " | ".join(f"{r['placements'].get(k, 0)}" for k in shown)
-        lines.append(f"| {r['trace']} | {r['row']} | {r['jobs']} | {r.get('colocated', 0)} | {r['isolated']} "
+        lines.append(f"| {r['trace']} | {r['row']}: `{r['config']}` | {r['jobs']} | {r.get('colocated', 0)} | {r['isolated']} "
                      f"({pct(r['isolated'] / r['jobs'] if r['jobs'] else 0.0)}) | {cells} | "
                      f"{r['cost_usd']:,.0f} | {pct(r['slo'])} |")
     lines += ["", "Groups refused, summed over the isolated placements:", "",
-              f"| trace | planning | {head} |", "|---|---|" + "---|" * len(shown)]
+              f"| trace | configuration | {head} |", "|---|---|" + "---|" * len(shown)]
     for r in runs:
-        lines.append(f"| {r['trace']} | {r['row']} | " + " | ".join(f"{r['groups'].get(k, 0):,}" for k in shown) + " |")
-    lines += ["", regenerate(data, "placements_why", "one trace: `rollmux simulate --json OUT` "
-              "(`policies.rollmux.placements_why`)."), ""]
+        lines.append(f"| {r['trace']} | {r['row']}: `{r['config']}` | " + " | ".join(f"{r['groups'].get(k, 0):,}" for k in shown) + " |")
+    lines += ["", regenerate(data, "placements_why", f"one row: `{simulate_command(row_config(ROWS[1][0]))} "
+              "--json OUT` (`policies.rollmux.placements_why`)."), ""]
     return "\n".join(lines)
 

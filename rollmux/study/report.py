@@ -11,7 +11,7 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from rollmux.study.part_a import PLACEMENT_SEEDS  # noqa: E402
+from rollmux.study.part_a import PAPER, PLACEMENT_SEEDS  # noqa: E402
 
 
 def _slo_label(slo: float | None) -> str:
@@ -77,13 +77,14 @@ def size_tables(cells: list) -> list[str]:
 def philly_table(run: dict, key: str) -> str:
     """Parts B/C: cost / busy-time bound, gain vs Solo-D, SLO attainment, jobs finished."""
     solo = run["policies"]["solo-d"].cost_usd
+    labels = run.get("labels", {})  # a RollMux row's label names its configuration
     lines = ["| policy | cost $ | cost / busy-time bound | gain vs Solo-D | SLO met | jobs finished | mean slowdown "
              "| migrations (stall h, $) |",
              "|---|---|---|---|---|---|---|---|"]
     for name, r in run[key].items():
         s, m = r.slowdowns, r.migrations
         moves = "-" if m is None else f"{m['count']} ({m['stall_hours']:.1f} h, ${m['cost_usd']:,.0f})"
-        lines.append(f"| {name} | {r.cost_usd:,.0f} | {r.cost_usd / run['bound']:.2f}x | "
+        lines.append(f"| {labels.get(name, name)} | {r.cost_usd:,.0f} | {r.cost_usd / run['bound']:.2f}x | "
                      f"{solo / r.cost_usd:.2f}x | {_pct(r.slo_attainment)} | {len(r.outcomes)}/{r.jobs_total} | "
                      f"{s.mean():.3f} | {moves} |")
     return "\n".join(lines)
@@ -114,14 +115,14 @@ def plot_small(cells: list, size: int, path: Path) -> None:
 
 
 def plot_sizes(cells: list, path: Path) -> None:
-    """Lines: rollmux total cost / optimum's against max group size, per workload."""
+    """Lines: RollMux's (`paper` profile) total cost / optimum's against max group size, per workload."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for w in sorted({c.workload for c in cells}):
-        pts = sorted((c.group_size, np.mean(c.total_cost["rollmux"]))
+        pts = sorted((c.group_size, np.mean(c.total_cost[PAPER]))
                      for c in cells if c.workload == w and c.slo is None)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=w)
     ax.set_xlabel("max group size")
-    ax.set_ylabel("rollmux total cost / optimum's")
+    ax.set_ylabel(f"RollMux ({PAPER}) total cost / optimum's")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -131,8 +132,8 @@ def plot_sizes(cells: list, path: Path) -> None:
 def plot_cost_over_time(run: dict, path: Path) -> None:
     """Step plot of the provisioning cost rate over a Philly-driven trace."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
-    series = {"solo-d": run["policies"]["solo-d"], "rollmux (static groups)": run["policies"]["rollmux-static"],
-              "rollmux": run["policies"]["rollmux"]}
+    names = run.get("labels", {})  # (a RollMux row's label names its configuration)
+    series = {names.get(n, n).replace("`", ""): run["policies"][n] for n in ("solo-d", "rollmux-static", "rollmux")}
     for label, r in series.items():
         t = [0.0] + [x / 3600 for x, _ in r.cost_timeline]
         rate = [0.0] + [y for _, y in r.cost_timeline]
@@ -150,6 +151,11 @@ def plot_cost_over_time(run: dict, path: Path) -> None:
 PART_A_EXPLAINED = [
     "Every policy places the whole set at t=0 into static groups (no shrink, no re-placement) "
     "and runs it to the last job's end in the simulator, on the same rollout draws. "
+    "RollMux's columns are named by their configuration, run at each cell's max group size "
+    "(`--set placement.max_group_size=N`): `paper` is the paper's static groups (worst-case "
+    "planning, as the optimum plans, arrivals placed together shortest cycle first); the second "
+    "also places arrivals in file order and prunes saturated groups, as Algorithm 1 is published. "
+    "random and greedy plan their groups with `paper`'s planner. "
     "The optimum is the cheapest partition into groups that meets residency and every SLO under "
     "worst-case planning (`optimal_partition`); its total cost comes from running that partition "
     "as static groups in the same simulator.",
@@ -213,12 +219,15 @@ def write_report(out: Path, sc, small: list, philly: list[dict], sections: list[
             f"## B. Philly-driven trace, {run['mode']} profiles ({run['jobs']} jobs, VC {sc.philly_vc}, "
             f"{sc.philly_days:g} days)",
             "",
-            f"Busy-time bound ${run['bound']:,.0f}. `rollmux` runs what `rollmux simulate` ships (shrink, "
-            "re-placement and consolidation of small groups, admission by the mean, elastic rollout with "
-            "rollout compaction, the per-job co-located mode, stretch pricing); "
-            "`rollmux-static` is the paper's static groups. Part C's rows keep nominal shapes and no "
-            "co-located jobs: its \"default\" is the regrouping default before issue 14's mechanisms "
-            "(each of those is a row of the mechanisms section).",
+            f"Busy-time bound ${run['bound']:,.0f}. Each RollMux row names its configuration, a profile "
+            "plus overrides (`rollmux simulate --profile NAME --set SETTING=VALUE` runs it): `shipped` is "
+            "what `rollmux simulate` runs (shrink, re-placement and consolidation of small groups, "
+            "admission by the mean, elastic rollout with rollout compaction, the per-job co-located mode, "
+            "stretch pricing); `paper` is the paper's static groups. The other policies plan their groups "
+            "with `shipped`'s planner. Part C goes from `paper` to the `groups` profile (the co-execution "
+            "groups with shrinking, re-placement, consolidation and drift repair, on the paper's "
+            "admission, shapes and pricing, no co-located jobs) and changes one setting of `groups` per "
+            "row; the mechanisms beyond `groups` are the mechanisms section's rows.",
             "",
             philly_table(run, "policies"),
             "",

@@ -1,9 +1,12 @@
 """Study section: how often residency (host DRAM per node) decides a placement.
 
-On the Philly-driven traces (paper and catalog profiles) the default RollMux
-policy runs with a probe (`ResidencyProbe`, a study-local `RollMuxPlacement`
-that places exactly as its parent) which, on each job's arrival, classifies
-every existing group:
+On the Philly-driven traces (paper and catalog profiles) RollMux runs as
+`CONFIG` sets it (the shipped configuration with the co-located mode off,
+study/sections.py `groups_config`: residency decides where jobs share nodes, and
+on the paper-profile trace the mode takes every job out of the groups) with a
+probe (`ResidencyProbe`, which wraps the policy `build_policy` builds, places
+exactly as it does and has its capabilities) which, on each job's arrival,
+classifies every existing group by Algorithm 1's candidates (nominal shapes):
 
 - ineligible: refused before memory matters (group full, saturated, or the
   SLO budget rules the newcomer out whatever the pinning);
@@ -27,15 +30,18 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.group import Group
 from rollmux.core.inter_group import RollMuxPlacement, period_budget, pin_into, rollout_node_loads
 from rollmux.core.intra_group import planning_times
-from rollmux.core.placement import ClusterView, PlacementPlan
+from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
+from rollmux.core.policy import build_policy
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.sim.simulator import SimConfig, simulate
+from rollmux.sim.simulator import simulate
 from rollmux.study.config import StudyConfig
-from rollmux.study.sections import pct, regenerate
+from rollmux.study.sections import groups_config, pct, regenerate
 from rollmux.study.sweep import Pmap
 from rollmux.workload import synthesize_philly
 
@@ -43,6 +49,7 @@ MODES = ("paper", "catalog")
 UNLIMITED_GB = 1e9          # host DRAM per node of the counterfactual (no job comes near it)
 NODE_GB = (2048.0, 1024.0)  # DESIGN's 2 TiB nodes, and the paper's low end (1 TB)
 VERDICTS = ("ineligible", "accepted", "residency", "other")
+CONFIG = groups_config()  # the configuration every run of the section runs
 
 
 def with_host_gb(cluster: ClusterSpec, gb: float) -> ClusterSpec:
@@ -53,20 +60,33 @@ def with_host_gb(cluster: ClusterSpec, gb: float) -> ClusterSpec:
     return cluster.model_copy(update={"pools": pools})
 
 
-class ResidencyProbe(RollMuxPlacement):
-    """RollMuxPlacement that places as its parent and counts, per arrival, why each group was refused."""
+class ResidencyProbe(PlacementPolicy):
+    """Wraps a RollMux policy built by `build_policy`: places exactly as it does (every other
+    attribute, its capabilities included, is the wrapped policy's, so the cluster state treats
+    the probe as that policy) and counts, per arrival, why each group was refused."""
 
-    name = "rollmux"
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, policy: RollMuxPlacement) -> None:
+        self.policy = policy
+        self.name = policy.name
         self.counts: Counter[str] = Counter()
         self.extra_per_hour = 0.0  # Δ $/h the real decisions committed beyond the unlimited-DRAM ones
         self._seen: set[str] = set()
 
+    @classmethod
+    def built(cls, config: SchedulerConfig, cluster: ClusterSpec) -> "ResidencyProbe":
+        """A probe around the policy `config` builds for `cluster`."""
+        return cls(build_policy(config, cluster))
+
+    def __getattr__(self, name: str) -> Any:
+        # Only attributes the probe lacks get here: the wrapped policy's (cfg, place_joined,
+        # join_matrix, shapes, colocate, explains, ...).
+        if name == "policy":  # (not set yet: never delegate to itself)
+            raise AttributeError(name)
+        return getattr(self.policy, name)
+
     def place(self, job: JobSpec, view: ClusterView) -> PlacementPlan | None:
-        """The parent's placement; on a job's first decision, also its refusal census."""
-        plan = super().place(job, view)
+        """The wrapped policy's placement; on a job's first decision, also its refusal census."""
+        plan = self.policy.place(job, view)
         if job.job_id not in self._seen:
             self._seen.add(job.job_id)
             self._census(job, view, plan)
@@ -80,7 +100,7 @@ class ResidencyProbe(RollMuxPlacement):
         if not verdicts["residency"]:
             return
         self.counts["arrivals_with_residency_refusal"] += 1
-        other = RollMuxPlacement.place(self, job, unl)
+        other = self.policy.place(job, unl)
         if plan is None or other is None:
             return
         if (plan.case, plan.group.group_id) != (other.case, other.group.group_id):
@@ -102,14 +122,14 @@ class ResidencyProbe(RollMuxPlacement):
         if own.rollout + own.train + own.sync > slack:
             return "ineligible"
         news = [n for n in range(k + 1) if view.free_rollout_nodes is None or n <= view.free_rollout_nodes]
-        if any(self._try(g, job, n, slack, view, q) is not None for n in news):
+        if any(self.policy._try(g, job, n, slack, view, q) is not None for n in news):
             return "accepted"
         loads = rollout_node_loads(g, q)
         order = sorted(range(g.n_rollout), key=lambda n: (loads[n], n))
         # Residency mattered only where it changed the pinning (or forbade it).
         mattered = [n for n in news
                     if _pins(pin_into(g, job, view.cluster, n, order)) != _pins(pin_into(g, job, unl.cluster, n, order))]
-        if any(self._try(g, job, n, slack, unl, q) is not None for n in mattered):
+        if any(self.policy._try(g, job, n, slack, unl, q) is not None for n in mattered):
             return "residency"
         return "other"
 
@@ -120,10 +140,10 @@ def _pins(g: Group | None) -> tuple | None:
 
 def residency_run(mode: str, node_gb: float | None, jobs: list[JobSpec], cluster: ClusterSpec,
                   seed: int) -> dict:
-    """One default-RollMux run with `node_gb` host DRAM per node (None: unlimited, no probe)."""
-    cfg = SimConfig(seed=seed)
-    policy = ResidencyProbe(cfg.intra) if node_gb is not None else RollMuxPlacement(cfg.intra)
-    res = simulate(jobs, with_host_gb(cluster, UNLIMITED_GB if node_gb is None else node_gb), policy, cfg)
+    """One run of CONFIG with `node_gb` host DRAM per node (None: unlimited, no probe)."""
+    c = with_host_gb(cluster, UNLIMITED_GB if node_gb is None else node_gb)
+    policy = ResidencyProbe.built(CONFIG, c) if node_gb is not None else None
+    res = simulate(jobs, c, CONFIG, policy, seed=seed)
     out = {"mode": mode, "node_gb": node_gb, "jobs": len(jobs), "cost_usd": res.cost_usd,
            "slo_attainment": res.slo_attainment, "shares": res.placement_shares() or {},
            "counts": None, "extra_per_hour": None}
@@ -140,7 +160,7 @@ def run(sc: StudyConfig, cluster: ClusterSpec, traces: Path, pmap: Pmap) -> dict
     for mode in MODES:
         jobs = synthesize_philly(traces, sc.philly_vc, sc.philly_jobs, sc.philly_days, mode, sc.seed)
         tasks += [(mode, gb, jobs, cluster, sc.seed) for gb in (*NODE_GB, None)]
-    return {"vc": sc.philly_vc, "days": sc.philly_days, "quick": sc.is_quick,
+    return {"vc": sc.philly_vc, "days": sc.philly_days, "quick": sc.is_quick, "config": CONFIG.describe(),
             "runs": pmap(residency_run, tasks)}
 
 
@@ -150,9 +170,10 @@ def render(data: dict) -> str:
     lines = [
         "## Residency: how often host DRAM decides a placement",
         "",
-        f"On each Philly-driven trace (VC {data['vc']}, {data['days']:g} days) the default RollMux "
-        "policy runs with its real host-DRAM limit and a probe that classifies, on every arrival, "
-        "each existing group: refused by residency alone (no valid placement with the real DRAM, "
+        f"On each Philly-driven trace (VC {data['vc']}, {data['days']:g} days) RollMux runs "
+        f"`{data['config']}` (the co-located mode off: residency decides where jobs share nodes) "
+        "with its real host-DRAM limit and a probe that classifies, on every arrival, "
+        "each existing group by Algorithm 1's candidates (nominal shapes): refused by residency alone (no valid placement with the real DRAM, "
         "one with unlimited DRAM), refused for another reason (SLO), accepted, or ineligible "
         "before memory matters (full, saturated, SLO budget). 'Decision changed' counts arrivals "
         "that would have gone to another group or case with unlimited DRAM (Δ: the extra $/h "

@@ -13,13 +13,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the model
 pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from factories import make_group, make_job  # noqa: E402
+from factories import intra, make_group, make_job  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from rollmux.adapters.trl import TRLJob, TRLJobConfig, build_model, build_tokenizer  # noqa: E402
 from rollmux.core.env import WallClockEnvironment  # noqa: E402
 from rollmux.core.group_controller import GroupController  # noqa: E402
-from rollmux.core.intra_group import IntraConfig  # noqa: E402
 from rollmux.jobs.grpo import GRPOJob, make_config  # noqa: E402
 from rollmux.shim import JobShim, LocalPermitClient  # noqa: E402
 
@@ -85,7 +84,7 @@ def runs():
     migration on), then the same TRL job solo."""
     env = WallClockEnvironment()
     group = make_group([(make_job("a", tail_frac=0.3), (0,)), (make_job("b", tail_frac=0.3), (0,))], 1)
-    ctl = GroupController(env, group, IntraConfig(warm_switch_s=0.0, tail_worker_frac=0.5))
+    ctl = GroupController(env, group, intra(warm_switch_s=0.0, tail_worker_frac=0.5))
     client = LocalPermitClient(env, {"a": ctl, "b": ctl})
     threading.Thread(target=env.serve, daemon=True).start()
     job = _ProbedJob(CFG)

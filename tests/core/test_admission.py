@@ -6,16 +6,16 @@ import dataclasses
 
 import numpy as np
 import pytest
-from factories import make_cluster, make_group, make_job
+from factories import intra, make_cluster, make_group, make_job, make_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.core import admission
 from rollmux.core.admission import PeriodStats, admits, rollout_sample
+from rollmux.core.config import IntraConfig
 from rollmux.core.group_index import IndexedGroups
-from rollmux.core.inter_group import RollMuxPlacement, group_fits
+from rollmux.core.inter_group import group_fits
 from rollmux.core.intra_group import (
-    IntraConfig,
     _without_migration,
     group_period_stats,
     group_planning_times,
@@ -29,7 +29,7 @@ from rollmux.core.placement import Case
 from rollmux.study.placement_bench import indexed_view
 
 CLUSTER = make_cluster()
-MEAN, WORST = IntraConfig(plan="mean"), IntraConfig(plan="worst")
+MEAN, WORST = intra(plan="mean"), intra(plan="worst")
 
 
 def _heavy_tailed(job_id: str, slo: float):
@@ -38,7 +38,7 @@ def _heavy_tailed(job_id: str, slo: float):
 
 
 def _place_pair(cfg: IntraConfig, slo: float):
-    policy = RollMuxPlacement(cfg)
+    policy = make_policy(cfg)
     groups = IndexedGroups(cfg)
     for j in (_heavy_tailed("a", slo), _heavy_tailed("b", slo)):
         plan = policy.place(j, indexed_view(groups, CLUSTER))
@@ -123,7 +123,7 @@ def test_worst_mode_plans_exactly_as_before():
     and the mean-only knobs never reach it."""
     g = make_group([(_heavy_tailed("a", 1.5), (0,)), (_heavy_tailed("b", 1.5), (0,))], 1)
     for q in (1.0, 0.9):
-        cfg = IntraConfig(plan_quantile=q)
+        cfg = intra(plan_quantile=q)
         times = [planning_times(m.job, q) for m in g.members]
         assert plan_group(g, cfg).shape.period_s == period(g.members, 1, 1, times, _without_migration(cfg))
     other = dataclasses.replace(WORST, plan_z=0.0, plan_chains=4, plan_length=2)
@@ -131,7 +131,7 @@ def test_worst_mode_plans_exactly_as_before():
 
 
 def test_bad_plan_values_are_refused():
-    with pytest.raises(ValueError, match="plan must be"):
-        IntraConfig(plan="median")
-    with pytest.raises(ValueError, match="plan_quantile applies"):
-        IntraConfig(plan="mean", plan_quantile=0.9)
+    with pytest.raises(ValueError, match="admission.plan Input should be 'worst' or 'mean'"):
+        intra(plan="median")
+    with pytest.raises(ValueError, match="admission.quantile applies"):
+        intra(plan="mean", plan_quantile=0.9)

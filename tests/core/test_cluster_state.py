@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 
-from factories import make_cluster, make_job
+from factories import GROUPS, config, intra, make_cluster, make_job, make_policy
 
-from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.cluster_state import ClusterState
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Member
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.regroup import Move, Regroup, migration_seconds, plan_moves
 
 CLUSTER = make_cluster()
 
 
 def _state(cluster=CLUSTER, **cfg) -> ClusterState:
-    return ClusterState(SimEnvironment(), cluster, RollMuxPlacement(), SchedulerConfig(**cfg))
+    return ClusterState(SimEnvironment(), cluster, make_policy(), config(GROUPS, **cfg))
 
 
 def test_place_applies_a_validated_plan_and_provisions_nodes():
@@ -61,7 +59,7 @@ def test_a_group_that_is_gone_frees_room_only_under_node_caps():
         st.place(make_job("b", rollout=100, train=100, slo=2.0), {})
         gone = st.place(make_job("c"), {}).group.group_id
         st.consolidation_candidates(None, {})  # a pass took the new groups: none is new now
-        st.cfg = dataclasses.replace(st.cfg, max_group_size=5)
+        st.cfg = config(st.cfg, max_group_size=5)
         assert st.after_departure(st.leave("c", gone), {}) == want
 
 
@@ -69,7 +67,7 @@ def test_no_regrouping_when_it_is_off():
     st = _state(max_group_size=1, regroup=False)
     st.place(make_job("a", rollout=100, train=100, slo=2.0), {})
     st.place(make_job("b", rollout=100, train=100, slo=2.0), {})
-    st.cfg = dataclasses.replace(st.cfg, max_group_size=5)
+    st.cfg = config(st.cfg, max_group_size=5)
     assert st.after_departure(None, {}) == []
 
 
@@ -115,14 +113,12 @@ def test_an_arrived_migrants_migration_is_owed_until_its_first_iteration_there_e
 def test_a_policy_that_admits_by_other_rules_than_the_config_is_refused_naming_the_fields():
     import pytest
 
-    from rollmux.core.intra_group import IntraConfig
     from rollmux.errors import InputError
-    cfg = SchedulerConfig(intra=IntraConfig(plan="mean"))
+    cfg = config(GROUPS, plan="mean")
     with pytest.raises(InputError, match=r"policy.*plan='worst' vs 'mean'"):
-        ClusterState(SimEnvironment(), make_cluster(), RollMuxPlacement(), cfg)
+        ClusterState(SimEnvironment(), make_cluster(), make_policy(), cfg)
     # Fields outside admission (long-tail migration here) may differ.
-    ClusterState(SimEnvironment(), make_cluster(), RollMuxPlacement(IntraConfig(plan="mean", migration=False)), cfg)
+    ClusterState(SimEnvironment(), make_cluster(), make_policy(intra(plan="mean", migration=False)), cfg)
     # A policy that admits without SLOs (the baselines) only plans with its config.
-    unchecked = RollMuxPlacement()
-    unchecked.admits_by_slo = False
-    ClusterState(SimEnvironment(), make_cluster(), unchecked, cfg)
+    from rollmux.sim.baseline_policies import SoloPlacement
+    ClusterState(SimEnvironment(), make_cluster(), SoloPlacement(intra()), cfg)

@@ -7,10 +7,9 @@ import pytest
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colocate import colocated_group
 from rollmux.core.env import SimEnvironment
-from rollmux.core.intra_group import IntraConfig
-from tests.factories import make_cluster, make_job
+from tests.factories import intra, make_cluster, make_job
 
-CFG = IntraConfig(warm_switch_s=2.0)
+CFG = intra(warm_switch_s=2.0)
 
 
 def _controller(rollout_gpus: int = 8) -> ColocatedController:

@@ -8,17 +8,24 @@ import dataclasses
 
 import pytest
 
-from rollmux.core.colo_model import colocated_factors, colocated_iter_s, narrowed_gpus, verl_rollout_scale
-from rollmux.core.colocate import colocated_option, colocated_slo_ok, group_gpus, iteration_cost
+from rollmux.core.colo_model import (
+    colocated_factors,
+    colocated_iter_s,
+    narrowed_gpus,
+    verl_rollout_scale,
+)
+from rollmux.core.colocate import (
+    colocated_option,
+    colocated_slo_ok,
+    group_gpus,
+    iteration_cost,
+)
 from rollmux.core.elastic import nonscaling_share
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
-from rollmux.core.shapes import ShapeConfig
-from tests.factories import make_cluster, make_job
+from tests.factories import intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
-CFG = IntraConfig()
+CFG = intra()
 H800_NODE = CLUSTER.pools.train.node_price_per_hour
 
 
@@ -73,9 +80,7 @@ def test_the_policy_narrows_only_with_elastic_rollout_and_its_switch(elastic, na
     # On its 16 H800 GPUs the job costs about what its own group does, so it gets the group;
     # on one H800 node it costs well under the margin.
     job = wide()
-    policy = RollMuxPlacement(CFG, colocate=True)
-    policy.shapes = ShapeConfig(elastic_rollout=elastic)
-    policy.colo_narrow = narrow
+    policy = make_policy(CFG, colocate=True, elastic_rollout=elastic, colo_narrow=narrow)
     plan = policy.place(job, view())
     validate_plan(plan, job, view())
     assert plan.case is case and plan.group.n_train == 1

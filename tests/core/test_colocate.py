@@ -18,14 +18,14 @@ from rollmux.core.colocate import (
     iteration_cost,
 )
 from rollmux.core.group import Group, isolated_group
-from rollmux.core.inter_group import RollMuxPlacement, isolated_plan
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.inter_group import isolated_plan
+from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
 from rollmux.sim.draws import rollout_draws, solo_seconds
-from tests.factories import make_cluster, make_job
+from tests.factories import intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
-CFG = IntraConfig()
+CFG = intra()
 H800_NODE = CLUSTER.pools.train.node_price_per_hour
 
 
@@ -40,7 +40,7 @@ def rollout_heavy(job_id: str = "a", **kw):
 
 
 def place(job, v: ClusterView, **kw):
-    plan = RollMuxPlacement(CFG, colocate=True, **kw).place(job, v)
+    plan = make_policy(CFG, colocate=True, **kw).place(job, v)
     if plan is not None:
         validate_plan(plan, job, v)
     return plan
@@ -59,7 +59,7 @@ def test_a_cheaper_colocated_job_runs_on_its_training_nodes_alone():
 
 
 def test_off_the_same_job_gets_an_isolated_group():
-    plan = RollMuxPlacement(CFG).place(rollout_heavy(), view())
+    plan = make_policy(CFG).place(rollout_heavy(), view())
     assert plan.case is Case.ISOLATED
 
 
@@ -79,8 +79,8 @@ def test_cost_rule_compares_cost_per_iteration_with_the_margin():
     # rate x planned iteration time, per iteration, in dollars
     assert iteration_cost(iso) == pytest.approx(iso.delta_cost_per_hour * iso.group.shape.period_s / 3600)
     assert 0.5 < ratio < 0.7
-    assert choose(job, v, None, lambda: iso, CFG, margin=ratio + 0.01).case is Case.COLOCATED
-    assert choose(job, v, None, lambda: iso, CFG, margin=ratio - 0.01).case is Case.ISOLATED
+    assert choose(job, v, None, lambda: iso, CFG, 1.0, margin=ratio + 0.01).case is Case.COLOCATED
+    assert choose(job, v, None, lambda: iso, CFG, 1.0, margin=ratio - 0.01).case is Case.ISOLATED
 
 
 def test_a_dearer_colocated_job_stays_disaggregated():
@@ -159,7 +159,7 @@ def test_the_co_located_option_is_planned_at_the_estimate_the_groups_are_planned
     job = make_job("a", rollout=100.0, train=100.0, sigma=0.1, rollout_max=150.0, slo=2.0)
     v = view()
     worst = colocated_option(job, v, CFG).group.shape.period_s
-    mean_cfg = IntraConfig(plan="mean")
+    mean_cfg = intra(plan="mean")
     mean = colocated_option(job, v, mean_cfg).group.shape.period_s
     assert worst == pytest.approx(colocated_iter_s(job, CLUSTER, 150.0))
     assert mean == pytest.approx(colocated_iter_s(job, CLUSTER, mean_rollout(job, mean_cfg.plan_chains,

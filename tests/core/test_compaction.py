@@ -5,20 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.cluster_state import ClusterState
 from rollmux.core.compaction import _may_pay, compact, compactions, narrowed
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Member
-from rollmux.core.inter_group import RollMuxPlacement, group_fits, period_budget
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.inter_group import group_fits, period_budget
+from rollmux.core.intra_group import plan_group
 from rollmux.core.marginal import group_cost_per_period
 from rollmux.core.placement import Case, PlacementPlan
-from rollmux.core.shapes import ShapeConfig
-from tests.factories import make_cluster, make_group, make_job
+from tests.factories import GROUPS, config, intra, make_cluster, make_group, make_job, make_policy
 
 CLUSTER = make_cluster()
-CFG = IntraConfig()
+CFG = intra()
 
 
 def _job(job_id: str, train: float = 300.0, slo: float = 1.4, rollout_gpus: int = 16):
@@ -80,9 +79,8 @@ def test_compactions_repeat_while_a_node_can_go():
 
 
 def _state(**cfg) -> ClusterState:
-    policy = RollMuxPlacement()
-    policy.shapes = ShapeConfig(elastic_rollout=True)
-    return ClusterState(SimEnvironment(), CLUSTER, policy, SchedulerConfig(**cfg))
+    policy = make_policy(elastic_rollout=True)
+    return ClusterState(SimEnvironment(), CLUSTER, policy, config(GROUPS, **cfg))
 
 
 def _install(st: ClusterState):
@@ -106,7 +104,7 @@ def test_a_group_is_tried_once_per_interval_and_never_where_rollouts_keep_their_
     gid = _install(st)
     st._compact_at[gid] = 1.0  # tried at t=0 with nothing to drop: the next try waits
     assert st.compact(gid, {}) == 0 and st.ledger.nodes["rollout"] == 3
-    nominal = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(), SchedulerConfig())
+    nominal = ClusterState(SimEnvironment(), CLUSTER, make_policy(), GROUPS)
     gid = _install(nominal)
     assert nominal.compact(gid, {}) == 0  # a policy without elastic rollout keeps nominal shapes
 
@@ -132,7 +130,7 @@ def test_members_keep_their_training_nodes():
 def test_the_closed_form_check_never_refuses_a_narrowing_the_planned_check_takes(plan):
     # _may_pay only saves the planned check (a sampled schedule under the mean plan): whatever
     # it refuses must fail that check too, else compaction would differ with and without it.
-    cfg = IntraConfig(plan=plan)
+    cfg = intra(plan=plan)
     rng = np.random.default_rng(7)
     refused = 0
     for _ in range(150):

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
-from factories import make_cluster, make_job
+from factories import GROUPS, config, make_cluster, make_job, make_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.cluster_state import ClusterState
 from rollmux.core.colocate import colocated_group, colocated_phases
 from rollmux.core.env import SimEnvironment
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.placement import ClusterView
 from rollmux.core.regroup import dissolve_decision
 
@@ -26,16 +24,16 @@ jobs_st = st.lists(st.tuples(st.sampled_from([50.0, 100.0, 200.0]), st.sampled_f
 
 def _build(jobs: list[tuple[float, float, float, int]], cap: int, cluster=CLUSTER) -> ClusterState:
     """Jobs placed one by one with groups capped at `cap` members, then the cap lifted."""
-    state = ClusterState(SimEnvironment(), cluster, RollMuxPlacement(), SchedulerConfig(max_group_size=cap))
+    state = ClusterState(SimEnvironment(), cluster, make_policy(), config(GROUPS, max_group_size=cap))
     for i, (r, t, slo, tg) in enumerate(jobs):
         state.place(make_job(f"j{i}", rollout=r, train=t, slo=slo, train_gpus=tg), {})
-    state.cfg = dataclasses.replace(state.cfg, max_group_size=5)
+    state.cfg = config(state.cfg, max_group_size=5)
     return state
 
 
 def _small(state: ClusterState, rest) -> list:
     """Every small group not dissolving, smallest first, `rest` left out (the pass before the index)."""
-    k = state.cfg.consolidate
+    k = state.cfg.regroup.consolidate
     return [g for g in sorted(state.groups.values(), key=lambda g: g.size)
             if k and g.size <= k and g.group_id not in state.dissolving
             and (rest is None or g.group_id != rest.group_id)]
@@ -47,7 +45,7 @@ def _small(state: ClusterState, rest) -> list:
 def test_revisited_groups_are_the_small_ones_a_member_of_which_could_join_a_group_with_new_room(
         jobs, cap, leaver, k, settled):
     state = _build(jobs, cap)
-    state.cfg = dataclasses.replace(state.cfg, consolidate=k)
+    state.cfg = config(state.cfg, consolidate=k)
     if settled:
         state.consolidation_candidates(None, {})  # a pass took every new group: none is new now
         assert state.groups.roomier == set()
@@ -100,10 +98,10 @@ def test_could_join_is_necessary_for_a_joined_plan(jobs, cap, probe, done, late)
 
 
 def test_a_departure_that_frees_no_room_for_a_small_group_revisits_none():
-    state = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(), SchedulerConfig(max_group_size=1))
+    state = ClusterState(SimEnvironment(), CLUSTER, make_policy(), config(GROUPS, max_group_size=1))
     state.place(make_job("a", rollout=100, train=100, slo=2.0), {})
     state.place(make_job("b", rollout=100, train=100, slo=2.0), {})  # could share a's group
-    state.cfg = dataclasses.replace(state.cfg, max_group_size=2, regroup_margin=0.0)
+    state.cfg = config(state.cfg, max_group_size=2, regroup_margin=0.0)
     # c and d fill a group neither a nor b can ever join (SLO 1.0: nobody may share with them).
     state.place(make_job("c", rollout=50, train=50, slo=1.0, train_gpus=16), {})
     state.place(make_job("d", rollout=50, train=50, slo=1.0, train_gpus=16), {})
@@ -116,18 +114,18 @@ def test_a_departure_that_frees_no_room_for_a_small_group_revisits_none():
 
 
 def test_a_new_group_is_room_for_small_groups_at_the_next_departure():
-    state = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(), SchedulerConfig(max_group_size=1))
+    state = ClusterState(SimEnvironment(), CLUSTER, make_policy(), config(GROUPS, max_group_size=1))
     state.place(make_job("a", rollout=100, train=100, slo=2.0), {})
     state.consolidation_candidates(None, {})  # a's group is not new any more
     state.place(make_job("b", rollout=100, train=100, slo=2.0), {})  # new: a could join it
     gone = state.place(make_job("c"), {}).group.group_id
-    state.cfg = dataclasses.replace(state.cfg, max_group_size=5)
+    state.cfg = config(state.cfg, max_group_size=5)
     assert [g.job_ids() for g in state.consolidation_candidates(state.leave("c", gone), {})] == [("a",)]
 
 
 def test_a_departure_with_room_but_no_small_group_revisits_none():
     state = _build([(100.0, 100.0, 3.0, 8)] * 4, cap=4)
-    state.cfg = dataclasses.replace(state.cfg, consolidate=1)
+    state.cfg = config(state.cfg, consolidate=1)
     assert [g.size for g in state.groups.values()] == [4]
     rest = state.leave("j0", next(iter(state.groups)))
     assert rest is not None and rest.size == 3
@@ -136,8 +134,8 @@ def test_a_departure_with_room_but_no_small_group_revisits_none():
 
 def _with_colocated(colo_regroup: bool) -> tuple[ClusterState, int]:
     """A co-located train-heavy job, then a rollout-heavy 16:8 job in a group of its own."""
-    cfg = SchedulerConfig(colocate=True, colo_regroup=colo_regroup)
-    state = ClusterState(SimEnvironment(), CLUSTER, RollMuxPlacement(colocate=True), cfg)
+    cfg = config(GROUPS, colocate=True, colo_regroup=colo_regroup)
+    state = ClusterState(SimEnvironment(), CLUSTER, make_policy(colocate=True), cfg)
     x = state.place(make_job("x", rollout=50.0, train=300.0), {})
     state.place(make_job("y", rollout=300.0, train=50.0, rollout_gpus=16), {})
     return state, x.group.group_id

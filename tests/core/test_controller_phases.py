@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from rollmux.core.config import IntraConfig
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import Grant, GroupController
-from rollmux.core.intra_group import IntraConfig
-from tests.factories import make_group, make_job
+from tests.factories import intra, make_group, make_job
 
 
 def _controller(cfg: IntraConfig | None = None, tail: float = 0.3) -> GroupController:
     """Jobs a and b sharing rollout node 0 and training node 0."""
     group = make_group([(make_job("a", tail_frac=tail), (0,)), (make_job("b", tail_frac=tail), (0,))], 1)
-    return GroupController(SimEnvironment(), group, cfg or IntraConfig(warm_switch_s=0.0))
+    return GroupController(SimEnvironment(), group, cfg or intra(warm_switch_s=0.0))
 
 
 def _ask(ctl: GroupController, job: str, phase: str, got: dict) -> None:
@@ -61,7 +61,7 @@ def test_unknown_phase_is_refused():
 
 
 def test_a_migrated_tail_keeps_its_slots_and_the_next_rollout_gets_the_others():
-    ctl, got = _controller(IntraConfig(warm_switch_s=0.0, tail_worker_frac=0.25)), {}
+    ctl, got = _controller(intra(warm_switch_s=0.0, tail_worker_frac=0.25)), {}
     _ask(ctl, "a", "rollout", got)
     a: Grant = got[("a", "rollout")]
     assert a.tail_share > 0 and a.units == 4
@@ -78,11 +78,11 @@ def test_a_migrated_tail_keeps_its_slots_and_the_next_rollout_gets_the_others():
 
 
 def test_slots_survive_export_and_import():
-    ctl, got = _controller(IntraConfig(warm_switch_s=0.0, tail_worker_frac=0.5)), {}
+    ctl, got = _controller(intra(warm_switch_s=0.0, tail_worker_frac=0.5)), {}
     _ask(ctl, "a", "rollout", got)
     ctl.tail_started("a")
     _ask(ctl, "b", "rollout", got)
-    copy = _controller(IntraConfig(warm_switch_s=0.0, tail_worker_frac=0.5))
+    copy = _controller(intra(warm_switch_s=0.0, tail_worker_frac=0.5))
     copy.import_state(ctl.export_state())
     assert copy.nodes["rollout"][0].kept == {"a": (0,)} and copy.nodes["rollout"][0].slots == (1,)
 

@@ -9,11 +9,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rollmux.core.config import IntraConfig
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import Grant, GroupController
-from rollmux.core.intra_group import IntraConfig, head_finish, schedule
-from tests.factories import any_configs, fixed_times, groups, make_group, make_job
+from rollmux.core.intra_group import head_finish, schedule
+from tests.factories import (
+    any_configs,
+    fixed_times,
+    groups,
+    intra,
+    make_group,
+    make_job,
+)
 
 EPS = 1e-6
 
@@ -138,7 +146,7 @@ def test_controller_matches_planning_recurrence(group, cfg):
 
 def test_grants_follow_the_cyclic_order_on_a_shared_node():
     g = shared_node_group(3, rollout=50, train=10)
-    d = Driver(g, IntraConfig(migration=False), {f"j{i}": 4 for i in range(3)})
+    d = Driver(g, intra(migration=False), {f"j{i}": 4 for i in range(3)})
     for jid in ("j2", "j0", "j1"):  # request order does not matter
         d.start(jid)
     d.env.run()
@@ -147,7 +155,7 @@ def test_grants_follow_the_cyclic_order_on_a_shared_node():
 
 def test_train_grants_alternate_on_the_shared_training_node():
     g = make_group([(make_job("a", rollout=10, train=50), (0,)), (make_job("b", rollout=10, train=50), (1,))], 2)
-    d = Driver(g, IntraConfig(migration=False), {"a": 3, "b": 3})
+    d = Driver(g, intra(migration=False), {"a": 3, "b": 3})
     d.start("b")
     d.start("a")
     d.env.run()
@@ -156,7 +164,7 @@ def test_train_grants_alternate_on_the_shared_training_node():
 
 def test_job_not_at_its_turn_is_not_granted():
     g = shared_node_group(2)
-    ctl = GroupController(SimEnvironment(), g, IntraConfig())
+    ctl = GroupController(SimEnvironment(), g, intra())
     granted = []
     ctl.request("j1", "rollout", granted.append)
     assert granted == []  # the node is free, but it is j0's turn
@@ -166,7 +174,7 @@ def test_job_not_at_its_turn_is_not_granted():
 
 def test_waiting_job_is_granted_when_the_holder_releases():
     g = shared_node_group(2)
-    ctl = GroupController(SimEnvironment(), g, IntraConfig(migration=False))
+    ctl = GroupController(SimEnvironment(), g, intra(migration=False))
     granted = []
     ctl.request("j0", "rollout", granted.append)
     ctl.request("j1", "rollout", granted.append)
@@ -177,20 +185,20 @@ def test_waiting_job_is_granted_when_the_holder_releases():
 
 def test_whose_turn_reports_each_nodes_next_job():
     g = make_group([(make_job("a"), (0,)), (make_job("b"), (0,)), (make_job("c"), (1,))], 3)
-    ctl = GroupController(SimEnvironment(), g, IntraConfig())
+    ctl = GroupController(SimEnvironment(), g, intra())
     assert ctl.whose_turn() == {"rollout": ["a", "c", None], "train": ["a"]}
     ctl.request("a", "rollout", lambda _: None)
     assert ctl.whose_turn()["rollout"] == ["b", "c", None]
 
 
 def test_request_for_unknown_job_raises_key_error():
-    ctl = GroupController(SimEnvironment(), shared_node_group(2), IntraConfig())
+    ctl = GroupController(SimEnvironment(), shared_node_group(2), intra())
     with pytest.raises(KeyError):
         ctl.request("nobody", "rollout", lambda _: None)
 
 
 def test_release_for_unknown_job_raises_key_error():
-    ctl = GroupController(SimEnvironment(), shared_node_group(2), IntraConfig())
+    ctl = GroupController(SimEnvironment(), shared_node_group(2), intra())
     with pytest.raises(KeyError):
         ctl.release("nobody", "rollout")
 
@@ -199,7 +207,7 @@ def test_release_for_unknown_job_raises_key_error():
 
 def test_first_grant_has_no_switch_and_next_job_pays_warm_switch():
     g = shared_node_group(2)
-    ctl = GroupController(SimEnvironment(), g, IntraConfig(warm_switch_s=3.0, migration=False))
+    ctl = GroupController(SimEnvironment(), g, intra(warm_switch_s=3.0, migration=False))
     granted = []
     ctl.request("j0", "rollout", granted.append)
     ctl.release("j0", "rollout")
@@ -209,7 +217,7 @@ def test_first_grant_has_no_switch_and_next_job_pays_warm_switch():
 
 def test_same_job_again_pays_no_switch():
     g = make_group([(make_job("a"), (0,)), (make_job("b"), (1,))], 2)
-    ctl = GroupController(SimEnvironment(), g, IntraConfig(warm_switch_s=3.0))
+    ctl = GroupController(SimEnvironment(), g, intra(warm_switch_s=3.0))
     granted = []
     for _ in range(2):
         ctl.request("a", "rollout", granted.append)
@@ -220,7 +228,7 @@ def test_same_job_again_pays_no_switch():
 def test_grant_carries_tail_share_only_on_a_shared_node():
     g = make_group([(make_job("a", tail_frac=0.3), (0,)), (make_job("b", tail_frac=0.3), (0,)),
                     (make_job("c", tail_frac=0.3), (1,))], 2)
-    ctl = GroupController(SimEnvironment(), g, IntraConfig(migration=True))
+    ctl = GroupController(SimEnvironment(), g, intra(migration=True))
     granted = []
     ctl.request("a", "rollout", granted.append)
     ctl.request("c", "rollout", granted.append)
@@ -229,7 +237,7 @@ def test_grant_carries_tail_share_only_on_a_shared_node():
 
 def test_grant_records_the_environment_time():
     env = SimEnvironment(start=42.0)
-    ctl = GroupController(env, shared_node_group(1), IntraConfig())
+    ctl = GroupController(env, shared_node_group(1), intra())
     granted = []
     ctl.request("j0", "rollout", granted.append)
     assert granted[0].granted_at == 42.0
@@ -240,7 +248,7 @@ def test_grant_records_the_environment_time():
 
 def test_tail_started_lets_the_next_rollout_start():
     g = shared_node_group(2, tail_frac=0.3)
-    ctl = GroupController(SimEnvironment(), g, IntraConfig(migration=True, start_ratio=0.5))
+    ctl = GroupController(SimEnvironment(), g, intra(migration=True, start_ratio=0.5))
     granted = []
     ctl.request("j0", "rollout", granted.append)
     ctl.request("j1", "rollout", granted.append)
@@ -252,7 +260,7 @@ def test_tail_started_lets_the_next_rollout_start():
 
 def test_tail_load_above_start_ratio_blocks_the_next_rollout():
     g = shared_node_group(2, tail_frac=0.3)
-    ctl = GroupController(SimEnvironment(), g, IntraConfig(migration=True, start_ratio=0.9,
+    ctl = GroupController(SimEnvironment(), g, intra(migration=True, start_ratio=0.9,
                                                            tail_worker_frac=0.25))
     granted = []
     ctl.request("j0", "rollout", granted.append)
@@ -271,7 +279,7 @@ def test_newcomer_joins_a_running_group_without_deadlock(position):
     a, b = make_job("a", rollout=60, train=40), make_job("b", rollout=50, train=30)
     c = make_job("c", rollout=40, train=20)
     g = make_group([(a, (0,)), (b, (0,))], 1)
-    d = Driver(g, IntraConfig(migration=True), {"a": 8, "b": 8})
+    d = Driver(g, intra(migration=True), {"a": 8, "b": 8})
     d.start("a")
     d.start("b")
     newcomer = Member(c, (0,), (0,))
@@ -285,7 +293,7 @@ def test_newcomer_joins_a_running_group_without_deadlock(position):
 def test_newcomer_on_added_rollout_node_runs():
     a = make_job("a", rollout=60, train=40)
     g = make_group([(a, (0,))], 1)
-    d = Driver(g, IntraConfig(), {"a": 5})
+    d = Driver(g, intra(), {"a": 5})
     d.start("a")
     grown = Group(0, 2, 1, g.members + (Member(make_job("c", rollout=30, train=20), (1,), (0,)),))
     d.env.call_at(150.0, d.join, grown, "c", 4)
@@ -296,7 +304,7 @@ def test_newcomer_on_added_rollout_node_runs():
 
 def test_departure_keeps_the_rest_of_the_group_progressing():
     g = shared_node_group(3, rollout=40, train=30)
-    d = Driver(g, IntraConfig(migration=False), {"j0": 2, "j1": 6, "j2": 9})
+    d = Driver(g, intra(migration=False), {"j0": 2, "j1": 6, "j2": 9})
     for m in g.members:
         d.start(m.job_id)
     d.env.run()
@@ -306,7 +314,7 @@ def test_departure_keeps_the_rest_of_the_group_progressing():
 
 def test_departure_of_the_job_whose_turn_it_is_unblocks_the_next():
     g = shared_node_group(2, rollout=40, train=30)
-    ctl = GroupController(SimEnvironment(), g, IntraConfig(migration=False))
+    ctl = GroupController(SimEnvironment(), g, intra(migration=False))
     granted = []
     ctl.request("j1", "rollout", granted.append)
     assert granted == []
@@ -349,7 +357,7 @@ def test_newcomer_trains_in_the_current_meta_iteration():
     a = make_job("a", rollout=100, train=100, sync=5)
     b = make_job("b", rollout=20, train=20, sync=5)
     g = make_group([(a, (0,))], 1)
-    d = Driver(g, IntraConfig(migration=False, warm_switch_s=0.0), {"a": 4})
+    d = Driver(g, intra(migration=False, warm_switch_s=0.0), {"a": 4})
     d.start("a")
     d.env.call_at(50.0, d.join, Group(0, 2, 1, g.members + (Member(b, (1,), (0,)),)), "b", 3)
     d.env.run()
@@ -360,7 +368,7 @@ def test_newcomer_trains_in_the_current_meta_iteration():
 def test_a_held_member_is_out_of_the_turn_order_until_it_arrives_with_its_migration():
     env = SimEnvironment()
     a, m = make_job("a"), make_job("m")
-    ctl = GroupController(env, Group(0, 1, 1, (Member(a, (0,), (0,)),)), IntraConfig())
+    ctl = GroupController(env, Group(0, 1, 1, (Member(a, (0,), (0,)),)), intra())
     ctl.hold("m")
     ctl.update_group(Group(0, 1, 1, (Member(a, (0,), (0,)), Member(m, (0,), (0,)))))
     got: list[Grant] = []
@@ -373,4 +381,4 @@ def test_a_held_member_is_out_of_the_turn_order_until_it_arrives_with_its_migrat
     ctl.request("a", "rollout", got.append)
     assert len(got) == 2  # a waits until m's migration and rollout release the node
     ctl.release("m", "rollout")
-    assert got[-1].job_id == "a" and got[-1].switch_s == IntraConfig().warm_switch_s
+    assert got[-1].job_id == "a" and got[-1].switch_s == intra().warm_switch_s

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import pickle
 
-from factories import make_cluster, make_job
+from factories import intra, make_cluster, make_job, make_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement, period_budget
-from rollmux.core.intra_group import IntraConfig, job_planning_times, planning_times
+from rollmux.core.intra_group import job_planning_times, planning_times
 from rollmux.core.placement import ClusterView
 from rollmux.core.regroup import _with_plan
 from rollmux.study.placement_bench import indexed_view
@@ -58,7 +58,7 @@ def _brute(view: ClusterView) -> ClusterView:
        plan=st.sampled_from(["worst", "mean"]))
 def test_indexed_placement_equals_a_brute_force_scan(specs, probes, cap, size, prune, best_fit, draws, plan):
     """Both SLO admissions (core/admission.py): the index's bounds hold for each."""
-    policy = RollMuxPlacement(IntraConfig(plan=plan), prune_saturated=prune, best_fit=best_fit)
+    policy = make_policy(intra(plan=plan), prune_saturated=prune, best_fit=best_fit)
     groups = _groups(specs, policy, cap)
     base = indexed_view(groups, CLUSTER, size)
     view = dataclasses.replace(base, progress=_progress(groups, draws))
@@ -86,7 +86,7 @@ def test_indexed_placement_equals_a_brute_force_scan(specs, probes, cap, size, p
        plan=st.sampled_from(["worst", "mean"]))
 def test_a_view_derived_by_tentative_plans_places_as_a_brute_force_scan(specs, movers, plan):
     """regroup.py applies plans to a copy of the view's groups: changed groups are checked one by one."""
-    policy = RollMuxPlacement(IntraConfig(plan=plan))
+    policy = make_policy(intra(plan=plan))
     groups = _groups(specs, policy, 5)
     fast = slow = indexed_view(groups, CLUSTER, 5)
     slow = _brute(slow)
@@ -99,7 +99,7 @@ def test_a_view_derived_by_tentative_plans_places_as_a_brute_force_scan(specs, m
 
 
 def test_the_index_follows_every_write_and_keeps_the_dict_order():
-    policy = RollMuxPlacement()
+    policy = make_policy()
     groups = _groups([(100.0, 100.0, 2.0, 8, 8, 10.0, 10.0, 0.0)] * 12, policy, 1)
     idx = groups.index
     assert len(idx) == len(groups) == 12
@@ -120,7 +120,7 @@ def test_the_index_follows_every_write_and_keeps_the_dict_order():
 
 
 def test_many_removals_compact_the_slots_in_order():
-    policy = RollMuxPlacement()
+    policy = make_policy()
     groups = IndexedGroups(policy.cfg)
     job = make_job("x")
     base = policy.place(job, indexed_view(groups, CLUSTER)).group
@@ -136,8 +136,8 @@ def test_many_removals_compact_the_slots_in_order():
 
 
 def test_an_index_built_for_another_planning_config_is_not_used():
-    policy = RollMuxPlacement(IntraConfig(plan_quantile=0.9))
-    groups = IndexedGroups(IntraConfig())
+    policy = make_policy(intra(plan_quantile=0.9))
+    groups = IndexedGroups(intra())
     plan = policy.place(make_job("a"), indexed_view(groups, CLUSTER))
     groups[plan.group.group_id] = plan.group
     view = indexed_view(groups, CLUSTER)
@@ -146,7 +146,7 @@ def test_an_index_built_for_another_planning_config_is_not_used():
 
 def _numbered_groups(n: int, dropped: set[int]) -> IndexedGroups:
     """Groups 0..n-1 (copies of one planned group), then those in `dropped` removed."""
-    policy = RollMuxPlacement()
+    policy = make_policy()
     base = policy.place(make_job("x"), indexed_view(IndexedGroups(policy.cfg), CLUSTER)).group
     groups = IndexedGroups(policy.cfg)
     for gid in range(n):
@@ -166,7 +166,7 @@ def test_values_without_hides_exactly_the_given_ids_in_order(n, hidden, dropped)
 @settings(max_examples=30, deadline=None)
 @given(specs=st.lists(job_st, min_size=1, max_size=15), hidden=st.sets(st.integers(0, 16), max_size=4))
 def test_view_group_finds_what_a_scan_finds(specs, hidden):
-    policy = RollMuxPlacement()
+    policy = make_policy()
     groups = _groups(specs, policy, 2)
     shown = groups.values_without(hidden)
     view = ClusterView(CLUSTER, shown, None, None, 5, 99, index=groups.index.snapshot(shown, hidden))

@@ -10,13 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.group import Group, isolated_group
-from rollmux.core.inter_group import RollMuxPlacement, isolated_plan, pin_into, rollout_node_loads
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.inter_group import isolated_plan, pin_into, rollout_node_loads
+from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, validate_plan
-from tests.factories import make_cluster, make_job, synthetic_trace
+from tests.factories import intra, make_cluster, make_job, make_policy, synthetic_trace
 
 CLUSTER = make_cluster()
-CFG = IntraConfig()
+CFG = intra()
 ROLLOUT_NODE = CLUSTER.pools.rollout.node_price_per_hour
 
 
@@ -31,7 +31,7 @@ def view(*groups: Group, free_rollout=None, free_train=None, max_group_size=5, c
 
 
 def place(job, v: ClusterView):
-    plan = RollMuxPlacement(CFG).place(job, v)
+    plan = make_policy(CFG).place(job, v)
     if plan is not None:
         validate_plan(plan, job, v)
     return plan
@@ -111,7 +111,7 @@ def test_training_residency_prevents_joining_the_group():
 
 @pytest.mark.parametrize("status", ["full", "saturated"])
 def test_full_and_saturated_groups_are_pruned_in_paper_mode(status):
-    paper = RollMuxPlacement(prune_saturated=True, best_fit="")
+    paper = make_policy(prune_saturated=True, best_fit="")
     g = founded(0, balanced("a"))
     assert paper.place(balanced("b"), view(g)).case is Case.DIRECT  # the real shape admits b
     t_load = g.shape.t_cycle_s if status == "full" else g.shape.t_cycle_s * 1.01
@@ -127,8 +127,8 @@ def test_best_fit_picks_the_tighter_of_two_valid_groups():
     tight = founded(1, make_job("c", rollout=150, train=150, slo=2.0))
     newcomer = make_job("b", rollout=140, train=140, slo=2.0)
     v = view(loose, tight)
-    first = RollMuxPlacement().place(newcomer, v)
-    best = RollMuxPlacement(best_fit="util").place(newcomer, v)
+    first = make_policy().place(newcomer, v)
+    best = make_policy(best_fit="util").place(newcomer, v)
     assert first.group.group_id == 0  # the paper: the first candidate found
     assert best.group.group_id == 1
     assert best.group.shape.t_load_s / best.group.shape.period_s >= \
@@ -235,13 +235,10 @@ def test_every_member_of_an_accepted_group_meets_its_slo_under_planning(seed, si
 
 @pytest.mark.parametrize("elastic", [False, True])
 def test_a_newcomer_is_charged_the_migration_its_group_still_owes(elastic):
-    from rollmux.core.shapes import ShapeConfig
-
-    host = plan_group(isolated_group(0, make_job("h", rollout=100, train=50, slo=3.0), CLUSTER), IntraConfig())
+    host = plan_group(isolated_group(0, make_job("h", rollout=100, train=50, slo=3.0), CLUSTER), intra())
     job = make_job("n", rollout=60, train=50, slo=1.6, duration=115 * 20)  # 20 iterations
     view = ClusterView(CLUSTER, (host,), None, None, 5, 1, {})
-    policy = RollMuxPlacement()
-    policy.shapes = ShapeConfig(elastic_rollout=elastic)
+    policy = make_policy(elastic_rollout=elastic)
     assert policy.place(job, view).group.group_id == 0
     # 1,000 s still owed there (a reserved move): 1000 / 21 s off each of its periods.
     plan = policy.place(job, dataclasses.replace(view, owed_s={0: 1000.0}))

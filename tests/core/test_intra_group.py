@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import (
-    IntraConfig,
     PhaseTimes,
     best_order,
     earliest_start,
@@ -23,7 +23,15 @@ from rollmux.core.intra_group import (
     t_load,
     tail_share,
 )
-from tests.factories import any_configs, fixed_times, groups, make_group, make_job, migration_configs
+from tests.factories import (
+    any_configs,
+    fixed_times,
+    groups,
+    intra,
+    make_group,
+    make_job,
+    migration_configs,
+)
 
 EPS = 1e-6
 META = 6
@@ -61,7 +69,7 @@ SLOW_TO_SETTLE = make_group([(make_job("a", rollout=194, train=79, sync=0), (0,)
 @PROPS
 @given(group=groups(), warm=st.sampled_from([0.0, 2.0]))
 def test_phases_never_overlap_on_a_node_without_migration(group, warm):
-    _, records = run(group, IntraConfig(migration=False, warm_switch_s=warm))
+    _, records = run(group, intra(migration=False, warm_switch_s=warm))
     for pool in ("rollout", "train"):
         for node, recs in by_node(records, pool).items():
             for a, b in zip(recs, recs[1:]):
@@ -143,13 +151,13 @@ def test_sync_ends_are_train_ends_plus_sync(group, cfg):
 
 def test_lone_job_on_its_nodes_never_migrates():
     g = make_group([(make_job("a", tail_frac=0.5), (0,)), (make_job("b", tail_frac=0.5), (1,))], 2)
-    _, records = run(g, IntraConfig(migration=True))
+    _, records = run(g, intra(migration=True))
     assert all(r.head_end == r.end for r in records)
 
 
 def test_shared_node_migrates_the_tail():
     g = make_group([(make_job("a", rollout=100, tail_frac=0.3), (0,)), (make_job("b", tail_frac=0.3), (0,))], 1)
-    _, records = run(g, IntraConfig(migration=True, warm_switch_s=0.0, migration_overhead_s=1.0))
+    _, records = run(g, intra(migration=True, warm_switch_s=0.0, migration_overhead_s=1.0))
     first = records[0]
     assert (first.job_id, first.phase) == ("a", "rollout")
     assert first.head_end == pytest.approx(70.0)
@@ -162,7 +170,7 @@ def test_next_rollout_starts_at_head_end_and_runs_slower_under_a_tail():
     a = make_job("a", rollout=100, train=10, tail_frac=0.3)
     b = make_job("b", rollout=100, train=10, tail_frac=0.0)
     g = make_group([(a, (0,)), (b, (0,))], 1)
-    _, records = run(g, IntraConfig(migration=True, warm_switch_s=0.0, migration_overhead_s=1.0), meta=1)
+    _, records = run(g, intra(migration=True, warm_switch_s=0.0, migration_overhead_s=1.0), meta=1)
     rb = next(r for r in records if r.job_id == "b" and r.phase == "rollout")
     assert rb.start == pytest.approx(70.0)
     # 31 s at 0.75 speed = 23.25 s of work, then 76.75 s at full speed.
@@ -172,7 +180,7 @@ def test_next_rollout_starts_at_head_end_and_runs_slower_under_a_tail():
 def test_warm_switch_charged_when_node_changes_job():
     g = make_group([(make_job("a", rollout=50, train=50, sync=0), (0,)),
                     (make_job("b", rollout=50, train=50, sync=0), (0,))], 1)
-    _, records = run(g, IntraConfig(migration=False, warm_switch_s=3.0), meta=1)
+    _, records = run(g, intra(migration=False, warm_switch_s=3.0), meta=1)
     rb = next(r for r in records if r.job_id == "b" and r.phase == "rollout")
     assert rb.start == pytest.approx(50.0)
     assert rb.end == pytest.approx(103.0)
@@ -180,7 +188,7 @@ def test_warm_switch_charged_when_node_changes_job():
 
 def test_no_switch_when_node_keeps_the_same_job():
     g = make_group([(make_job("a", rollout=50, train=50, sync=5), (0,))], 1)
-    ends, _ = run(g, IntraConfig(migration=False, warm_switch_s=3.0), meta=3)
+    ends, _ = run(g, intra(migration=False, warm_switch_s=3.0), meta=3)
     assert [e[0] for e in ends] == pytest.approx([105.0, 210.0, 315.0])
 
 
@@ -209,9 +217,9 @@ def test_head_finish_slows_by_the_busiest_nodes_tail_share():
 
 def test_tail_share_only_when_migrating_on_a_shared_node():
     job = make_job(tail_frac=0.3)
-    assert tail_share(job, True, IntraConfig(migration=True)) == 0.3
-    assert tail_share(job, False, IntraConfig(migration=True)) == 0.0
-    assert tail_share(job, True, IntraConfig(migration=False)) == 0.0
+    assert tail_share(job, True, intra(migration=True)) == 0.3
+    assert tail_share(job, False, intra(migration=True)) == 0.0
+    assert tail_share(job, True, intra(migration=False)) == 0.0
 
 
 def test_planning_times_use_worst_case_rollout_and_scaled_train():
@@ -240,7 +248,7 @@ def test_t_load_adds_switches_only_on_shared_nodes():
 @given(group=groups(), warm=st.sampled_from([0.0, 2.0]))
 @example(group=SLOW_TO_SETTLE, warm=2.0)
 def test_period_is_at_least_closed_form_bound(group, warm):
-    cfg = IntraConfig(migration=False, warm_switch_s=warm)
+    cfg = intra(migration=False, warm_switch_s=warm)
     times = fixed_times(group)
     p = period(group.members, group.n_rollout, group.n_train, times, cfg)
     assert p >= bound(group, times, cfg) * (1 - 1e-9)
@@ -249,7 +257,7 @@ def test_period_is_at_least_closed_form_bound(group, warm):
 @PROPS
 @given(group=groups(), warm=st.sampled_from([0.0, 2.0]))
 def test_period_equals_long_run_growth_of_the_schedule(group, warm):
-    cfg = IntraConfig(migration=False, warm_switch_s=warm)
+    cfg = intra(migration=False, warm_switch_s=warm)
     times = fixed_times(group)
     ends, _ = schedule(group.members, group.n_rollout, group.n_train, [times] * 250, cfg)
     long_run = max((ends[-1][j] - ends[149][j]) / 100 for j in range(group.size))
@@ -257,7 +265,7 @@ def test_period_equals_long_run_growth_of_the_schedule(group, warm):
 
 
 def test_period_is_the_steady_state_when_load_barely_exceeds_cycle():
-    cfg = IntraConfig(migration=False, warm_switch_s=2.0)
+    cfg = intra(migration=False, warm_switch_s=2.0)
     g, times = SLOW_TO_SETTLE, fixed_times(SLOW_TO_SETTLE)
     ends, _ = schedule(g.members, 2, 1, [times] * 200, cfg)
     long_run = max((ends[-1][j] - ends[99][j]) / 100 for j in range(g.size))
@@ -277,7 +285,7 @@ def test_best_round_robin_order_reaches_t_cycle_when_unsaturated(group):
     (next test), a member spanning several rollout nodes can keep every order above it, and so
     can two members sharing a rollout node while both pools are nearly full (the test after)."""
     assume(len({m.rollout_nodes for m in group.members}) == group.size)
-    cfg = IntraConfig(migration=False, warm_switch_s=0.0)
+    cfg = intra(migration=False, warm_switch_s=0.0)
     times = fixed_times(group)
     tc = t_cycle(group.members, times)
     assume(t_load(group.members, group.n_rollout, group.n_train, times, 0.0) < tc)
@@ -292,7 +300,7 @@ def test_a_shared_rollout_node_can_keep_every_order_above_t_cycle_when_both_pool
     members = (Member(make_job("j0", rollout=10.0, train=14.5, sync=0.0), (1,), (0,)),
                Member(make_job("j1", rollout=11.0, train=10.0, sync=3.0), (0,), (0,)),
                Member(make_job("j2", rollout=22.0, train=10.0, sync=3.0), (0,), (0,)))
-    cfg = IntraConfig(migration=False, warm_switch_s=0.0)
+    cfg = intra(migration=False, warm_switch_s=0.0)
     times = fixed_times(Group(0, 2, 1, members))
     assert t_cycle(members, times) == 35.0 and t_load(members, 2, 1, times, 0.0) == 34.5
     assert best_order(members, 2, 1, times, cfg)[1] == pytest.approx(35.25)
@@ -304,7 +312,7 @@ def test_given_round_robin_order_can_miss_t_cycle_when_unsaturated():
     g = make_group([(make_job("a", rollout=32, train=10, sync=11), (0,)),
                     (make_job("b", rollout=39, train=37, sync=6), (0,)),
                     (make_job("c", rollout=10, train=29, sync=18), (0,))], 1)
-    cfg, times = IntraConfig(migration=False, warm_switch_s=0.0), fixed_times(g)
+    cfg, times = intra(migration=False, warm_switch_s=0.0), fixed_times(g)
     assert t_load(g.members, 1, 1, times, 0.0) == 81.0 and t_cycle(g.members, times) == 82.0
     assert period(g.members, 1, 1, times, cfg) == pytest.approx(82.5)
     assert best_order(g.members, 1, 1, times, cfg)[1] == pytest.approx(82.0)
@@ -316,7 +324,7 @@ def test_best_order_searches_when_a_multi_node_member_breaks_t_cycle():
     g = make_group([(make_job("j0", rollout=10, train=10, sync=2), (0,)),
                     (make_job("j1", rollout=10, train=10, sync=0, rollout_gpus=16), (0, 1)),
                     (make_job("j2", rollout=19.5, train=10, sync=1), (1,))], 2)
-    cfg, times = IntraConfig(migration=False, warm_switch_s=0.0), fixed_times(g)
+    cfg, times = intra(migration=False, warm_switch_s=0.0), fixed_times(g)
     assert t_load(g.members, 2, 1, times, 0.0) < t_cycle(g.members, times) == 30.5
     assert period(g.members, 2, 1, times, cfg) == pytest.approx(30.75)
     order, best = best_order(g.members, 2, 1, times, cfg)
@@ -326,17 +334,17 @@ def test_best_order_searches_when_a_multi_node_member_breaks_t_cycle():
 
 def test_period_of_single_job_is_its_solo_iteration():
     g = make_group([(make_job("a", rollout=120, train=80, sync=7), (0,))], 1)
-    assert period(g.members, 1, 1, fixed_times(g), IntraConfig()) == pytest.approx(207.0)
+    assert period(g.members, 1, 1, fixed_times(g), intra()) == pytest.approx(207.0)
 
 
 def test_period_of_empty_group_is_zero():
-    assert period((), 1, 1, [], IntraConfig()) == 0.0
+    assert period((), 1, 1, [], intra()) == 0.0
 
 
 def test_period_of_saturated_single_node_group_is_its_load():
     # Three jobs of 100 s rollouts on one node with 10 s trains: load 300 + 6 > cycle 110.
     g = make_group([(make_job(f"j{i}", rollout=100, train=10, sync=0), (0,)) for i in range(3)], 1)
-    cfg = IntraConfig(migration=False, warm_switch_s=2.0)
+    cfg = intra(migration=False, warm_switch_s=2.0)
     assert period(g.members, 1, 1, fixed_times(g), cfg) == pytest.approx(306.0)
 
 
@@ -345,7 +353,7 @@ def test_period_of_saturated_single_node_group_is_its_load():
 @PROPS
 @given(group=groups(max_members=5))
 def test_best_order_is_never_worse_than_given_order(group):
-    cfg = IntraConfig(migration=False)
+    cfg = intra(migration=False)
     times = fixed_times(group)
     given_p = period(group.members, group.n_rollout, group.n_train, times, cfg)
     order, best = best_order(group.members, group.n_rollout, group.n_train, times, cfg)
@@ -355,7 +363,7 @@ def test_best_order_is_never_worse_than_given_order(group):
 @PROPS
 @given(group=groups(max_members=5))
 def test_best_order_reports_the_period_of_the_order_it_returns(group):
-    cfg = IntraConfig(migration=False)
+    cfg = intra(migration=False)
     times = fixed_times(group)
     order, best = best_order(group.members, group.n_rollout, group.n_train, times, cfg)
     assert sorted(order) == list(range(group.size))
@@ -368,7 +376,7 @@ def test_best_order_reports_the_period_of_the_order_it_returns(group):
 def test_best_order_keeps_given_order_when_bound_is_met():
     g = make_group([(make_job("a", rollout=100, train=20), (0,)), (make_job("b", rollout=20, train=100), (0,)),
                     (make_job("c", rollout=30, train=30), (1,))], 2)
-    order, _ = best_order(g.members, 2, 1, fixed_times(g), IntraConfig(migration=False))
+    order, _ = best_order(g.members, 2, 1, fixed_times(g), intra(migration=False))
     assert order == (0, 1, 2)
 
 
@@ -386,7 +394,7 @@ MIGRATING_PAIR = make_group([(make_job("a", rollout=148, train=48, sync=3, tail_
 def test_planned_period_bounds_the_runtime_period_with_migration(group):
     """Planning is conservative (DESIGN §5): at the planning durations, the run-time schedule
     (long-tail migration on, the simulator's default) is never slower than the plan."""
-    cfg = IntraConfig()
+    cfg = intra()
     planned = plan_group(group, cfg)
     times = fixed_times(planned)  # sigma = 0: actual durations = worst case = planning durations
     # The run reaches its steady state geometrically, with migration slowly: hypothesis found a
@@ -399,7 +407,7 @@ def test_planned_period_bounds_the_runtime_period_with_migration(group):
 def test_plan_group_attaches_shape_from_worst_case_times():
     a = make_job("a", rollout=100, rollout_max=150, sigma=0.2, train=50, sync=5, slo=1.5)
     b = make_job("b", rollout=60, train=40, sync=5, slo=1.2)
-    g = plan_group(make_group([(a, (0,)), (b, (1,))], 2), IntraConfig())
+    g = plan_group(make_group([(a, (0,)), (b, (1,))], 2), intra())
     assert g.shape.t_cycle_s == pytest.approx(150 + 75 + 5)
     assert g.shape.t_load_s == pytest.approx(150.0)  # rollout node 0 alone beats train 75 + 40 + 2 * 2
     assert g.shape.period_s >= g.shape.t_cycle_s
@@ -407,12 +415,12 @@ def test_plan_group_attaches_shape_from_worst_case_times():
 
 def test_plan_group_keeps_members_and_nodes():
     g0 = make_group([(make_job("a"), (0,)), (make_job("b"), (1,)), (make_job("c"), (1,))], 2)
-    g = plan_group(g0, IntraConfig())
+    g = plan_group(g0, intra())
     assert sorted(g.job_ids()) == ["a", "b", "c"]
     assert (g.n_rollout, g.n_train) == (2, 1)
     assert {m.job_id: m.rollout_nodes for m in g.members} == {m.job_id: m.rollout_nodes for m in g0.members}
 
 
 def test_plan_group_of_empty_group_has_no_shape():
-    g = plan_group(Group(3, 2, 1, ()), IntraConfig())
+    g = plan_group(Group(3, 2, 1, ()), intra())
     assert g.shape is None and g.size == 0 and g.group_id == 3

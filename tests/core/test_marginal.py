@@ -10,13 +10,13 @@ import pytest
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
 from rollmux.core.marginal import added_cost, group_cost_per_period, plan_added_cost
 from rollmux.core.placement import Case, ClusterView, validate_plan
 from rollmux.core.why import Refusal
-from tests.factories import make_cluster, make_job
+from tests.factories import intra, make_cluster, make_job, make_policy
 
-CFG = IntraConfig()
+CFG = intra()
 CLUSTER = make_cluster()
 
 
@@ -36,9 +36,7 @@ def views(*groups: Group) -> tuple[ClusterView, ClusterView]:
 
 
 def policy(stretch: bool) -> RollMuxPlacement:
-    p = RollMuxPlacement(CFG)
-    p.stretch_pricing = stretch
-    return p
+    return make_policy(CFG, stretch_pricing=stretch)
 
 
 def place(job, *groups: Group, stretch: bool):

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 
-from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.cluster_state import ClusterState
 from rollmux.core.colocate import iteration_cost
 from rollmux.core.env import SimEnvironment
 from rollmux.core.inter_group import isolated_plan
 from rollmux.core.intra_group import job_planning_times
 from rollmux.core.marginal import group_cost_per_period, plan_added_cost
-from rollmux.core.pairing import least_busy, least_cycle, pair_decision, pair_saving, saving_bound
+from rollmux.core.pairing import (
+    least_busy,
+    least_cycle,
+    pair_decision,
+    pair_saving,
+    saving_bound,
+)
 from rollmux.core.placement import Case, validate_plan
 from rollmux.core.regroup import colocated_saving, plan_moves
-from rollmux.sim.runner import rollmux_policy, run_policy
-from rollmux.sim.simulator import SimConfig, Simulation
-from tests.factories import make_cluster, make_job
+from rollmux.core.policy import build_policy
+from rollmux.sim.runner import run_policy
+from rollmux.sim.simulator import Simulation
+from tests.factories import GROUPS, SHIPPED, config, make_cluster, make_job
 
 CLUSTER = make_cluster()
-ON = SimConfig()
+ON = SHIPPED
 COSTS = {"colo_a": 2.0, "colo_b": 3.0, "alone_a": 4.0, "alone_b": 5.0, "pair": 4.5}
 
 
@@ -31,7 +37,7 @@ def balanced(job_id: str, arrival: float = 0.0, duration: float = 100_000.0, slo
 
 
 def _state(colo_pair: bool = True) -> ClusterState:
-    return ClusterState(SimEnvironment(), CLUSTER, rollmux_policy(ON), replace(ON, colo_pair=colo_pair))
+    return ClusterState(SimEnvironment(), CLUSTER, build_policy(ON, CLUSTER), config(ON, colo_pair=colo_pair))
 
 
 def test_pair_saving_shares_the_common_iterations():
@@ -79,7 +85,7 @@ def test_without_colo_pair_the_arrival_runs_colocated():
     st = _state(colo_pair=False)
     st.place(balanced("a"), {})
     assert st.place(balanced("b"), {"a": (3, 1000.0)}).case == Case.COLOCATED
-    assert SchedulerConfig().colo_pair is False and SimConfig().colo_pair is True
+    assert ON.colocation.pair is True and GROUPS.colocation.pair is False
 
 
 def test_no_pairing_with_a_colocated_job_that_is_about_to_leave():
@@ -100,9 +106,9 @@ def test_the_paired_plan_passes_the_written_invariants():
 
 def test_the_simulated_pair_costs_less_and_meets_both_slos():
     jobs = [balanced("a"), balanced("b", arrival=1000.0)]
-    sim = Simulation(jobs, CLUSTER, rollmux_policy(ON), ON)
+    sim = Simulation(jobs, CLUSTER, ON)
     res = sim.run()
-    alone = run_policy("rollmux", jobs, CLUSTER, replace(ON, colo_pair=False))
+    alone = run_policy("rollmux", jobs, CLUSTER, config(ON, colo_pair=False))
     assert res.placements == {"colocated": 1, "paired": 1} and alone.placements == {"colocated": 2}
     assert res.migrations["count"] == 1 and res.migrations["cost_usd"] > 0
     assert res.slo_attainment == alone.slo_attainment == 1.0

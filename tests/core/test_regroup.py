@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from factories import make_cluster, make_group, make_job, synthetic_trace
+from factories import (
+    GROUPS,
+    config,
+    intra,
+    make_cluster,
+    make_group,
+    make_job,
+    make_policy,
+    synthetic_trace,
+)
 
 from rollmux.core.group import Group, Member
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import ClusterView
 from rollmux.core.regroup import dissolve_decision, migration_seconds, shrink
-from rollmux.sim.simulator import SimConfig, Simulation
-from tests.factories import WORST
+from rollmux.sim.simulator import Simulation
 
 CLUSTER = make_cluster()
 
@@ -39,7 +46,7 @@ def _view(groups, progress=None):
 
 
 def _host_and_lone(duration: float = 200.0 * 400):
-    cfg = IntraConfig()
+    cfg = intra()
     host = plan_group(make_group([(make_job("h", rollout=100, train=100, slo=2.0, duration=duration), (0,))],
                                  1, group_id=0), cfg)
     lone_job = make_job("l", rollout=100, train=100, slo=2.0, duration=duration)
@@ -57,7 +64,7 @@ def test_migration_time_is_calibrated_to_the_papers_7b_and_32b_moves():
 
 def test_a_long_lived_lone_member_moves_into_an_open_group_and_its_slot_is_planned():
     host, lone, _ = _host_and_lone()
-    d = dissolve_decision(lone, _view([host]), RollMuxPlacement(), scale=1.0, margin=2.0)
+    d = dissolve_decision(lone, _view([host]), make_policy(), scale=1.0, margin=2.0)
     assert d is not None and d.dissolve and [m.job_id for m in d.moves] == ["l"]
     assert d.moves[0].plan.group.group_id == host.group_id  # direct packing into the host
     assert d.saving_usd > 2.0 * d.cost_usd > 0
@@ -65,26 +72,26 @@ def test_a_long_lived_lone_member_moves_into_an_open_group_and_its_slot_is_plann
 
 def test_no_move_when_the_saving_does_not_pay_for_the_migration():
     host, lone, _ = _host_and_lone(duration=205.0 * 2)  # two iterations left: gone before it pays
-    assert dissolve_decision(lone, _view([host]), RollMuxPlacement(), scale=1.0, margin=2.0) is None
+    assert dissolve_decision(lone, _view([host]), make_policy(), scale=1.0, margin=2.0) is None
 
 
 def test_slower_migrations_need_a_longer_remaining_life_to_pay():
     host, lone, _ = _host_and_lone(duration=205.0 * 4)
-    assert dissolve_decision(lone, _view([host]), RollMuxPlacement(), scale=1.0, margin=2.0) is not None
-    assert dissolve_decision(lone, _view([host]), RollMuxPlacement(), scale=4.0, margin=2.0) is None
+    assert dissolve_decision(lone, _view([host]), make_policy(), scale=1.0, margin=2.0) is not None
+    assert dissolve_decision(lone, _view([host]), make_policy(), scale=4.0, margin=2.0) is None
 
 
 def test_no_move_when_the_migration_breaks_the_members_slo():
     host, lone, tight = _host_and_lone()
     used = tight.slo * tight.solo_iter_s * tight.iterations - 100.0  # less than a migration is left
     progress = {"l": (390, used)}
-    assert dissolve_decision(lone, _view([host], progress), RollMuxPlacement(), 1.0, 2.0) is None
+    assert dissolve_decision(lone, _view([host], progress), make_policy(), 1.0, 2.0) is None
 
 
 def test_regroup_migrates_jobs_and_keeps_every_slo():
     jobs = synthetic_trace(np.random.default_rng(5), 40, sigma=0.1, mean_gap_s=300.0,
                            duration_range=(3_000.0, 40_000.0))
-    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, regroup=True, shrink=True))
+    sim = Simulation(jobs, CLUSTER, config(GROUPS, regroup=True, shrink=True), make_policy())
     res = sim.run()
     assert sim.migrations > 0
     assert len(res.outcomes) == 40
@@ -94,8 +101,8 @@ def test_regroup_migrates_jobs_and_keeps_every_slo():
 def test_regroup_and_shrink_cost_no_more_than_static_groups():
     jobs = synthetic_trace(np.random.default_rng(6), 40, sigma=0.1, mean_gap_s=300.0,
                            duration_range=(3_000.0, 40_000.0))
-    static = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, regroup=False, shrink=False)).run()
-    dynamic = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST)).run()
+    static = Simulation(jobs, CLUSTER, config(GROUPS, regroup=False, shrink=False), make_policy()).run()
+    dynamic = Simulation(jobs, CLUSTER, GROUPS, make_policy()).run()
     assert dynamic.cost_usd < static.cost_usd
 
 
@@ -103,7 +110,7 @@ def test_shrink_releases_nodes_before_the_group_empties():
     # a founds a group on two rollout nodes; b packs onto one of them and outlives a.
     a = make_job("a", rollout=100, train=100, slo=2.0, duration=200.0 * 40, rollout_gpus=16)
     b = make_job("b", rollout=100, train=100, slo=2.0, duration=200.0 * 400, rollout_gpus=8)
-    sim = Simulation([a, b], CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, regroup=False, shrink=True))
+    sim = Simulation([a, b], CLUSTER, config(GROUPS, regroup=False, shrink=True), make_policy())
     sim.run()
     assert sim.ledger.nodes == {"rollout": 0, "train": 0}
     drops = [rate for t, rate in sim.ledger.rate_changes if 0 < t < sim.env.now()]
@@ -113,9 +120,9 @@ def test_shrink_releases_nodes_before_the_group_empties():
 def test_consolidation_dissolves_small_groups_on_any_departure():
     jobs = synthetic_trace(np.random.default_rng(9), 40, sigma=0.1, mean_gap_s=300.0,
                            duration_range=(3_000.0, 40_000.0))
-    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, consolidate=0))
+    plain = Simulation(jobs, CLUSTER, config(GROUPS, consolidate=0), make_policy())
     plain.run()
-    consol = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, consolidate=2))
+    consol = Simulation(jobs, CLUSTER, config(GROUPS, consolidate=2), make_policy())
     consol_res = consol.run()
     assert consol.migrations > plain.migrations
     assert consol_res.slo_attainment == 1.0 and len(consol_res.outcomes) == 40

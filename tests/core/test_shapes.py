@@ -14,15 +14,20 @@ from rollmux.core.elastic import rollout_factor
 from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
-from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlanInvalid, validate_plan
-from rollmux.core.shapes import ShapeConfig
+from rollmux.core.intra_group import plan_group
+from rollmux.core.placement import (
+    Case,
+    ClusterView,
+    PlacementPlan,
+    PlanInvalid,
+    validate_plan,
+)
 from rollmux.core.why import Refusal
 from rollmux.study.placement_bench import indexed_view
-from tests.factories import make_cluster, make_job
+from tests.factories import intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
-CFG = IntraConfig()
+CFG = intra()
 R_NODE = CLUSTER.pools.rollout.node_price_per_hour
 T_NODE = CLUSTER.pools.train.node_price_per_hour
 
@@ -36,10 +41,7 @@ def view(*groups: Group, cluster=CLUSTER) -> ClusterView:
 
 
 def policy(train_scaling=False, elastic=False, stretch=False) -> RollMuxPlacement:
-    p = RollMuxPlacement(CFG)
-    p.shapes = ShapeConfig(train_scaling, elastic)
-    p.stretch_pricing = stretch  # core/marginal.py
-    return p
+    return make_policy(CFG, train_scaling=train_scaling, elastic_rollout=elastic, stretch_pricing=stretch)
 
 
 def place(p: RollMuxPlacement, job, v: ClusterView) -> PlacementPlan:
@@ -51,7 +53,7 @@ def place(p: RollMuxPlacement, job, v: ClusterView) -> PlacementPlan:
 # -- training scaling ----------------------------------------------------------------------------
 
 def test_off_by_default():
-    assert not RollMuxPlacement().shapes.on
+    assert not make_policy().shapes.on
 
 
 def test_a_job_needing_more_training_nodes_joins_by_adding_them():
@@ -171,7 +173,7 @@ def test_indexed_placement_equals_a_brute_force_scan_and_join_matrix_stays_neces
 
 def _equal_with_and_without_the_index(specs, probes, switches, plan):
     p = policy(*switches)
-    p.cfg = IntraConfig(plan=plan)
+    p.cfg = intra(plan=plan)
     groups = IndexedGroups(p.cfg)
     for i, s in enumerate(specs):
         plan = p.place(_job(f"j{i}", s), indexed_view(groups, CLUSTER, 5))
@@ -204,13 +206,11 @@ def test_the_live_codec_keeps_an_elastic_members_factor_and_old_records_read_nom
 
 # -- under the "mean" plan -------------------------------------------------------------------------
 
-MEAN = IntraConfig(plan="mean")
+MEAN = intra(plan="mean")
 
 
-def mean_policy() -> RollMuxPlacement:
-    p = RollMuxPlacement(MEAN)
-    p.shapes = ShapeConfig(False, True)
-    return p
+def mean_policy(stretch: bool = False) -> RollMuxPlacement:
+    return make_policy(MEAN, elastic_rollout=True, stretch_pricing=stretch)
 
 
 def test_the_mean_plan_offers_elastic_shapes_too():
@@ -247,8 +247,7 @@ def test_the_mean_search_checks_the_options_with_most_headroom_first_and_at_most
     n = shapes.EXACT_TRIES + 4
     roomy = plan_group(isolated_group(n, make_job("roomy", rollout=200.0, train=40.0, sigma=0.2,
                                                   rollout_max=400.0, slo=3.0), CLUSTER), MEAN)
-    p = mean_policy()
-    p.stretch_pricing = True
+    p = mean_policy(stretch=True)
     planned = []
     real = shapes.plan_group
     with mock.patch.object(shapes, "plan_group", side_effect=lambda *a, **k: planned.append(1) or real(*a, **k)):
@@ -257,8 +256,7 @@ def test_the_mean_search_checks_the_options_with_most_headroom_first_and_at_most
 
 
 def test_a_group_the_bounded_search_never_checked_exactly_is_refused_as_untried():
-    p = mean_policy()
-    p.stretch_pricing = True
+    p = mean_policy(stretch=True)
     with mock.patch.object(shapes, "EXACT_TRIES", 1):
         plan = place(p, make_job("b", **NEWCOMER), view(*_tight_groups(3)))
     counts = plan.why.counts()

@@ -9,10 +9,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.group import Group, GroupShape
-from rollmux.core.intra_group import IntraConfig, period, plan_group, schedule
+from rollmux.core.intra_group import period, plan_group, schedule
 from rollmux.core.slo_order import choose_slots, fresh_budget, spread
 from tests.core.test_group_controller import Driver
-from tests.factories import any_configs, fixed_times, groups, make_group, make_job
+from tests.factories import (
+    any_configs,
+    fixed_times,
+    groups,
+    intra,
+    make_group,
+    make_job,
+    make_policy,
+)
 
 
 def with_slots(g: Group, slots: tuple[int, ...]) -> Group:
@@ -66,8 +74,8 @@ def tight_and_loose() -> Group:
 
 def test_slo_order_gives_the_tight_member_a_shorter_period_within_every_budget():
     g = tight_and_loose()
-    rr = plan_group(g, IntraConfig(migration=False))
-    slo = plan_group(g, IntraConfig(migration=False, order="slo"))
+    rr = plan_group(g, intra(migration=False))
+    slo = plan_group(g, intra(migration=False, order="slo"))
     budgets = [fresh_budget(m.job) for m in rr.members]
     assert rr.shape.period_s > budgets[0]  # round robin breaks the tight member's budget
     assert slo.shape.slots and slo.shape.slots.count(0) == 2
@@ -75,7 +83,7 @@ def test_slo_order_gives_the_tight_member_a_shorter_period_within_every_budget()
     assert all(p <= b for p, b in zip(per, budgets))
     assert per[0] == pytest.approx(slo.shape.period_s / 2)
     # The planned period is the schedule's long-run meta-iteration time.
-    ends, _ = schedule(slo.members, 1, 1, [fixed_times(slo)] * 200, IntraConfig(migration=False),
+    ends, _ = schedule(slo.members, 1, 1, [fixed_times(slo)] * 200, intra(migration=False),
                        slots=slo.shape.slots)
     assert (ends[-1][1] - ends[99][1]) / 100 <= slo.shape.period_s + 1e-6
 
@@ -83,14 +91,14 @@ def test_slo_order_gives_the_tight_member_a_shorter_period_within_every_budget()
 def test_slo_order_is_round_robin_where_round_robin_fits():
     """Theorem 1's case: an unsaturated group whose period is T_cycle within every budget."""
     g = make_group([(make_job(f"j{i}", rollout=60, train=60, sync=5, slo=2.0), (i,)) for i in range(2)], 2)
-    rr = plan_group(g, IntraConfig())
-    slo = plan_group(g, IntraConfig(order="slo"))
+    rr = plan_group(g, intra())
+    slo = plan_group(g, intra(order="slo"))
     assert slo.shape.slots == () and slo.shape == rr.shape and slo.members == rr.members
 
 
 def test_choose_slots_never_worsens_the_worst_pressure():
     g = tight_and_loose()
-    cfg = IntraConfig(migration=False)
+    cfg = intra(migration=False)
     times = fixed_times(g)
     rr = period(g.members, 1, 1, times, cfg)
     slots, per = choose_slots(g.members, 1, 1, times, cfg, rr)
@@ -104,7 +112,7 @@ def test_rate_change_mid_run_completes_every_iteration():
     """A newcomer joins and the rates change: no deadlock, every job runs all its iterations."""
     g = tight_and_loose()
     first = Group(0, 1, 1, g.members[:2])
-    cfg = IntraConfig(migration=False, order="slo")
+    cfg = intra(migration=False, order="slo")
     d = Driver(plan_group(first, cfg, reorder=False), cfg, {"a": 9, "b": 4}, leave=True)
     d.start("a")
     d.start("b")
@@ -115,9 +123,9 @@ def test_rate_change_mid_run_completes_every_iteration():
 
 def test_config_rejects_unknown_order_and_slo_with_mean_planning():
     with pytest.raises(ValueError, match="order"):
-        IntraConfig(order="edf")
-    with pytest.raises(ValueError, match="plan='worst'"):
-        IntraConfig(order="slo", plan="mean")
+        intra(order="edf")
+    with pytest.raises(ValueError, match="plans with admission.plan 'worst' only"):
+        intra(order="slo", plan="mean")
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -146,7 +154,7 @@ def test_admission_packs_a_tight_newcomer_directly_only_under_the_slo_order():
     """Round robin needs a new rollout node for the tight job (a shared one would run it at
     the loose members' pace); the SLO order packs it onto the shared node at rate 2, and the
     plan passes the written invariants and every member's own budget."""
-    from rollmux.core.inter_group import RollMuxPlacement, group_fits
+    from rollmux.core.inter_group import group_fits
     from rollmux.core.placement import Case, ClusterView, validate_plan
     from tests.factories import make_cluster
 
@@ -154,10 +162,10 @@ def test_admission_packs_a_tight_newcomer_directly_only_under_the_slo_order():
     cluster = make_cluster()
     cases = {}
     for order in ("rr", "slo"):
-        cfg = IntraConfig(migration=False, order=order)
+        cfg = intra(migration=False, order=order)
         g = plan_group(Group(0, 1, 1, full.members[1:]), cfg)
         v = ClusterView(cluster, (g,), None, None, 5, 1)
-        plan = RollMuxPlacement(cfg).place(full.members[0].job, v)
+        plan = make_policy(cfg).place(full.members[0].job, v)
         validate_plan(plan, full.members[0].job, v)
         assert group_fits(plan.group, {}, cfg)
         cases[order] = (plan.case, plan.group.shape.slots)

@@ -12,17 +12,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.core.cluster_state import ClusterState, SchedulerConfig
+from rollmux.core.cluster_state import ClusterState
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, validate_plan
 from rollmux.core.why import REASON_NAMES, REFUSALS, PlacementWhy, Refusal, WhyTally
-from tests.factories import make_cluster, make_job, synthetic_trace
+from tests.factories import GROUPS, config, intra, make_cluster, make_job, make_policy, synthetic_trace
 
-CFG = IntraConfig()
+CFG = intra()
 CLUSTER = make_cluster()
 
 
@@ -44,7 +44,7 @@ def views(*groups: Group, cluster=CLUSTER, free_rollout=None, max_group_size=5) 
 
 def place(job, *groups: Group, prune: bool = False, **kw) -> PlacementPlan:
     """The policy's validated plan, the same with and without the index (its `why` included)."""
-    policy = RollMuxPlacement(CFG, prune_saturated=prune)
+    policy = make_policy(CFG, prune_saturated=prune)
     fast, slow = views(*groups, **kw)
     plan = policy.place(job, fast)
     assert plan == policy.place(job, slow)
@@ -114,7 +114,7 @@ def test_rollout_dram_never_isolates_a_job():
     g = founded(0, balanced("a", host_rollout=1500.0))
     b = balanced("b", host_rollout=1000.0)
     assert place(b, g, free_rollout=1).case is Case.SCALING
-    policy = RollMuxPlacement(CFG)
+    policy = make_policy(CFG)
     assert all(policy.place(b, v) is None for v in views(g, free_rollout=0))
 
 
@@ -150,7 +150,7 @@ def test_the_placement_reason_is_the_nearest_miss():
 
 def test_index_exclusions_are_counted_apart_and_give_the_same_reasons():
     groups = [founded(i, balanced(f"a{i}", slo=1.0)) for i in range(6)]
-    policy = RollMuxPlacement(CFG)
+    policy = make_policy(CFG)
     fast, slow = views(*groups)
     a, b = policy.place(balanced("b"), fast), policy.place(balanced("b"), slow)
     assert a.why == b.why and a.why.counts()["member_slo"] == 6
@@ -189,13 +189,10 @@ class _Watch(RollMuxPlacement):
 def test_reasons_add_up_to_the_isolated_placements(seed, n, size, gap, stretch):
     """Every isolated arrival is counted once, under one reason, and refused every group it saw
     (with stretch pricing and elastic shapes too: a group it would have cost more in is one)."""
-    from rollmux.core.shapes import ShapeConfig
     from rollmux.sim.simulator import simulate
     jobs = synthetic_trace(np.random.default_rng(seed), n, mean_gap_s=gap, duration_range=(2_000.0, 20_000.0))
-    watch = _Watch(CFG)
-    if stretch:
-        watch.stretch_pricing, watch.shapes = True, ShapeConfig(False, True)
-    res = simulate(jobs, CLUSTER, watch, SchedulerConfig(seed=seed, max_group_size=size, stretch_pricing=stretch))
+    cfg = config(GROUPS, max_group_size=size, stretch_pricing=stretch, elastic_rollout=stretch)
+    res = simulate(jobs, CLUSTER, cfg, _Watch(CFG, cfg), seed=seed)
     j = res.to_json()
     isolated = res.placements.get("isolated", 0)
     assert j["isolated_placements"] == isolated == sum(j["placements_why"].values())
@@ -205,7 +202,7 @@ def test_reasons_add_up_to_the_isolated_placements(seed, n, size, gap, stretch):
 
 def test_cluster_state_tallies_arrivals_only():
     env = SimEnvironment()
-    st_ = ClusterState(env, CLUSTER, RollMuxPlacement(CFG), SchedulerConfig())
+    st_ = ClusterState(env, CLUSTER, make_policy(CFG), GROUPS)
     st_.place(balanced("a", slo=1.0), {})
     st_.place(balanced("b"), {})
     plan = st_.decide(balanced("c", slo=1.0), {})
@@ -223,7 +220,7 @@ def test_the_index_refuses_exactly_where_it_may_not_take_the_job(seed, kt, train
     """`refusal_codes` is `may_take`'s filter (the policy uses one for the other), with a reason."""
     from rollmux.core.group_index import JobNeeds
     d = IndexedGroups(CFG)
-    policy = RollMuxPlacement(CFG)
+    policy = make_policy(CFG)
     for job in synthetic_trace(np.random.default_rng(seed), 25):
         v, _ = views(*d.values())
         plan = policy.place(job, v)

@@ -280,34 +280,8 @@ def _devtools_page(url: str, cookie: str) -> Iterator[_Page]:
         threading.Thread(target=drain, daemon=True).start()
         ws, closing = None, False
         try:
-            seen = []
-            while True:
-                line = lines.get(timeout=TIMEOUT_S)
-                seen.append(line)
-                if not line:
-                    raise RuntimeError("chromium exited before DevTools listened: " + "".join(seen)[-2000:])
-                m = re.search(r"DevTools listening on (ws://\S+)", line)
-                if m:
-                    break
-            ws = _WebSocket(m.group(1), timeout=TIMEOUT_S)
-            page = _Page(ws)
-            target = page.call("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
-            page.session = page.call("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                     browser=True)["sessionId"]
-            if not page.call("Network.setCookie", {"name": name, "value": value, "url": origin,
-                                                   "httpOnly": True, "sameSite": "Strict"}).get("success", True):
-                raise DevToolsError("Network.setCookie refused the cookie")
-            page.call("Emulation.setDeviceMetricsOverride",
-                      {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
-            page.call("Page.enable")
-            page.call("Page.navigate", {"url": url})
-            page.wait_event("Page.loadEventFired")
-            for _ in range(5):  # a page that redirects itself (to /login) destroys the context we wait in
-                try:
-                    page.evaluate(_READY_JS % int(TIMEOUT_S * 1000 / 2))
-                    break
-                except DevToolsError:
-                    page.wait_event("Page.loadEventFired")
+            ws = _WebSocket(_devtools_url(lines), timeout=TIMEOUT_S)
+            page = _open_tab(ws, url, name, value, origin)
             yield page
             page.call("Browser.close", browser=True)
             closing = True
@@ -321,6 +295,43 @@ def _devtools_page(url: str, cookie: str) -> Iterator[_Page]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _devtools_url(lines: queue.Queue[str]) -> str:
+    """The browser's DevTools websocket URL, read from Chromium's stderr lines ("" at its end)."""
+    seen = []
+    while True:
+        line = lines.get(timeout=TIMEOUT_S)
+        seen.append(line)
+        if not line:
+            raise RuntimeError("chromium exited before DevTools listened: " + "".join(seen)[-2000:])
+        m = re.search(r"DevTools listening on (ws://\S+)", line)
+        if m:
+            return m.group(1)
+
+
+def _open_tab(ws: _WebSocket, url: str, name: str, value: str, origin: str) -> _Page:
+    """A new tab on the browser at `ws`, holding the cookie name=value for `origin`, navigated to `url`
+    and ready (or at its deadline)."""
+    page = _Page(ws)
+    target = page.call("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
+    page.session = page.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                             browser=True)["sessionId"]
+    if not page.call("Network.setCookie", {"name": name, "value": value, "url": origin,
+                                           "httpOnly": True, "sameSite": "Strict"}).get("success", True):
+        raise DevToolsError("Network.setCookie refused the cookie")
+    page.call("Emulation.setDeviceMetricsOverride",
+              {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+    page.call("Page.enable")
+    page.call("Page.navigate", {"url": url})
+    page.wait_event("Page.loadEventFired")
+    for _ in range(5):  # a page that redirects itself (to /login) destroys the context we wait in
+        try:
+            page.evaluate(_READY_JS % int(TIMEOUT_S * 1000 / 2))
+            break
+        except DevToolsError:
+            page.wait_event("Page.loadEventFired")
+    return page
 
 
 # -- reading the DOM -------------------------------------------------------------------------

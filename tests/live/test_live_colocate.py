@@ -3,21 +3,17 @@ of a co-located job on its own training nodes (core/colo_controller.py); off by 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from rollmux.core.cluster_state import SchedulerConfig
 from rollmux.core.colo_model import verl_rollout_scale
 from rollmux.core.env import SimEnvironment
-from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import default_cluster
 from rollmux.live.live_state import LiveState
 from rollmux.live.service import SchedulerCore
-from tests.factories import make_cluster, make_job
+from tests.factories import GROUPS, config, make_cluster, make_job
 
 CLUSTER = default_cluster().model_dump()
-COLO = SchedulerConfig(intra=IntraConfig(warm_switch_s=2.0), colocate=True)
+COLO = config(GROUPS, colocate=True)
 TIMINGS = {"wait_s": 0.0, "onload_s": 0.0, "run_s": 0.01, "offload_s": 0.0}
 
 
@@ -47,7 +43,7 @@ def core():
 
 
 def test_the_default_config_places_without_it():
-    state = LiveState(SimEnvironment(), make_cluster(), SchedulerConfig())
+    state = LiveState(SimEnvironment(), make_cluster(), GROUPS)
     assert not state.cluster.policy.colocate and "colocated" not in state.cluster.cases
 
 
@@ -105,7 +101,7 @@ def test_a_restart_rebuilds_a_colocated_job_and_its_held_permit(url, snapshot_ev
     core.shutdown()
     again = SchedulerCore(None, store=store)
     try:
-        assert again.state.cfg.colocate and again.status()["colocated"] == before["colocated"]
+        assert again.state.cfg.colocation.enabled and again.status()["colocated"] == before["colocated"]
         assert again.status()["jobs"]["x"]["held"] == ["rollout"]
         assert again.acquire("x", "rollout", tok)["grant_no"] == held["grant_no"]  # the same permit
         again.release("x", "rollout", TIMINGS, tok)
@@ -119,7 +115,7 @@ def test_a_restart_rebuilds_a_colocated_job_and_its_held_permit(url, snapshot_ev
 def test_a_colocated_job_moves_into_a_group_that_appears_with_room_for_it():
     """x and z co-located; y founds a group whose bubbles fit x; z's departure runs the
     consolidation pass, and x moves at its next iteration boundary (colo_regroup)."""
-    core = SchedulerCore(CLUSTER, cfg=replace(COLO, colo_regroup=True))
+    core = SchedulerCore(CLUSTER, cfg=config(COLO, colo_regroup=True))
     try:
         _moves_into_a_group(core)
     finally:
@@ -152,7 +148,7 @@ def _balanced(job_id: str) -> dict:
     return make_job(job_id, rollout=150.0, train=150.0, slo=1.5).model_dump(exclude_none=True)
 
 
-PAIR = replace(COLO, colo_pair=True)
+PAIR = config(COLO, colo_pair=True)
 
 
 def _paired(core: SchedulerCore) -> dict:
@@ -194,7 +190,7 @@ def test_a_restart_keeps_the_pairing_and_the_movers_reserved_slot(url):
     core.shutdown()
     again = SchedulerCore(None, store=url)
     try:
-        assert again.state.cfg.colo_pair and again.status()["groups"] == before["groups"]
+        assert again.state.cfg.colocation.pair and again.status()["groups"] == before["groups"]
         assert again.state.jobs["x"].migrate and again.state.jobs["y"].case == "paired"
         _iteration(again, "x", tok["x"])
         assert again.status()["groups"][0]["members"] == ["y", "x"] and again.status()["colocated"] == []

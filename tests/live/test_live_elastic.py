@@ -3,23 +3,19 @@ when its config asks (`rollmux serve --elastic-rollout`); off by default."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import pytest
 
-from rollmux.core.cluster_state import SchedulerConfig
 from rollmux.core.colo_model import verl_rollout_scale
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.env import SimEnvironment
-from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import default_cluster
 from rollmux.live.live_state import LiveState
 from rollmux.live.service import SchedulerCore, _config_from, _config_record
-from tests.factories import make_cluster, make_job
+from tests.factories import GROUPS, config, make_cluster, make_job
 
 CLUSTER = default_cluster().model_dump()
 # compact_every_s=0: a compaction may be tried at every iteration end (the default waits 1800 s).
-ELASTIC = SchedulerConfig(intra=IntraConfig(warm_switch_s=2.0), elastic_rollout=True, compact_every_s=0.0)
+ELASTIC = config(GROUPS, elastic_rollout=True, compact_every_s=0.0)
 
 
 def _loose_wide(job_id: str) -> dict:
@@ -66,7 +62,7 @@ def core():
 
 
 def test_the_default_config_keeps_nominal_shapes():
-    state = LiveState(SimEnvironment(), make_cluster(), SchedulerConfig())
+    state = LiveState(SimEnvironment(), make_cluster(), GROUPS)
     assert not state.cluster.policy.shapes.elastic_rollout and not state.cluster.compacts
     core = SchedulerCore(CLUSTER)
     try:
@@ -114,7 +110,7 @@ def test_a_group_gives_back_a_rollout_node_its_member_can_spare(core):
 
 
 def test_no_compaction_without_elastic_rollout():
-    core = SchedulerCore(CLUSTER, cfg=SchedulerConfig(intra=IntraConfig(warm_switch_s=2.0), compact_every_s=0.0))
+    core = SchedulerCore(CLUSTER, cfg=config(GROUPS, compact_every_s=0.0))
     try:
         tok = core.submit(_tight_wide("y"))["token"]
         permits = [_iteration(core, "y", tok, 100.0, 300.0) for _ in range(6)]
@@ -142,7 +138,7 @@ def test_a_restart_rebuilds_the_compacted_group(url, snapshot_every):
     core.shutdown()
     again = SchedulerCore(None, store=url)
     try:
-        assert again.state.cfg.elastic_rollout
+        assert again.state.cfg.shapes.elastic_rollout
         status = again.status()
         assert status["groups"] == before["groups"] and status["rollout_nodes_compacted"] == 1
         assert again.state.cluster.ledger.nodes == {"rollout": 1, "train": 1}
@@ -151,15 +147,33 @@ def test_a_restart_rebuilds_the_compacted_group(url, snapshot_every):
         again.shutdown()
 
 
+# A config record as the first services journaled it: the flat config's fields, no version.
+FLAT_V1 = {"seed": 0, "max_group_size": 5, "shrink": True, "regroup": True, "migration_scale": 1.0,
+           "regroup_margin": 2.0, "repair": True, "flat_sync": False, "batch_order": True, "consolidate": 2,
+           "train_scaling": False, "elastic_rollout": True,
+           "intra": {"warm_switch_s": 2.0, "migration": True, "tail_worker_frac": 0.25, "start_ratio": 0.5,
+                     "migration_overhead_s": 1.0, "plan_quantile": 1.0, "best_order_max": 6}}
+
+
 def test_a_config_record_from_before_the_live_elastic_mode_keeps_nominal_shapes():
-    old = {"cluster": CLUSTER, "cfg": asdict(SchedulerConfig(elastic_rollout=True))}  # no version
-    assert not _config_from(old)[1].elastic_rollout
-    assert _config_from(_config_record(default_cluster(), ELASTIC))[1].elastic_rollout
+    old = {"cluster": CLUSTER, "cfg": FLAT_V1}  # no version
+    assert not _config_from(old)[1].shapes.elastic_rollout
+    assert _config_from(_config_record(default_cluster(), ELASTIC))[1].shapes.elastic_rollout
+
+
+def test_a_version_2_record_keeps_every_setting_it_journaled():
+    flat = {**FLAT_V1, "max_group_size": 3, "colocate": True, "colo_pair": True, "stretch_pricing": True,
+            "intra": {**FLAT_V1["intra"], "plan": "mean", "plan_z": 2.0}}
+    _, cfg = _config_from({"cluster": CLUSTER, "cfg": flat, "version": 2})
+    assert cfg.shapes.elastic_rollout and cfg.colocation.enabled and cfg.colocation.pair
+    assert cfg.placement.max_group_size == 3 and cfg.placement.pricing == "stretch"
+    assert (cfg.admission.plan, cfg.admission.z) == ("mean", 2.0)
+    assert not cfg.colocation.regroup  # absent: those services never moved co-located jobs
 
 
 def test_with_the_co_located_mode_a_wide_job_runs_on_one_training_node():
     # core/colo_model.py, narrowed: a 16:8 job co-located on its training node, its rollout there too
-    cfg = SchedulerConfig(intra=IntraConfig(warm_switch_s=2.0), elastic_rollout=True, colocate=True)
+    cfg = config(GROUPS, elastic_rollout=True, colocate=True)
     core = SchedulerCore(CLUSTER, cfg=cfg)
     try:
         record = make_job("w", rollout=100.0, train=300.0, rollout_gpus=16, tail_frac=0.1, slo=1.5,

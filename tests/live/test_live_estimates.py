@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from factories import make_cluster, make_job
+from factories import GROUPS, config, make_cluster, make_job
 
 from rollmux.live.service import SchedulerCore, ServiceError
 from rollmux.live.telemetry import Telemetry
@@ -76,10 +76,8 @@ def test_a_job_much_slower_than_declared_is_evicted_live(tmp_path, slow, snapsho
 
 @pytest.mark.parametrize("how", ["default", "cfg"])
 def test_without_repair_measured_times_are_shown_but_change_no_plan(how):
-    from rollmux.core.cluster_state import SchedulerConfig
-    from rollmux.core.intra_group import IntraConfig
     # An embedded core repairs only when asked; a config without repair never does.
-    cfg = SchedulerConfig(intra=IntraConfig(), repair=False) if how == "cfg" else None
+    cfg = config(GROUPS, repair=False) if how == "cfg" else None
     core = SchedulerCore(make_cluster().model_dump(), cfg=cfg, repair=how == "cfg")
     try:
         tok = _shared_pair(core)
@@ -170,7 +168,7 @@ def test_rollmux_serve_repairs_live_unless_told_not_to(tmp_path, flag, repair):
             first = journal.records()[0]
         finally:
             journal.close()
-        assert first.kind == "config" and first.payload["cfg"]["repair"] is repair
+        assert first.kind == "config" and first.payload["config"]["regroup"]["repair"] is repair
     finally:
         server.signal(signal.SIGTERM)
 

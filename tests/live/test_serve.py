@@ -206,7 +206,7 @@ def test_a_bad_listen_address_stops_rollmux_serve_with_one_line(tmp_path, listen
 
 def test_colo_pair_without_colocate_stops_rollmux_serve_with_one_line(tmp_path):
     out = _rollmux("serve", "--store", str(tmp_path / "j.db"), "--admin-token-file", str(tmp_path / "t"),
-                   "--colo-pair")
+                   "--no-colocate", "--colo-pair")
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and "--colo-pair" in out.stderr and "--colocate" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1

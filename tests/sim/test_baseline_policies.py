@@ -6,15 +6,20 @@ import numpy as np
 import pytest
 
 from rollmux.core.group import Group, isolated_group
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
+from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, validate_plan
-from rollmux.sim.baseline_policies import FixedPartition, GreedyPlacement, RandomPlacement, SoloPlacement, idle_s
+from rollmux.sim.baseline_policies import (
+    FixedPartition,
+    GreedyPlacement,
+    RandomPlacement,
+    SoloPlacement,
+    idle_s,
+)
 from rollmux.sim.metrics import JobOutcome, group_charge_per_hour, paper_cost_per_hour
-from tests.factories import make_cluster, make_group, make_job
+from tests.factories import intra, make_cluster, make_group, make_job, make_policy
 
 CLUSTER = make_cluster()
-CFG = IntraConfig()
+CFG = intra()
 
 
 def founded(group_id: int, job) -> Group:
@@ -35,7 +40,7 @@ def balanced(job_id: str, **kw):
 def test_solo_always_isolates_even_when_packing_fits():
     g = founded(0, balanced("a"))
     v = view(g)
-    assert RollMuxPlacement(CFG).place(balanced("b"), v).case is Case.DIRECT
+    assert make_policy(CFG).place(balanced("b"), v).case is Case.DIRECT
     plan = SoloPlacement(CFG).place(balanced("b"), v)
     validate_plan(plan, balanced("b"), v)
     assert plan.case is Case.ISOLATED
@@ -95,7 +100,7 @@ def test_random_ignores_the_slo():
     # slo = 1.0 cannot share anything: RollMux isolates it, Random still packs it half the time.
     v = view(founded(0, balanced("a")))
     job = balanced("b", slo=1.0)
-    assert RollMuxPlacement(CFG).place(job, v).case is Case.ISOLATED
+    assert make_policy(CFG).place(job, v).case is Case.ISOLATED
     policy = RandomPlacement(np.random.default_rng(0), CFG)
     joined = [p for p in (policy.place(job, v) for _ in range(20)) if p.case is Case.DIRECT]
     assert joined

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from factories import make_cluster, make_job
+from factories import GROUPS, config, intra, make_cluster, make_job, make_policy
 
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.spec import Drift
-from rollmux.sim.simulator import SimConfig, Simulation
-from tests.factories import WORST
+from rollmux.sim.simulator import Simulation
 
 CLUSTER = make_cluster()
 
@@ -20,7 +18,7 @@ def _pair(drift: Drift | None):
 
 
 def _run(jobs, **cfg):
-    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(), SimConfig(intra=WORST, **cfg))
+    sim = Simulation(jobs, CLUSTER, config(GROUPS, **cfg), make_policy())
     return sim, sim.run()
 
 
@@ -60,13 +58,11 @@ def test_the_scheduler_never_reads_the_drift_field():
 def test_repair_is_the_safety_net_of_either_admission(plan):
     """Noisy rollouts (sigma 0.2, capped at 1.5x the median), admitted by the mean or the worst
     case (core/admission.py): the drifted member is moved out and both meet their SLOs."""
-    from rollmux.core.intra_group import IntraConfig
     jobs = [j.model_copy(update={"rollout_s": j.rollout_s.model_copy(
         update={"sigma": 0.2, "max": 1.5 * j.rollout_s.median})})
         for j in _pair(Drift(after_s=1300.0, rollout_scale=3.0, train_scale=3.0))]
     jobs = [type(j)(**dict(j)) for j in jobs]  # fresh models: no cached solo time
-    intra = IntraConfig(plan=plan)
-    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(intra), SimConfig(intra=intra))
+    sim = Simulation(jobs, CLUSTER, config(GROUPS, plan=plan), make_policy(intra(plan=plan)))
     res = sim.run()
     assert res.placements.get("direct_packing", 0) + res.placements.get("rollout_scaling", 0) == 1
     assert res.slo_attainment == 1.0 and sim.migrations >= 1

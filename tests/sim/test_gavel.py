@@ -11,8 +11,8 @@ from rollmux.errors import InputError
 from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import simulate_verl, solo_d_cost
 from rollmux.sim.gavel import GavelSimulation, packed_period_s, simulate_gavel
-from rollmux.sim.simulator import SimConfig, simulate
-from tests.factories import WORST, make_cluster, make_job, synthetic_trace
+from rollmux.sim.simulator import simulate
+from tests.factories import GROUPS, WORST, make_cluster, make_job, synthetic_trace
 
 CLUSTER = make_cluster()  # uncapped, warm switch 2 s
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -47,7 +47,7 @@ def test_every_job_finishes(seed, packed, hetero, cap):
 def test_unpacked_plain_without_caps_costs_exactly_simulated_solo_d(seed):
     jobs = short_trace(seed, 10, sigma=0.1)
     gavel = simulate_gavel(jobs, CLUSTER, seed=seed, packed=False, hetero=False)
-    solo = simulate(jobs, CLUSTER, SoloPlacement(), SimConfig(intra=WORST, seed=seed))
+    solo = simulate(jobs, CLUSTER, GROUPS, SoloPlacement(WORST), seed=seed)
     assert gavel.cost_usd == solo.cost_usd
     assert gavel.span_s == solo.span_s
 

@@ -6,7 +6,7 @@ import pytest
 
 from rollmux.core.env import SimEnvironment
 from rollmux.sim.link import SharedLink
-from tests.factories import WORST
+from tests.factories import make_policy
 
 
 def test_one_transfer_gets_the_whole_link():
@@ -37,10 +37,11 @@ def _syncing_jobs(n: int):
 def _run(jobs, gbps, **cfg):
     from factories import make_cluster
 
-    from rollmux.core.inter_group import RollMuxPlacement
-    from rollmux.sim.simulator import SimConfig, simulate
+    from factories import GROUPS
+
+    from rollmux.sim.simulator import simulate
     cluster = make_cluster().model_copy(update={"inter_pool_gbps": gbps})
-    return simulate(jobs, cluster, RollMuxPlacement(), SimConfig(intra=WORST, **cfg))
+    return simulate(jobs, cluster, GROUPS, make_policy(), **cfg)
 
 
 def test_without_a_link_bandwidth_behaviour_is_unchanged():

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
 from rollmux.core.colo_model import colocated_iter_s
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.sim.baselines import simulate_verl
 from rollmux.sim.runner import run_policy
-from rollmux.sim.simulator import SimConfig, Simulation, simulate
-from tests.factories import make_cluster, make_job, synthetic_trace
+from rollmux.sim.simulator import Simulation, simulate
+from tests.factories import SHIPPED, config, make_cluster, make_job, make_policy, synthetic_trace
 
 CLUSTER = make_cluster()
-ON = SimConfig(colocate=True)
+ON = SHIPPED  # (the co-located mode is on in the shipped profile)
 
 
 def rollout_heavy(job_id: str, arrival: float = 0.0, **kw):
@@ -40,14 +37,14 @@ def test_a_colocated_job_runs_exactly_as_the_verl_baseline_runs_it():
 
 def test_off_no_colocated_key_and_the_old_result():
     jobs = [rollout_heavy("a")]
-    off = run_policy("rollmux", jobs, CLUSTER, SimConfig(colocate=False))
+    off = run_policy("rollmux", jobs, CLUSTER, config(SHIPPED, colocate=False))
     assert "colocated" not in off.placements and "colocated" not in off.to_json()["placements"]
     assert off.placements == {"isolated": 1}
 
 
 def test_a_mixed_trace_meets_every_slo_and_its_counts_add_up():
     jobs = synthetic_trace(np.random.default_rng(7), 30, sigma=0.2, gpus=(8, 16))
-    sim = Simulation(jobs, CLUSTER, RollMuxPlacement(ON.intra, colocate=True), ON)
+    sim = Simulation(jobs, CLUSTER, ON, make_policy(ON.intra_for(CLUSTER), colocate=True))
     res = sim.run()
     assert res.slo_attainment == 1.0 and len(res.outcomes) == len(jobs)
     cases = res.placements
@@ -56,7 +53,7 @@ def test_a_mixed_trace_meets_every_slo_and_its_counts_add_up():
     # A co-located placement is not an isolated one: the reasons add up to the isolated placements.
     assert sum(res.placements_why["placements"].values()) == cases.get("isolated", 0)
     assert sim.state.colocated == {} and sim.ledger.nodes == {"rollout": 0, "train": 0}
-    assert res.cost_usd < run_policy("rollmux", jobs, CLUSTER, SimConfig(colocate=False)).cost_usd
+    assert res.cost_usd < run_policy("rollmux", jobs, CLUSTER, config(SHIPPED, colocate=False)).cost_usd
 
 
 def test_a_colocated_job_that_drifts_runs_its_drifted_phases():
@@ -73,14 +70,14 @@ def test_colo_speed_slows_the_simulated_job_as_planned():
     jobs = [rollout_heavy("a", slo=3.0)]
     fast = run_policy("rollmux", jobs, CLUSTER, ON)
     # (at half speed it is dearer than an isolated group: a generous margin keeps it co-located)
-    slow = run_policy("rollmux", jobs, CLUSTER, replace(ON, colo_speed=0.5, colo_margin=5.0))
+    slow = run_policy("rollmux", jobs, CLUSTER, config(ON, dotted={"colocation.speed": 0.5, "colocation.margin": 5.0}))
     assert slow.placements == {"colocated": 1}
     sf, ss = (r.outcomes[0].finish_s - r.outcomes[0].start_s for r in (fast, slow))
     assert ss > 1.9 * sf  # phases twice as slow; the switches are not scaled
 
 
 def test_the_policy_alone_also_runs_under_plain_simulate():
-    res = simulate([rollout_heavy("a")], CLUSTER, RollMuxPlacement(ON.intra, colocate=True), ON)
+    res = simulate([rollout_heavy("a")], CLUSTER, ON, make_policy(ON.intra_for(CLUSTER), colocate=True))
     assert res.placements == {"colocated": 1}
 
 
@@ -99,8 +96,8 @@ def _colo_then_group(colo_regroup: bool):
     x = make_job("x", rollout=50.0, train=300.0, duration=200_000.0, slo=2.0)
     z = make_job("z", rollout=50.0, train=300.0, duration=3_000.0, slo=2.0, arrival=500.0)
     y = make_job("y", rollout=300.0, train=50.0, rollout_gpus=16, duration=200_000.0, slo=2.0, arrival=1000.0)
-    sim = Simulation([x, z, y], CLUSTER, RollMuxPlacement(ON.intra, colocate=True),
-                     replace(ON, colo_regroup=colo_regroup))
+    sim = Simulation([x, z, y], CLUSTER, config(ON, colo_regroup=colo_regroup),
+                     make_policy(ON.intra_for(CLUSTER), colocate=True))
     return sim, sim.run()
 
 
@@ -122,12 +119,12 @@ def test_a_narrowed_colocated_job_runs_on_one_training_node_as_planned():
     job = make_job("w", rollout=100.0, train=300.0, rollout_gpus=16, train_gpus=8, tail_frac=0.1, slo=1.5,
                    duration=20_000.0)
     res = run_policy("rollmux", [job], CLUSTER, ON)
-    assert ON.elastic_rollout and res.placements == {"colocated": 1}
+    assert ON.shapes.elastic_rollout and res.placements == {"colocated": 1}
     assert res.peak_gpus == {"rollout": 0, "train": 8}
     o = res.outcomes[0]
     per_iter = colocated_iter_s(job, CLUSTER, 100.0, gpus=8)
     assert o.finish_s - o.start_s == pytest.approx(job.iterations * per_iter, rel=1e-9) and o.slo_met
     assert res.cost_usd == pytest.approx(CLUSTER.pools.train.node_price_per_hour * job.iterations * per_iter / 3600)
     # Without elastic rollout it cannot narrow: an isolated group or two co-located H800 nodes.
-    nominal = run_policy("rollmux", [job], CLUSTER, replace(ON, elastic_rollout=False))
+    nominal = run_policy("rollmux", [job], CLUSTER, config(ON, elastic_rollout=False))
     assert nominal.peak_gpus != res.peak_gpus and res.cost_usd < nominal.cost_usd

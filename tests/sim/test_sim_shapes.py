@@ -5,20 +5,16 @@ from __future__ import annotations
 import pytest
 
 from rollmux.core.elastic import rollout_factor
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.shapes import ShapeConfig
-from rollmux.sim.runner import rollmux_policy
-from rollmux.sim.simulator import SimConfig, Simulation
-from tests.factories import make_cluster, make_job
+from rollmux.sim.simulator import Simulation
+from tests.factories import SHIPPED, config, intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
 
 
 def _run(jobs, train_scaling=False, elastic=False) -> Simulation:
-    cfg = SimConfig(train_scaling=train_scaling, elastic_rollout=elastic)
-    policy = RollMuxPlacement(cfg.intra)
-    policy.shapes = ShapeConfig(train_scaling, elastic)
-    sim = Simulation(jobs, CLUSTER, policy, cfg)
+    cfg = config(SHIPPED, train_scaling=train_scaling, elastic_rollout=elastic)
+    policy = make_policy(cfg.intra_for(CLUSTER), train_scaling=train_scaling, elastic_rollout=elastic)
+    sim = Simulation(jobs, CLUSTER, cfg, policy)
     sim.result = sim.run()
     return sim
 
@@ -50,7 +46,7 @@ def test_with_both_switches_off_the_run_is_unchanged():
     jobs = [make_job(f"j{i}", rollout=60.0 + 20 * i, rollout_gpus=8 * (1 + i % 2), train_gpus=8 * (1 + (i // 2) % 2),
                      arrival=30.0 * i, duration=5_000.0, sigma=0.2, rollout_max=200.0, tail_frac=0.3)
              for i in range(6)]
-    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(SimConfig().intra), SimConfig()).run()
+    plain = Simulation(jobs, CLUSTER, SHIPPED, make_policy(SHIPPED.intra_for(CLUSTER))).run()
     off = _run(jobs).result
     assert off.cost_usd == plain.cost_usd and off.placements == plain.placements
 
@@ -63,7 +59,7 @@ def test_the_shape_enumeration_with_only_nominal_options_places_as_algorithm_1()
                      rollout_max=1.3 * (50.0 + 25 * (i % 5)),
                      tail_frac=0.3, slo=1.6 + 0.1 * (i % 5))
             for i in range(14)]
-    plain = Simulation(jobs, CLUSTER, RollMuxPlacement(SimConfig().intra), SimConfig()).run()
+    plain = Simulation(jobs, CLUSTER, SHIPPED, make_policy(SHIPPED.intra_for(CLUSTER))).run()
     flexible = _run(jobs, train_scaling=True).result
     assert flexible.cost_usd == plain.cost_usd and flexible.placements == plain.placements
     assert plain.placements.get("direct_packing", 0) + plain.placements.get("rollout_scaling", 0) > 0  # shared
@@ -74,16 +70,14 @@ def test_stress_seed_6_meets_every_slo_with_elastic_rollout():
     # second was planned without the first's pending migration and j003 missed its SLO.
     import numpy as np
 
-    from rollmux.core.intra_group import IntraConfig
     from rollmux.core.spec import default_cluster
     from rollmux.sim.simulator import simulate
     from tests.factories import synthetic_trace
 
     jobs = synthetic_trace(np.random.default_rng(6), 30, sigma=0.0, mean_gap_s=60.0, slo_range=(1.0, 1.5),
                            duration_range=(3000.0, 20000.0))
-    policy = RollMuxPlacement(IntraConfig(migration=False))
-    policy.shapes = ShapeConfig(False, True)
-    res = simulate(jobs, default_cluster(), policy, SimConfig(seed=6, intra=IntraConfig()))  # worst case
+    policy = make_policy(intra(migration=False), elastic_rollout=True)
+    res = simulate(jobs, default_cluster(), config(SHIPPED, plan="worst"), policy, seed=6)  # worst case
     assert res.migrations["count"] > 0 and len(res.outcomes) == 30
     assert [o.job_id for o in res.outcomes if not o.slo_met] == []
 
@@ -99,8 +93,7 @@ def test_compaction_gives_back_a_rollout_node_the_members_can_spare_and_every_sl
             job("c", 150.0, 100.0, 30_000.0, 20.0)]
     runs = {}
     for on in (False, True):
-        cfg = SimConfig(compact=on, colocate=False)
-        sim = Simulation(jobs, CLUSTER, rollmux_policy(cfg), cfg)
+        sim = Simulation(jobs, CLUSTER, config(SHIPPED, compact=on, colocate=False))
         runs[on] = (sim.run(), sim.state.compacted)
     (off, n_off), (on, n_on) = runs[False], runs[True]
     assert n_off == 0 and n_on >= 1

@@ -72,6 +72,9 @@ def test_render_has_a_table_row_per_run_and_the_findings(data):
     assert len(rows) == len(data["runs"])
     assert md.startswith("## ") and "What the table shows" in md
     assert "rollmux study --quick" in md
+    # Each RollMux row names its configuration.
+    assert "| paper | rollmux: `shipped (colocation.speed=0.8)` | x0.8 |" in md
+    assert "| catalog | rollmux-groups: `shipped (colocation.enabled=False)` | - |" in md
 
 
 def _run(mode, policy, cost, speed=1.0, cap=None, colo=0.0):
@@ -79,11 +82,11 @@ def _run(mode, policy, cost, speed=1.0, cap=None, colo=0.0):
 
 
 def test_findings_name_the_speeds_where_verl_beats_rollmux_and_the_gavel_ties():
-    runs = [_run("paper", "solo-d", 100.0), _run("paper", "rollmux", 70.0),
+    runs = [_run("paper", "solo-d", 100.0), _run("paper", "rollmux-groups", 70.0),
             _run("paper", "verl", 80.0, 0.8), _run("paper", "verl", 65.0, 1.0), _run("paper", "verl", 55.0, 1.2),
             _run("paper", "gavel-plain", 100.0), _run("paper", "gavel-hetero", 64.0, colo=0.9)]
     text = "\n".join(bs.findings({"runs": runs}))
-    assert "cheaper than RollMux at x1, x1.2" in text
+    assert "cheaper than RollMux's groups alone at x1, x1.2" in text
     assert "ties Solo-D (within 0.1%): gavel-plain uncapped" in text
     assert "gavel-hetero uncapped" not in text.split("ties Solo-D")[1]
 
@@ -92,7 +95,7 @@ def test_findings_name_the_speeds_where_verl_beats_rollmux_and_the_gavel_ties():
 def test_shipped_rollmux_is_never_dearer_than_groups_alone_or_than_verl_by_much(data, mode):
     # Per job it takes the cheaper of its group answer and co-location (with a margin), so at the
     # calibrated speed it is at most the groups-alone cost, and co-locates where veRL would.
-    shipped = pick(data, mode, "rollmux-shipped")
+    shipped = pick(data, mode, "rollmux")
     assert shipped["slo"] == 1.0 and shipped["colocated_share"] > 0
-    assert shipped["cost_usd"] <= pick(data, mode, "rollmux")["cost_usd"] * (1 + 1e-9)
+    assert shipped["cost_usd"] <= pick(data, mode, "rollmux-groups")["cost_usd"] * (1 + 1e-9)
     assert shipped["cost_usd"] <= pick(data, mode, "verl")["cost_usd"] * 1.25

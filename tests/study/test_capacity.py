@@ -63,4 +63,5 @@ def test_run_and_render_on_a_small_config():
     md = capacity.render(data)
     assert md.startswith("## Fixed capacity: 4 rollout + 4 training nodes")
     assert md.count("\n| catalog | ") == 6 and "rollmux study --quick" in md
+    assert md.count("\n| catalog | rollmux: `shipped` |") == 2 and "| rollmux-static: `paper` |" in md
     assert "Uncapped, the busier pool peaks at" in md and "the cap binds for every policy" in md

@@ -29,7 +29,10 @@ def test_migration_section_scales_the_price_and_reports_every_row(traces):
         if x1["count"] and x4["count"]:  # each move of x4 holds four times as long
             assert x4["cost_usd"] / x4["count"] > x1["cost_usd"] / x1["count"]
     md = migration.render(data)
-    assert "| paper | x4 |" in md and "rollmux/study/migration.py" in md
+    assert "rollmux/study/migration.py" in md
+    # Each RollMux row names its configuration.
+    assert "| paper | x4: `shipped (colocation.enabled=False, regroup.migration_scale=4.0)` |" in md
+    assert "| catalog | solo-d |" in md
 
 
 def test_drift_section_drifts_a_share_and_compares_repair(traces):
@@ -38,7 +41,7 @@ def test_drift_section_drifts_a_share_and_compares_repair(traces):
     assert len(runs) == 2 * (1 + 2 * len(drift.SEVERITIES))
     assert all(r["drifting"] == 0 for r in runs if r["severity"] == "none")
     assert any(r["drifting"] > 0 for r in runs if r["severity"] == "severe")
-    assert "| catalog | severe | off |" in drift.render(data)
+    assert "| catalog | severe | off | `shipped (colocation.enabled=False, regroup.repair=False)` |" in drift.render(data)
 
 
 def test_link_section_slows_a_narrow_link(traces):

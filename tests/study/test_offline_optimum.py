@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.group import Group, Member, isolated_group, residency_ok
-from rollmux.core.intra_group import IntraConfig
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, validate_plan
 from rollmux.core.trace_io import dump_jobs
 from rollmux.errors import InputError
@@ -28,7 +28,14 @@ from rollmux.workload import paper_jobs
 from tests.factories import make_cluster, make_job
 
 CLUSTER = make_cluster()
-CFG = IntraConfig()
+PAPER = SchedulerConfig.profile("paper")  # the RollMux configuration the optimum is measured against
+CFG = PAPER.intra_for(CLUSTER)            # its planner view: the optimum's validity rule
+
+
+def paper(max_group_size: int) -> SchedulerConfig:
+    """The `paper` profile at `max_group_size`."""
+    return PAPER.with_overrides({"placement.max_group_size": max_group_size})
+
 FAST = settings(max_examples=20, deadline=None)
 PROFILES = ["balanced", "rollout-heavy", "train-heavy", "mixed"]
 
@@ -103,8 +110,8 @@ def _brute_force_partition_cost(jobs, mgs: int) -> float:
 @FAST
 @given(job_sets)
 def test_optimum_is_at_most_rollmux_static_cost(jobs):
-    opt = optimal_partition(jobs, CLUSTER, CFG, 5)
-    rm, _ = rollmux_static_cost(jobs, CLUSTER, CFG, 5)
+    opt = optimal_partition(jobs, CLUSTER, paper(5))
+    rm, _ = rollmux_static_cost(jobs, CLUSTER, paper(5))
     assert opt.exact
     assert opt.cost_per_hour <= rm
 
@@ -112,14 +119,14 @@ def test_optimum_is_at_most_rollmux_static_cost(jobs):
 @FAST
 @given(job_sets)
 def test_optimum_is_at_least_the_busy_time_bound(jobs):
-    opt = optimal_partition(jobs, CLUSTER, CFG, 5)
+    opt = optimal_partition(jobs, CLUSTER, paper(5))
     assert opt.cost_per_hour >= busy_time_bound_per_hour(jobs, CLUSTER) - 1e-6
 
 
 @FAST
 @given(job_sets, st.integers(2, 5))
 def test_every_optimal_group_is_valid_and_passes_placement_invariants(jobs, mgs):
-    opt = optimal_partition(jobs, CLUSTER, CFG, mgs)
+    opt = optimal_partition(jobs, CLUSTER, paper(mgs))
     ids = sorted(jid for g in opt.groups for jid in g.job_ids())
     assert ids == sorted(j.job_id for j in jobs)
     assert opt.cost_per_hour == pytest.approx(sum(g.cost_per_hour(CLUSTER) for g in opt.groups))
@@ -133,7 +140,7 @@ def test_every_optimal_group_is_valid_and_passes_placement_invariants(jobs, mgs)
 @FAST
 @given(job_sets)
 def test_every_rollmux_group_passes_the_validity_rule(jobs):
-    _, groups = rollmux_static_cost(jobs, CLUSTER, CFG, 5)
+    _, groups = rollmux_static_cost(jobs, CLUSTER, paper(5))
     for g in groups:
         assert group_valid(g, CLUSTER, CFG, 5)
         best = cheapest_group([m.job for m in g.members], CLUSTER, CFG, 5)
@@ -143,7 +150,7 @@ def test_every_rollmux_group_passes_the_validity_rule(jobs):
 @settings(max_examples=15, deadline=None)
 @given(st.one_of(paper_sets(2, 6), factory_sets(2, 6)), st.integers(2, 4))
 def test_exact_dp_equals_brute_force_over_set_partitions(jobs, mgs):
-    opt = optimal_partition(jobs, CLUSTER, CFG, mgs)
+    opt = optimal_partition(jobs, CLUSTER, paper(mgs))
     assert opt.cost_per_hour == pytest.approx(_brute_force_partition_cost(jobs, mgs))
 
 
@@ -173,10 +180,11 @@ def test_cheapest_group_matches_search_over_all_pin_assignments(jobs):
 @pytest.mark.parametrize("seed", range(4))
 def test_member_order_is_searched_above_best_order_max(seed):
     """Above cfg.best_order_max plan_group keeps the given order; the optimum tries them all."""
-    cfg = IntraConfig(best_order_max=2)
+    config = paper(5).with_overrides({"intra_group.best_order_max": 2})
+    cfg = config.intra_for(CLUSTER)
     jobs = paper_jobs(6, profile="rollout-heavy", slo=3.0, seed=seed)
-    opt = optimal_partition(jobs, CLUSTER, cfg, 5)
-    rm, groups = rollmux_static_cost(jobs, CLUSTER, cfg, 5)
+    opt = optimal_partition(jobs, CLUSTER, config)
+    rm, groups = rollmux_static_cost(jobs, CLUSTER, config)
     assert all(group_valid(g, CLUSTER, cfg, 5) for g in opt.groups + groups)
     assert opt.cost_per_hour <= rm
 
@@ -185,7 +193,7 @@ def test_member_order_is_searched_above_best_order_max(seed):
 
 def test_single_job_optimum_is_its_isolated_group_cost():
     job = make_job("solo", rollout_gpus=24, train_gpus=16, slo=1.0, sigma=0.2, rollout_max=150.0)
-    opt = optimal_partition([job], CLUSTER, CFG, 5)
+    opt = optimal_partition([job], CLUSTER, paper(5))
     assert opt.exact and len(opt.groups) == 1
     assert opt.cost_per_hour == pytest.approx(isolated_group(0, job, CLUSTER).cost_per_hour(CLUSTER))
     assert (opt.groups[0].n_rollout, opt.groups[0].n_train) == (3, 2)
@@ -194,7 +202,7 @@ def test_single_job_optimum_is_its_isolated_group_cost():
 def test_complementary_jobs_share_one_group():
     a = make_job("rollout-heavy", rollout=200.0, train=20.0, slo=2.0)
     b = make_job("train-heavy", rollout=20.0, train=200.0, slo=2.0)
-    opt = optimal_partition([a, b], CLUSTER, CFG, 5)
+    opt = optimal_partition([a, b], CLUSTER, paper(5))
     assert [sorted(g.job_ids()) for g in opt.groups] == [["rollout-heavy", "train-heavy"]]
     assert (opt.groups[0].n_rollout, opt.groups[0].n_train) == (1, 1)
     assert opt.cost_per_hour == pytest.approx(8 * 1.0 + 8 * 2.85)
@@ -204,14 +212,14 @@ def test_jobs_whose_slos_forbid_sharing_stay_apart():
     a = make_job("a", rollout=100.0, train=100.0, slo=1.0)
     b = make_job("b", rollout=100.0, train=100.0, slo=1.0)
     assert cheapest_group([a, b], CLUSTER, CFG, 5) is None
-    opt = optimal_partition([a, b], CLUSTER, CFG, 5)
+    opt = optimal_partition([a, b], CLUSTER, paper(5))
     assert sorted(g.job_ids() for g in opt.groups) == [("a",), ("b",)]
 
 
 def test_group_size_limit_splits_otherwise_shareable_jobs():
     jobs = [make_job(f"j{i}", rollout=20.0, train=20.0, slo=3.0) for i in range(3)]
-    assert len(optimal_partition(jobs, CLUSTER, CFG, 3).groups) == 1
-    opt = optimal_partition(jobs, CLUSTER, CFG, 2)
+    assert len(optimal_partition(jobs, CLUSTER, paper(3)).groups) == 1
+    opt = optimal_partition(jobs, CLUSTER, paper(2))
     assert sorted(g.size for g in opt.groups) == [1, 2]
 
 
@@ -248,19 +256,19 @@ def test_busy_time_bound_per_hour_matches_its_formula():
 @settings(max_examples=12, deadline=None)
 @given(job_sets, st.integers(0, 1000))
 def test_sampler_returns_a_valid_partition_never_below_the_exact_optimum(jobs, seed):
-    exact = optimal_partition(jobs, CLUSTER, CFG, 5)
-    sampled = optimal_partition(jobs, CLUSTER, CFG, 5, exact_limit=0,
+    exact = optimal_partition(jobs, CLUSTER, paper(5))
+    sampled = optimal_partition(jobs, CLUSTER, paper(5), exact_limit=0,
                                 rng=np.random.default_rng(seed), samples=4)
     assert not sampled.exact
     assert sorted(j for g in sampled.groups for j in g.job_ids()) == sorted(j.job_id for j in jobs)
     assert all(group_valid(g, CLUSTER, CFG, 5) for g in sampled.groups)
     assert sampled.cost_per_hour >= exact.cost_per_hour - 1e-6
-    assert sampled.cost_per_hour <= rollmux_static_cost(jobs, CLUSTER, CFG, 5)[0] + 1e-6
+    assert sampled.cost_per_hour <= rollmux_static_cost(jobs, CLUSTER, paper(5))[0] + 1e-6
 
 
 def test_sampler_is_reproducible_for_a_seed():
     jobs = paper_jobs(14, slo=2.0, seed=3)
-    runs = [optimal_partition(jobs, CLUSTER, CFG, 5, rng=np.random.default_rng(7), samples=4)
+    runs = [optimal_partition(jobs, CLUSTER, paper(5), rng=np.random.default_rng(7), samples=4)
             for _ in range(2)]
     assert runs[0].cost_per_hour == runs[1].cost_per_hour
     assert [g.job_ids() for g in runs[0].groups] == [g.job_ids() for g in runs[1].groups]

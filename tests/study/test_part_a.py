@@ -5,14 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rollmux.core.intra_group import IntraConfig
 from rollmux.core.spec import default_cluster
 from rollmux.study.config import StudyConfig
 from rollmux.study.offline_optimum import optimal_partition
 from rollmux.study.part_a import (
+    PAPER,
     PLACEMENT_SEEDS,
+    ROLLMUX_COLUMNS,
     SMALL_POLICIES,
     _small_policy,
+    cell_config,
     optimum_run,
     paper_cost_of,
     rate_at_start,
@@ -48,13 +50,19 @@ def test_every_policy_has_every_number_except_gavels_paper_cost(cell):
 def test_rollmux_meets_every_slo_and_never_beats_the_optimums_rate(cell):
     # The optimum is exact here and RollMux's groups are candidates for it.
     assert cell.exact
-    assert cell.slo_attainment["rollmux"] == [1.0]
-    assert cell.paper_cost["rollmux"][0] >= 1.0 - 1e-9
+    assert cell.slo_attainment[PAPER] == [1.0]
+    assert cell.paper_cost[PAPER][0] >= 1.0 - 1e-9
+
+
+def test_rollmux_columns_are_named_by_their_configuration():
+    assert list(ROLLMUX_COLUMNS) == ["paper", "paper (placement.batch_order=False, placement.prune_saturated=True)"]
+    assert SMALL_POLICIES[:2] == tuple(ROLLMUX_COLUMNS)
+    assert cell_config(3).describe() == "paper (placement.max_group_size=3)"
 
 
 def test_the_optimum_replayed_in_the_simulator_has_its_rate_and_meets_every_slo():
     jobs = paper_jobs(6, profile="mixed", slo=None, seed=3)
-    opt = optimal_partition(jobs, CLUSTER, IntraConfig(), 3)
+    opt = optimal_partition(jobs, CLUSTER, cell_config(3))
     res = optimum_run(jobs, CLUSTER, 3, 3, opt.groups)
     assert rate_at_start(res) == pytest.approx(opt.cost_per_hour)
     assert res.slo_attainment == 1.0
@@ -63,7 +71,7 @@ def test_the_optimum_replayed_in_the_simulator_has_its_rate_and_meets_every_slo(
 
 def test_paper_cost_is_the_start_rate_when_every_slo_holds_and_more_when_one_breaks():
     jobs = paper_jobs(5, profile="balanced", slo=None, seed=0)
-    res, groups = _small_policy("rollmux", jobs, CLUSTER, 5, 0)
+    res, groups = _small_policy(PAPER, jobs, CLUSTER, 5, 0)
     assert res.slo_attainment == 1.0
     assert paper_cost_of(res, groups) == pytest.approx(rate_at_start(res))
     assert sum(rate for rate, _ in groups) == pytest.approx(rate_at_start(res))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.group import isolated_group
-from rollmux.core.inter_group import RollMuxPlacement
-from rollmux.core.intra_group import IntraConfig, plan_group
-from rollmux.core.placement import ClusterView
+from rollmux.core.intra_group import plan_group
+from rollmux.core.placement import ClusterView, Colocating, Explaining, JoinBounds, Regrouping, Shaped
 from rollmux.core.spec import default_cluster
-from rollmux.sim.simulator import SimConfig, simulate
+from rollmux.sim.simulator import simulate
 from rollmux.study import residency
 from rollmux.study.config import StudyConfig
 from rollmux.study.sweep import serial_map
@@ -18,11 +18,12 @@ from tests.factories import make_cluster, make_job
 
 CLUSTER = make_cluster(host_gb=2048.0)
 SMALL = StudyConfig(philly_jobs=12, philly_days=1.0, is_quick=True)
+PAPER = SchedulerConfig.profile("paper")  # Algorithm 1 at the worst case: the verdicts' own rules
 
 
 def _view(*jobs):
     """A view holding one planned group per job, each alone on its nodes."""
-    groups = tuple(plan_group(isolated_group(i, j, CLUSTER), IntraConfig()) for i, j in enumerate(jobs))
+    groups = tuple(plan_group(isolated_group(i, j, CLUSTER), PAPER.intra_for(CLUSTER)) for i, j in enumerate(jobs))
     return ClusterView(CLUSTER, groups, None, None, 5, len(groups), {})
 
 
@@ -33,7 +34,7 @@ def _verdict(resident, newcomer):
 
 
 def ResidencyProbe():  # noqa: N802 (reads like the class)
-    return residency.ResidencyProbe(IntraConfig())
+    return residency.ResidencyProbe.built(PAPER, CLUSTER)
 
 
 def test_verdict_separates_residency_from_slo_refusals():
@@ -60,13 +61,21 @@ def test_probe_counts_arrivals_and_changed_decisions():
     assert probe.counts["arrivals"] == 1
 
 
+def test_the_probe_has_the_capabilities_of_the_policy_it_wraps():
+    probe = residency.ResidencyProbe.built(residency.CONFIG, CLUSTER)
+    for capability in (Regrouping, JoinBounds, Explaining, Colocating, Shaped):
+        assert isinstance(probe, capability) and isinstance(probe.policy, capability)
+    assert probe.cfg is probe.policy.cfg and probe.shapes == residency.CONFIG.shapes
+    assert probe.name == "rollmux" and not probe.colocate
+
+
 def test_probe_places_exactly_like_rollmux():
     jobs = synthesize_philly(find_traces_dir(), "0e4a51", 16, 1.0, "paper", 0)
     cluster = residency.with_host_gb(default_cluster(), 1024.0)
-    cfg = SimConfig(seed=0)
-    probe = residency.ResidencyProbe(cfg.intra)
-    a = simulate(jobs, cluster, probe, cfg)
-    b = simulate(jobs, cluster, RollMuxPlacement(cfg.intra), cfg)
+    cfg = residency.CONFIG
+    probe = residency.ResidencyProbe.built(cfg, cluster)
+    a = simulate(jobs, cluster, cfg, probe, seed=0)
+    b = simulate(jobs, cluster, cfg, seed=0)
     assert a.cost_usd == b.cost_usd and a.placements == b.placements
     assert [(o.job_id, o.finish_s) for o in a.outcomes] == [(o.job_id, o.finish_s) for o in b.outcomes]
     assert probe.counts["arrivals"] == len(jobs)

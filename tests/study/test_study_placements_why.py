@@ -19,9 +19,9 @@ def test_every_isolated_placement_has_one_reason_and_the_table_shows_them():
     for r in runs:
         assert r["jobs"] == 12 and 0 <= r["isolated"] <= 12 - r["colocated"]
         assert sum(r["placements"].values()) == r["isolated"]
-        if "before" in r["row"]:  # no co-located jobs: the first arrival found no group
+        if r["config"].startswith("groups"):  # no co-located jobs: the first arrival found no group
             assert r["colocated"] == 0 and r["placements"]["no_groups"] >= 1
     md = placements_why.render(data)
-    assert "| philly catalog | median (--plan-quantile 0.5), before issue 14 | 12 | 0 |" in md
+    assert "| philly catalog | median rollout: `groups (admission.quantile=0.5)` | 12 | 0 |" in md
     assert "no_groups" in md and "unplanned" not in md  # reasons never seen are left out
     assert "rollmux/study/placements_why.py" in md

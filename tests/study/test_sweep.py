@@ -10,10 +10,9 @@ import ray
 from rollmux.core.spec import default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.runner import run_policy
-from rollmux.sim.simulator import SimConfig
 from rollmux.study import sweep
 from rollmux.study.config import StudyConfig
-from rollmux.study.experiments import philly_runs
+from rollmux.study.experiments import philly_policy_run, philly_runs
 from rollmux.study.sweep import RayMap, SweepTaskError, number_list, ray_session, serial_map
 from rollmux.workload import find_traces_dir, paper_jobs
 
@@ -43,19 +42,20 @@ def test_ray_map_needs_a_connected_ray():
 
 
 def small_runs() -> list[tuple]:
-    """A few small independent simulations: different policies, traces and seeds."""
+    """A few small independent simulations (`philly_policy_run` tasks: the shipped profile):
+    different policies, traces and seeds."""
     runs = []
     for seed, profile in ((1, "balanced"), (2, "rollout-heavy"), (3, "train-heavy")):
         jobs = paper_jobs(4, profile=profile, seed=seed)
-        runs += [(name, jobs, CLUSTER, SimConfig(seed=seed)) for name in ("rollmux", "solo-d", "random")]
+        runs += [(name, jobs, CLUSTER, seed) for name in ("rollmux", "solo-d", "random")]
     return runs
 
 
 def test_ray_map_returns_what_serial_map_returns_in_order(ray_map):
     runs = small_runs()
     reported: dict[int, dict] = {}
-    on_ray = ray_map(run_policy, runs, lambda i, res: reported.setdefault(i, outcome(res)))
-    serial = serial_map(run_policy, runs)
+    on_ray = ray_map(philly_policy_run, runs, lambda i, res: reported.setdefault(i, outcome(res)))
+    serial = serial_map(philly_policy_run, runs)
     assert [outcome(r) for r in on_ray] == [outcome(r) for r in serial]
     assert [r.policy for r in on_ray] == [a[0] for a in runs]
     assert reported == {i: outcome(r) for i, r in enumerate(serial)}  # every task reported once, as it finished
@@ -74,13 +74,13 @@ def test_a_study_section_through_ray_matches_the_serial_run(ray_map):
 
 def test_a_task_that_raises_is_named(ray_map):
     jobs = paper_jobs(3, seed=4)
-    runs = [("rollmux", jobs, CLUSTER, SimConfig(seed=4)), ("no-such-policy", jobs, CLUSTER, SimConfig(seed=4))]
+    runs = [("rollmux", jobs, CLUSTER, 4), ("no-such-policy", jobs, CLUSTER, 4)]
     with pytest.raises(SweepTaskError) as info:
-        ray_map(run_policy, runs)
+        ray_map(philly_policy_run, runs)
     msg = str(info.value)
-    assert msg.startswith("task 2/2 rollmux.sim.runner.run_policy('no-such-policy', [3 JobSpec], "), msg
+    assert msg.startswith("task 2/2 rollmux.study.experiments.philly_policy_run('no-such-policy', [3 JobSpec], "), msg
     assert "failed: InputError: --policy: unknown policy 'no-such-policy'" in msg, msg
-    assert ray_map(run_policy, runs[:1])[0].policy == "rollmux"  # the map still works after a failure
+    assert ray_map(philly_policy_run, runs[:1])[0].policy == "rollmux"  # the map still works after a failure
 
 
 def test_an_error_that_comes_back_whole_is_the_cause(ray_map):

@@ -1,4 +1,4 @@
-"""The GRPO job as `rollmux profile` drives it (the `make_job` entry point, rollmux/live/profile.py).
+"""The GRPO job as `rollmux profile` drives it (the `make_job` entry point, rollmux/harness/profile.py).
 
     rollmux profile rollmux.jobs.grpo --preset small -o job.yaml
 """

@@ -1,0 +1,136 @@
+"""The harness side of the command line: the profiler, the demo, the chaos harness and the
+weight-sync benchmark (rollmux.harness, rollmux.weightsync; the torch-backed ones need an extra)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rollmux.cli.app import app, bench_app, err, fail, out, write_json
+from rollmux.errors import InputError, has_extra, require_extra
+
+
+@app.command()
+def profile(
+    job_module: str = typer.Argument(..., help="Python module with a make_job(preset, **options) entry point, "
+                                               "e.g. rollmux.jobs.grpo (installed, or in the working directory)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the job record (YAML, or JSON for .json)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="Passed to make_job (e.g. small, medium, large)."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE passed to make_job (repeatable)."),
+    job_id: Optional[str] = typer.Option(None, "--job-id", help="The record's job id (default: module-preset)."),
+    slo: float = typer.Option(2.0, "--slo", help="Slowdown the job accepts over solo (>= 1)."),
+    iterations: Optional[int] = typer.Option(None, "--iterations", help="The job's work in iterations (default 100)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="...or in seconds run solo."),
+    rollout_gpus: int = typer.Option(8, "--rollout-gpus", help="GPUs of its rollout workers."),
+    train_gpus: int = typer.Option(8, "--train-gpus", help="GPUs of its trainer."),
+    tail_frac: float = typer.Option(0.0, "--tail-frac", help="Share of rollout time in the long tail [0, 1)."),
+    runs: int = typer.Option(5, "--runs", help="Measured iterations (plus one at maximum response length)."),
+    warmup: int = typer.Option(1, "--warmup", help="Unrecorded iterations first."),
+) -> None:
+    """Measure a job's profile by running its own phases through the shim; write a record `submit` accepts."""
+    from rollmux.harness.profile import ProfileOptions, profile_command
+    try:
+        name = job_id if job_id is not None else job_module.rsplit(".", 1)[-1] + (f"-{preset}" if preset else "")
+        opts = ProfileOptions(job_id=name, slo=slo, iterations=100 if iterations is None and duration is None
+                              else iterations, duration_s=duration, rollout_gpus=rollout_gpus,
+                              train_gpus=train_gpus, tail_frac=tail_frac, runs=runs, warmup=warmup)
+        profile_command(job_module, preset, sets or [], output, opts, say=lambda line: err.print(line, highlight=False))
+        out.print(f"wrote {output}", highlight=False)
+    except InputError as exc:
+        fail(exc)
+
+
+@app.command()
+def demo(
+    iterations: int = typer.Option(20, "--iterations", min=1, help="GRPO iterations per job."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+    png: Path = typer.Option(Path("demo_timeline.png"), "--png", help="Timeline picture of phases on nodes."),
+    trl: Optional[bool] = typer.Option(None, "--trl/--no-trl",
+                                       help="Add a TRL GRPOTrainer job (rollmux.adapters.trl). Default: "
+                                            "added when the trl extra is installed; --trl requires it."),
+) -> None:
+    """Emulated Ray cluster: three real GRPO jobs and a TRL job (with the trl extra) multiplexed, then solo."""
+    try:
+        require_extra("demo", "demo")  # the jobs are torch models: say so before Ray starts
+        if trl:
+            require_extra("demo --trl", "trl")
+        elif trl is None:
+            trl = has_extra("trl")
+            if not trl:
+                err.print("note: the TRL job is left out: pip install 'rollmux\\[trl]' adds it", highlight=False)
+        from rollmux.harness.demo import run_demo
+        result = run_demo(iterations=iterations, json_out=json_out, png_out=png, trl=trl)
+        out.print_json(json.dumps(result))
+    except InputError as exc:
+        fail(exc)
+
+
+@app.command()
+def chaos(
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here."),
+    seconds: float = typer.Option(60.0, "--seconds", min=1.0, help="Length of the many-jobs load scenario."),
+    jobs: int = typer.Option(100, "--jobs", min=1, help="Synthetic jobs in the load scenario."),
+    store: Optional[str] = typer.Option(None, "--store",
+                                        help="Journal (a new SQLite file or redis://...); default: a temp SQLite file."),
+    waiting: int = typer.Option(10_000, "--waiting", min=1,
+                                help="Outstanding long-poll acquires in the waiting-jobs scenario."),
+) -> None:
+    """Fault injection against a live local scheduler (`rollmux serve`): server and job kills, double
+    release, forged tokens, route auth, journal failures, a hung job, a second server, a torn journal,
+    many jobs, many waiting jobs; exits 1 if any scenario fails."""
+    from rollmux.harness.chaos.command import print_report, run_chaos
+    try:
+        report = run_chaos(seconds=seconds, jobs=jobs, store=store, waiting=waiting,
+                           say=lambda line: err.print(line, highlight=False))
+        print_report(report, out)
+        if json_out is not None:
+            write_json(json_out, report)
+    except InputError as exc:
+        fail(exc)
+    if not report["passed"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("sync")
+def bench_sync(
+    train_ranks: int = typer.Option(4, "--train-ranks", help="Training ranks (N), in the training namespace."),
+    rollout_ranks: int = typer.Option(4, "--rollout-ranks", help="Rollout ranks (M), in the rollout namespace."),
+    model_mb: float = typer.Option(64.0, "--model-mb", help="Size of the synced weights, MiB."),
+    link_mbit: float = typer.Option(400.0, "--link-mbit", help="Rate of the inter-pool link, Mbit/s each way."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write {train_ranks, ..., speedup, identical} here."),
+) -> None:
+    """Flat vs topology-aware weight sync over a real throttled link (two network namespaces; needs root)."""
+    from rich.table import Table
+
+    from rollmux.weightsync.bench import BenchConfig, run_sync_bench
+    from rollmux.weightsync.testbed import TestbedUnavailable
+    try:
+        require_extra("bench sync", "demo")  # its ranks (subprocesses) sync torch tensors
+    except InputError as exc:
+        fail(exc)
+    try:
+        cfg = BenchConfig(train_ranks, rollout_ranks, model_mb, link_mbit)
+        doc = run_sync_bench(cfg)
+    except TestbedUnavailable as exc:
+        err.print(f"bench sync: cannot build the testbed: {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    except (ValueError, RuntimeError) as exc:
+        fail(exc)
+    table = Table(title=f"weight sync, {train_ranks} -> {rollout_ranks} ranks, {model_mb:g} MiB over "
+                        f"{link_mbit:g} Mbit/s")
+    for col in ("strategy", "seconds", "MiB over the link"):
+        table.add_column(col, justify="right")
+    for strategy in ("flat", "topology"):
+        table.add_row(strategy, f"{doc[f'{strategy}_s']:.2f}", f"{doc[f'{strategy}_link_mb']:.1f}")
+    out.print(table)
+    out.print(f"speedup {doc['speedup']:.2f}x, weights identical: {doc['identical']}", highlight=False)
+    try:
+        if json_out is not None:
+            write_json(json_out, doc)
+    except InputError as exc:
+        fail(exc)
+    if not doc["identical"]:
+        raise typer.Exit(1)

@@ -1,0 +1,233 @@
+"""The service side of the command line: `serve`, the admin's `submit`, `cancel` and `status`,
+and the journal tools (rollmux.live; DESIGN §8)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from rollmux.cli import settings as s
+from rollmux.cli.app import app, err, fail, journal_app, out
+from rollmux.core.config import SchedulerConfig
+from rollmux.core.trace_io import load_cluster, parse_jobs
+from rollmux.errors import InputError
+
+DEFAULT_URL = "http://127.0.0.1:8470"
+SERVE_FLAGS = ("--repair", "--colocate", "--colo-pair", "--elastic-rollout")
+
+
+@app.command()
+def serve(
+    listen: str = typer.Option("127.0.0.1:8470", "--listen", help="HOST:PORT to serve the HTTP API on."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML; default: the embedded one)."),
+    store: str = typer.Option("rollmux-journal.db", "--store",
+                              help="Journal: a SQLite file path, or redis://host:port/db[?prefix=name]."),
+    admin_token_file: Path = typer.Option(Path("rollmux-admin.token"), "--admin-token-file",
+                                          help="The admin token (created with mode 0600 if missing)."),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="TLS certificate (PEM)."),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="TLS private key (PEM)."),
+    heartbeat_timeout: float = typer.Option(30.0, "--heartbeat-timeout", min=0.1,
+                                            help="Fail a job silent for this many seconds."),
+    lease_min: float = typer.Option(60.0, "--lease-min", min=0.1,
+                                    help="Shortest phase lease (s); a lease is 2x the declared worst case."),
+    watch_ray: Optional[str] = typer.Option(None, "--watch-ray",
+                                            help="Ray cluster whose dead nodes re-admit the jobs on them."),
+    wait_store: float = typer.Option(0.0, "--wait-store", min=0.0,
+                                     help="Wait this long for a store another server holds (a Redis writer "
+                                          "lease of a killed server lapses after 10 s)."),
+    profile: str = typer.Option("shipped", "--profile", help=s.PROFILE_HELP + " A new store only."),
+    sets: Optional[list[str]] = s.SETS,
+    repair: Optional[bool] = s.REPAIR, colocate: Optional[bool] = s.COLOCATE,
+    colo_pair: Optional[bool] = s.COLO_PAIR, elastic_rollout: Optional[bool] = s.ELASTIC_ROLLOUT,
+) -> None:
+    """Serve the scheduler's authenticated HTTP API until SIGINT/SIGTERM.
+
+    A new store runs the profile (default shipped, what `rollmux simulate` runs) with the
+    overrides given; with a journal that already has records, the service recovers from it
+    and its journaled configuration wins (the cluster file must then match the journal's,
+    or be omitted)."""
+    import logging
+
+    from rollmux.live.server import admin_token, parse_listen
+    from rollmux.live.server import serve as run_server
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        where = parse_listen(listen)
+        if (tls_cert is None) != (tls_key is None):
+            raise InputError("--tls-cert/--tls-key", "give both or neither")
+        cfg = _serve_config(profile, s.given_flags(locals()), sets)
+        token = admin_token(admin_token_file)
+        core, telemetry, journal = _start_core(store, wait_store, cluster, cfg, token,
+                                               heartbeat_timeout_s=heartbeat_timeout, lease_min_s=lease_min)
+        if watch_ray:
+            import ray
+            ray.init(address=watch_ray, log_to_driver=False)
+            core.watch_ray_nodes()
+        scheme = "https" if tls_cert else "http"
+        out.print(f"rollmux scheduler on {scheme}://{listen}; journal {journal.url} "
+                  f"({core.recovered_records} records recovered); admin token in {admin_token_file}; "
+                  "SIGINT/SIGTERM stops it", highlight=False)
+        run_server(core, where, telemetry, tls_cert, tls_key)
+    except InputError as exc:
+        fail(exc)
+
+
+def _serve_config(profile: str, flags: dict[str, Any], sets: Optional[list[str]]) -> SchedulerConfig:
+    """A new store's settings; InputError for one the live plane cannot execute (naming it)."""
+    from rollmux.live.service import live_refusal
+    cfg = s.scheduler_config(profile, flags, sets=sets)
+    if flags.get("--colo-pair") and not cfg.colocation.enabled:
+        raise InputError("--colo-pair", "pairs co-located jobs: it needs --colocate (colocation.enabled)")
+    refusal = live_refusal(cfg)
+    if refusal is not None:
+        raise InputError(f"--profile {profile}", refusal)
+    return cfg
+
+
+def _start_core(store: str, wait_store: float, cluster: Optional[Path], cfg: SchedulerConfig, token: str,
+                **knobs: Any):
+    """The scheduler core on its journal (new, or recovered), its telemetry and the journal."""
+    from rollmux.live.journal import JournalError
+    from rollmux.live.refusals import ServiceError
+    from rollmux.live.service import SchedulerCore
+    from rollmux.live.telemetry import Telemetry
+    journal = _open_store(store, wait_store)
+    try:
+        recovering = bool(journal.records())
+        spec, warnings = load_cluster(cluster)
+        for w in warnings:
+            err.print(f"[yellow]warning:[/] {w}", highlight=False)
+        holder: dict = {}
+        telemetry = Telemetry(lambda: holder["core"].request("metrics").result(timeout=10))
+        core = holder["core"] = SchedulerCore(None if recovering and cluster is None else spec.model_dump(),
+                                              cfg=cfg, store=journal, admin_token=token, telemetry=telemetry,
+                                              watch_ray_nodes=False, **knobs)
+    except (JournalError, ServiceError) as exc:
+        journal.close()
+        raise InputError("--store", str(exc)) from None
+    return core, telemetry, journal
+
+
+def _open_store(store: str, wait_s: float):
+    """The journal store, waiting up to `wait_s` while another writer still holds it."""
+    import time
+
+    from rollmux.live.journal import JournalError, open_store
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return open_store(store)
+        except JournalError as exc:
+            if "in use" not in str(exc) or time.monotonic() >= deadline:
+                raise InputError("--store", str(exc)) from None
+        time.sleep(0.5)  # the holder's lease lapses on its own; nothing to wait on but time
+
+
+def _admin_client(url: str, admin_token_file: Path):
+    from rollmux.live.client import HttpPermitClient
+    from rollmux.live.server import admin_token
+    return HttpPermitClient(url, admin_token=admin_token(admin_token_file), retry_for_s=5.0)
+
+
+_URL = typer.Option(DEFAULT_URL, "--url", help="The scheduler's HTTP API.")
+_TOKEN_FILE = typer.Option(Path("rollmux-admin.token"), "--admin-token-file", help="The admin token.")
+
+
+def _api_call(fn, what: str):
+    """Run an API call; a refusal or an unreachable server is one line and exit 2."""
+    from rollmux.live.refusals import ServiceError
+    try:
+        return fn()
+    except ServiceError as exc:
+        raise InputError(what, str(exc)) from None
+
+
+@app.command()
+def submit(
+    job_file: Path = typer.Argument(..., help="Job profile (YAML or JSON, the trace's fields)."),
+    url: str = _URL,
+    admin_token_file: Path = _TOKEN_FILE,
+) -> None:
+    """Submit one job to the running scheduler; prints where it was placed and the job's token."""
+    import yaml
+    try:
+        text = job_file.read_text() if job_file.exists() else None
+        if text is None:
+            raise InputError(str(job_file), "no such file")
+        try:
+            record = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InputError(str(job_file), f"not valid YAML/JSON ({exc})") from None
+        parse_jobs([json.dumps(record)], str(job_file))  # same validation and messages as a trace line
+        client = _admin_client(url, admin_token_file)
+        placed = _api_call(lambda: client.submit(record), str(job_file))
+        # The token is the job's credential for every later call: print it once, keep it secret.
+        out.print_json(json.dumps(placed))
+    except InputError as exc:
+        fail(exc)
+
+
+@app.command()
+def cancel(job_id: str = typer.Argument(..., help="The job to cancel."), url: str = _URL,
+           admin_token_file: Path = _TOKEN_FILE) -> None:
+    """Cancel a job: its permits are reclaimed and its group goes on."""
+    try:
+        client = _admin_client(url, admin_token_file)
+        _api_call(lambda: client.cancel(job_id), job_id)
+        out.print(f"cancelled {job_id}")
+    except InputError as exc:
+        fail(exc)
+
+
+@app.command()
+def status(url: str = _URL, admin_token_file: Path = _TOKEN_FILE,
+           as_json: bool = typer.Option(False, "--json", help="Print the raw status as JSON.")) -> None:
+    """Groups, members, whose turn it is on each node, and iteration times vs SLO."""
+    from rollmux.live.status_view import groups_table, jobs_table, summary_line
+    try:
+        client = _admin_client(url, admin_token_file)
+        st = _api_call(client.status, url)
+        if as_json:
+            out.print_json(json.dumps(st))
+            return
+        out.print(groups_table(st))
+        out.print(jobs_table(st))
+        out.print(summary_line(st))
+        page = st["page"]
+        if page["jobs_total"] > len(st["jobs"]) or page["groups_total"] > len(st["groups"]):
+            out.print(f"showing {len(st['groups'])} of {page['groups_total']} groups and {len(st['jobs'])} of "
+                      f"{page['jobs_total']} jobs (--json and GET /v1/status?offset=&limit= page through all)")
+    except InputError as exc:
+        fail(exc)
+
+
+@journal_app.command("check")
+def journal_check(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
+    """Read every record; one line on the first bad one (exit 1), else a summary."""
+    from rollmux.live.journal import JournalError
+    from rollmux.live.journal.repair import check_store
+    try:
+        report = check_store(store)
+    except JournalError as exc:
+        fail(InputError("journal", str(exc)))
+    if report.ok:
+        out.print(f"{report.url}: {report.records} records, snapshot at "
+                  f"{report.snapshot_seq if report.snapshot_seq is not None else '-'}: ok", highlight=False)
+        return
+    err.print(f"{report.url}: {report.first_bad}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@journal_app.command("repair")
+def journal_repair(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
+    """Back the journal up, then truncate it after its last good record."""
+    from rollmux.live.journal import JournalError
+    from rollmux.live.journal.repair import repair_store
+    try:
+        report = repair_store(store)
+    except JournalError as exc:
+        fail(InputError("journal", str(exc)))
+    out.print(f"kept {report.kept} records, dropped {report.dropped}; backup {report.backup}", highlight=False)

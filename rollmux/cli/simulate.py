@@ -1,0 +1,90 @@
+"""`rollmux simulate`: policies side by side on a trace, RollMux as a named profile plus overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from rollmux.cli import settings as s
+from rollmux.cli.app import app, err, fail, out, write_json
+from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.trace_io import load_cluster, load_jobs
+from rollmux.errors import InputError
+from rollmux.sim.report import comparison_table
+from rollmux.sim.runner import DEFAULT_POLICIES, compare
+
+
+def drop_unplaceable(jobs: list[JobSpec], cluster: ClusterSpec, skip: bool) -> list[JobSpec]:
+    """The jobs some node can hold; the others are an InputError, or with `skip` a warning each."""
+    kept = []
+    for job in jobs:
+        reason = cluster.job_unplaceable_reason(job)
+        if reason is None:
+            kept.append(job)
+        elif skip:
+            err.print(f"[yellow]warning:[/] job {job.job_id} rejected: {reason}", highlight=False)
+        else:
+            raise InputError(f"job {job.job_id}", f"can never be placed: {reason} "
+                                                  "(use --skip-unplaceable to run without it)")
+    if not kept:
+        raise InputError("--jobs", "no placeable job left")
+    return kept
+
+
+@app.command()
+def simulate(
+    jobs: Optional[Path] = typer.Option(None, "--jobs", help="Job trace (JSONL); default: the embedded 200-job "
+                                                             "Philly-driven trace."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML); default: the paper's "
+                                                                   "H20/H800 cluster."),
+    policy: Optional[list[str]] = typer.Option(None, "--policy", help="rollmux, solo-d, verl, random, greedy, "
+                                                                      "gavel (repeatable)."),
+    profile: str = s.PROFILE,
+    sets: Optional[list[str]] = s.SETS,
+    seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+    skip_unplaceable: bool = typer.Option(False, "--skip-unplaceable", help="Drop jobs no node can hold, with a warning."),
+    flat_sync: bool = typer.Option(False, "--flat-sync", help="Weight sync sends one copy per rollout node over "
+                                                              "the inter-pool link."),
+    static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink "
+                                                       "--no-regroup --no-repair --no-compact."),
+    max_group_size: Optional[int] = s.MAX_GROUP_SIZE, migration: Optional[bool] = s.MIGRATION,
+    plan_quantile: Optional[float] = s.PLAN_QUANTILE, plan: Optional[str] = s.PLAN, plan_z: Optional[float] = s.PLAN_Z,
+    shrink: Optional[bool] = s.SHRINK, regroup: Optional[bool] = s.REGROUP,
+    migration_scale: Optional[float] = s.MIGRATION_SCALE, regroup_margin: Optional[float] = s.REGROUP_MARGIN,
+    repair: Optional[bool] = s.REPAIR, consolidate: Optional[int] = s.CONSOLIDATE,
+    train_scaling: Optional[bool] = s.TRAIN_SCALING, elastic_rollout: Optional[bool] = s.ELASTIC_ROLLOUT,
+    order: Optional[str] = s.ORDER, colocate: Optional[bool] = s.COLOCATE, colo_margin: Optional[float] = s.COLO_MARGIN,
+    colo_regroup: Optional[bool] = s.COLO_REGROUP, colo_pair: Optional[bool] = s.COLO_PAIR,
+    colo_narrow: Optional[bool] = s.COLO_NARROW, colo_speed: Optional[float] = s.COLO_SPEED,
+    compact: Optional[bool] = s.COMPACT, stretch_pricing: Optional[bool] = s.STRETCH_PRICING,
+) -> None:
+    """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
+    try:
+        cfg = s.scheduler_config(profile, s.given_flags(locals()), static, sets)
+        trace = load_jobs(jobs)
+        spec, warnings = load_cluster(cluster)
+        for w in trace.warnings + warnings:
+            err.print(f"[yellow]warning:[/] {w}", highlight=False)
+        job_list = drop_unplaceable(trace.jobs, spec, skip_unplaceable)
+        names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
+        with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=False) as bar:
+            def progress_for(name: str):
+                task = bar.add_task(name, total=len(job_list))
+                return lambda done, total: bar.update(task, completed=done)
+            result = compare(job_list, spec, names, cfg, progress_for, seed=seed, flat_sync=flat_sync)
+        out.print(comparison_table(result, job_list, spec, trace.source))
+        if json_out is not None:
+            write_json(json_out, result.to_json())
+    except InputError as exc:
+        fail(exc)

@@ -1,0 +1,291 @@
+"""`rollmux profile`: a job's profile measured by running its own phases (DESIGN §8, closed loop).
+
+A user no longer hand-writes the twelve fields of a job record: the profiler runs
+the job standalone, through the same shim the job uses under the scheduler (a
+local permit client on a one-member group, no service), and writes the record.
+
+**How a job module exposes itself.** The module (e.g. ``rollmux.jobs.grpo``) defines
+
+    def make_job(preset: str | None = None, **options) -> job
+
+where ``preset`` and ``options`` come from ``--preset`` and ``--set KEY=VALUE``
+(bad ones: raise ValueError or TypeError, the message names the problem), and the
+job has these methods (duck-typed, like the shim's hooks):
+
+    rollout(max_length: bool) -> batch   one rollout; max_length: every response runs
+                                         to the job's maximum response length
+    train(batch) -> Any                  one training step on that batch
+    sync() -> Any                        push the trainer's weights to the rollout side
+    onload(pool) / offload(pool)         pool "rollout" or "train": live state from / to
+                                         host memory (the shim's hooks)
+    host_bytes() -> {pool: int}          bytes its offloaded state holds in host memory,
+                                         per node of each pool (`rollmux.shim.tensor_bytes` helps)
+
+**What is measured.** `warmup` unrecorded iterations, then `runs` iterations, then
+one at maximum response length. Rollout median and sigma come from the runs (sigma:
+the standard deviation of log rollout times), the maximum from the max-length
+iteration (or a slower run); training is the runs' median (the training time at the
+median rollout, as the record defines it); sync likewise. Host memory is the most
+the shim read from `host_bytes` after an offload: the bytes of the tensors the job
+keeps in host memory. That, not the process's RSS, because RSS also counts the live
+(onloaded) side, the allocator's cache and everything else in the process, and
+cannot tell the rollout pool's share from the training pool's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from rollmux.core.env import WallClockEnvironment
+from rollmux.core.group import isolated_group
+from rollmux.core.group_controller import GroupController
+from rollmux.core.config import SchedulerConfig
+from rollmux.core.spec import JobSpec, default_cluster
+from rollmux.errors import InputError, MissingExtra, extra_for, pydantic_reason
+from rollmux.shim import PHASES, JobShim, LocalPermitClient, tensor_bytes  # noqa: F401 (job modules' helper)
+
+ENTRY_POINT = "make_job"
+METHODS = ("rollout", "train", "sync", "onload", "offload", "host_bytes")
+POOL_OF = {"rollout": "rollout", "train": "train", "sync": "train"}  # a phase's pool
+GB = 1e9  # host_gb is in GB (10^9 bytes)
+# The profiler times one job alone on its own nodes, with no switch cost between its phases.
+SOLO = SchedulerConfig().intra_for(default_cluster().model_copy(update={"warm_switch_s": 0.0}))
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """What the user passes: the job's identity, SLO, length and GPUs, and how long to measure."""
+
+    job_id: str
+    slo: float = 2.0
+    iterations: int | None = 100     # the job's work in iterations (or duration_s)
+    duration_s: float | None = None
+    rollout_gpus: int = 8
+    train_gpus: int = 8
+    tail_frac: float = 0.0
+    runs: int = 5                    # measured iterations (plus one at maximum response length)
+    warmup: int = 1                  # unrecorded iterations first (lazy initialisation, caches)
+
+
+@dataclass
+class Measured:
+    """Seconds of each measured phase, and the host memory the shim read."""
+
+    rollout: list[float] = field(default_factory=list)
+    train: list[float] = field(default_factory=list)
+    sync: list[float] = field(default_factory=list)
+    max_rollout: float = 0.0
+    host_bytes: dict[str, int] = field(default_factory=dict)
+
+
+def load_job(module: str, preset: str | None, options: dict[str, Any]) -> Any:
+    """Import `module`, call its `make_job(preset, **options)`; InputError naming what is wrong."""
+    if os.getcwd() not in sys.path:  # as `python -m` does: a job module in the working directory imports
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        extra = extra_for(exc)
+        if extra is not None:  # the job needs an optional extra (torch for the demo jobs): name it
+            raise MissingExtra(f"profile {module}", extra) from None
+        raise InputError("JOB_MODULE", f"cannot import {module!r} ({exc})") from None
+    except ImportError as exc:
+        raise InputError("JOB_MODULE", f"cannot import {module!r} ({exc})") from None
+    make = getattr(mod, ENTRY_POINT, None)
+    if not callable(make):
+        raise InputError("JOB_MODULE", f"{module!r} has no {ENTRY_POINT}(preset, **options) entry point")
+    try:
+        job = make(preset, **options)
+    except (ValueError, TypeError) as exc:
+        raise InputError("--preset/--set", f"{module}.{ENTRY_POINT} refused them: {exc}") from None
+    missing = [m for m in METHODS if not callable(getattr(job, m, None))]
+    if missing:
+        raise InputError("JOB_MODULE", f"the job {module}.{ENTRY_POINT} made lacks {', '.join(missing)}")
+    return job
+
+
+def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], None] = lambda s: None) -> Measured:
+    """Run the job's phases standalone through the shim; what they cost."""
+    env = WallClockEnvironment()
+    placeholder = JobSpec(job_id=job_id, arrival_s=0.0, duration_s=1.0, slo=1.0, rollout_gpus=1, train_gpus=1,
+                          rollout_s={"median": 1.0, "sigma": 0.0, "max": 1.0}, train_s=1.0, sync_s=0.0,
+                          host_gb={"rollout": 0.0, "train": 0.0})
+    group = isolated_group(0, placeholder, default_cluster())
+    client = LocalPermitClient(env, {job_id: GroupController(env, group, SOLO)})
+    shim = JobShim(job_id, client, onload=lambda ph: job.onload(POOL_OF[ph]),
+                   offload=lambda ph: job.offload(POOL_OF[ph]), host_memory=job.host_bytes)
+    thread = threading.Thread(target=env.serve, name="rollmux-profile", daemon=True)
+    thread.start()
+    out = Measured()
+    try:
+        for i in range(warmup + runs + 1):
+            at_max = i == warmup + runs
+            try:
+                rollout_s, train_s, sync_s = _iteration(job, shim, at_max)
+            except Exception as exc:  # the job's own code failed: where, in one line
+                phase = shim.history[-1].phase  # a phase that raises is released (and recorded) first
+                raise InputError("JOB_MODULE", f"the job's {phase} phase failed in iteration {i + 1}: "
+                                               f"{type(exc).__name__}: {exc}") from None
+            if i < warmup:
+                continue
+            if at_max:
+                out.max_rollout = rollout_s
+            else:
+                out.rollout.append(rollout_s)
+                out.train.append(train_s)
+                out.sync.append(sync_s)
+            say(f"{'max length' if at_max else f'run {i - warmup + 1}/{runs}'}: rollout {rollout_s:.4g} s, "
+                f"train {train_s:.4g} s, sync {sync_s:.4g} s")
+    finally:
+        env.stop()
+        thread.join(timeout=5)
+    for t in shim.history:
+        for pool, n in (t.host_bytes or {}).items():
+            out.host_bytes[pool] = max(out.host_bytes.get(pool, 0), n)
+    return out
+
+
+def _iteration(job: Any, shim: JobShim, at_max: bool) -> tuple[float, float, float]:
+    """One iteration through the shim: (rollout, train, sync) run seconds."""
+    with shim.phase("rollout"):
+        batch = job.rollout(max_length=at_max)
+    rollout_s = shim.history[-1].run_s
+    if "sync" in PHASES:  # the shim has a Sync phase: measured as its own permit
+        with shim.phase("train"):
+            job.train(batch)
+        with shim.phase("sync"):
+            job.sync()
+        return rollout_s, shim.history[-2].run_s, shim.history[-1].run_s
+    with shim.phase("train"):  # sync is the trainer pushing weights: inside its permit, timed apart
+        job.train(batch)
+        t0 = time.perf_counter()
+        job.sync()
+        sync_s = time.perf_counter() - t0
+    return rollout_s, shim.history[-1].run_s - sync_s, sync_s
+
+
+def job_record(m: Measured, opts: ProfileOptions, model: str | None = None) -> dict:
+    """The job record (DESIGN §2) `rollmux submit` accepts, from the measurements and options."""
+    median = statistics.median(m.rollout)
+    logs = [math.log(max(r, 1e-9)) for r in m.rollout]
+    sigma = min(statistics.stdev(logs), 3.0) if len(logs) > 1 else 0.0
+    rec: dict[str, Any] = {
+        "job_id": opts.job_id, "arrival_s": 0.0, "duration_s": 1.0, "slo": opts.slo,
+        "rollout_gpus": opts.rollout_gpus, "train_gpus": opts.train_gpus,
+        "rollout_s": {"median": _sig(median), "sigma": _sig(sigma),
+                      "max": _sig(max(m.max_rollout, *m.rollout))},
+        "tail_frac": opts.tail_frac, "train_s": _sig(statistics.median(m.train)),
+        "sync_s": _sig(statistics.median(m.sync)),
+        "host_gb": {p: m.host_bytes.get(p, 0) / GB for p in ("rollout", "train")}}
+    if model is not None:
+        rec["model"] = model
+    rec["rollout_s"]["max"] = max(rec["rollout_s"]["max"], rec["rollout_s"]["median"])
+    probe = _spec(rec)
+    # The job's length: as many iterations as asked, each at the measured solo time.
+    rec["duration_s"] = (opts.duration_s if opts.duration_s is not None
+                         else _sig(opts.iterations * probe.solo_iter_s))
+    _spec(rec)
+    return rec
+
+
+def _sig(x: float) -> float:
+    """Six significant digits: measured seconds carry no more."""
+    return float(f"{x:.6g}")
+
+
+def _spec(rec: dict) -> JobSpec:
+    try:
+        return JobSpec.model_validate(rec)
+    except ValidationError as exc:
+        where, why = pydantic_reason(exc)
+        raise InputError(f"job record field {where}", why) from None
+
+
+def profile(module: str, preset: str | None, options: dict[str, Any], opts: ProfileOptions,
+            say: Callable[[str], None] = lambda s: None) -> dict:
+    """Load the job module's job, measure it through the shim, return its job record."""
+    job = load_job(module, preset, options)
+    m = measure(job, opts.job_id, opts.runs, opts.warmup, say)
+    return job_record(m, opts, f"{module}:{preset}" if preset else module)
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` options for `make_job`; values read as YAML scalars (3, 0.1, true, text)."""
+    import yaml
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip().isidentifier():
+            raise InputError("--set", f"{item!r} is not KEY=VALUE with KEY a Python name")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+def check_options(opts: ProfileOptions) -> None:
+    """InputError naming the flag of the first bad option."""
+    checks = [(opts.runs >= 1, "--runs", "must be at least 1"),
+              (opts.warmup >= 0, "--warmup", "must be at least 0"),
+              (opts.slo >= 1.0, "--slo", "must be at least 1 (a job cannot run faster than solo)"),
+              (opts.iterations is None or opts.iterations >= 1, "--iterations", "must be at least 1"),
+              (opts.duration_s is None or opts.duration_s > 0, "--duration", "must be > 0 seconds"),
+              ((opts.iterations is None) != (opts.duration_s is None), "--iterations/--duration", "give one"),
+              (opts.rollout_gpus >= 1, "--rollout-gpus", "must be at least 1"),
+              (opts.train_gpus >= 1, "--train-gpus", "must be at least 1"),
+              (0.0 <= opts.tail_frac < 1.0, "--tail-frac", "must be in [0, 1)"),
+              (bool(opts.job_id.strip()), "--job-id", "must not be empty")]
+    for ok, flag, why in checks:
+        if not ok:
+            raise InputError(flag, why)
+
+
+def write_record(rec: dict, path: Any, header: str) -> None:
+    """The record as YAML (JSON for a .json path), with `header` as comments (YAML only)."""
+    import json
+    from pathlib import Path
+
+    import yaml
+    path = Path(path)
+    if path.suffix == ".json":
+        text = json.dumps(rec, indent=2) + "\n"
+    else:
+        text = "".join(f"# {line}\n" for line in header.splitlines()) + yaml.safe_dump(rec, sort_keys=False)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise InputError(str(path), f"cannot write ({exc.strerror})") from None
+
+
+def summary(rec: dict, module: str, preset: str | None, runs: int) -> str:
+    """What was measured, in a few lines (the record's header comment and the CLI's output)."""
+    r, h = rec["rollout_s"], rec["host_gb"]
+    return (f"measured by rollmux profile {module}{f' --preset {preset}' if preset else ''}: "
+            f"{runs} runs + 1 at maximum response length\n"
+            f"rollout median {r['median']:.4g} s (sigma {r['sigma']:.3g}), max {r['max']:.4g} s; "
+            f"train {rec['train_s']:.4g} s; sync {rec['sync_s']:.4g} s\n"
+            f"host memory held offloaded, per node: rollout {h['rollout'] * GB:,.0f} B, "
+            f"train {h['train'] * GB:,.0f} B")
+
+
+def profile_command(module: str, preset: str | None, sets: list[str], output: Any, opts: ProfileOptions,
+                    say: Callable[[str], None] = lambda s: None) -> dict:
+    """`rollmux profile`: check the options, measure the job, write its record to `output`."""
+    check_options(opts)
+    options = parse_sets(sets)
+    rec = profile(module, preset, options, opts, say)
+    text = summary(rec, module, preset, opts.runs)
+    write_record(rec, output, text)
+    say(text)
+    return rec

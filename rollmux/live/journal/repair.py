@@ -1,0 +1,174 @@
+"""Checking and repairing a journal (`rollmux journal check|repair`): find the first torn or
+corrupt record, and cut the journal back to the last good one after taking a backup.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+from rollmux.live.journal import open_store
+from rollmux.live.journal.base import JournalCorrupt, Store, damage_report
+from rollmux.live.journal.redis import RedisStore
+from rollmux.live.journal.sqlite import SQLiteStore
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What `check_store` found."""
+
+    url: str  # the store (a password shown as ***)
+    records: int  # good records, 1..last_good_seq
+    last_good_seq: int  # the last record before the first damage (0: none)
+    first_bad: str | None  # one line: the first damaged record, gap or snapshot; None if all is well
+    snapshot_seq: int | None  # the snapshot's seq if it is readable, else None
+    ok: bool
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What `repair_store` did."""
+
+    backup: str  # where the journal was copied before any change (a file path or a redis URL)
+    kept: int  # records kept (1..kept)
+    dropped: int  # stored records (or stray stream entries) removed after the last good one
+    dropped_snapshot: bool = False  # the snapshot was corrupt or beyond the last good record
+
+
+def check_store(url: str) -> CheckReport:
+    """Read a journal without the writer lock (safe while a server runs) and report its first damage."""
+    store = open_store(url, readonly=True)
+    try:
+        good, problem = store.scan()
+        last = good[-1].seq if good else 0
+        snap_seq, snap_problem = _snapshot_state(store, last)
+    finally:
+        store.close()
+    first_bad = problem or snap_problem
+    return CheckReport(store.url, len(good), last, first_bad, snap_seq, first_bad is None)
+
+
+def repair_store(url: str) -> RepairReport:
+    """Back the journal up, then drop every record after the last good one (and a bad snapshot).
+
+    Takes the writer lock, so it refuses while a server runs. A sound journal is backed up
+    and otherwise left untouched."""
+    store = open_store(url)
+    try:
+        good, problem = store.scan()
+        last = good[-1].seq if good else 0
+        _, snap_problem = _snapshot_state(store, last)
+        stored = _stored_count(store)
+        backup = _backup(store)
+        if problem is not None or snap_problem is not None:
+            _truncate(store, last, drop_snapshot=snap_problem is not None)
+        return RepairReport(backup, kept=len(good), dropped=stored - len(good),
+                            dropped_snapshot=snap_problem is not None)
+    finally:
+        store.close()
+
+
+def _snapshot_state(store: Store, last_good: int) -> tuple[int | None, str | None]:
+    """The snapshot's seq (None if none or unreadable) and what is wrong with it, if anything."""
+    try:
+        snap = store.snapshot()
+    except JournalCorrupt as exc:
+        return None, str(exc)
+    if snap is None:
+        return None, None
+    if snap[0] > last_good:  # a snapshot must be as of a record that replay can reach
+        return snap[0], damage_report(store.url, f"the snapshot is as of record {snap[0]}, "
+                                                 f"beyond the last good record {last_good}")
+    return snap[0], None
+
+
+def _stamp() -> str:
+    """The UTC time as a name suffix: 20240501T120000Z."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+# The backends' internals are reached from here so that `sqlite` and `redis` keep to the write path.
+
+def _stored_count(store: Store) -> int:
+    """Every stored record, good or not."""
+    if isinstance(store, SQLiteStore):
+        with store._lock, store._errors("cannot count records"):
+            return store._conn.execute("SELECT count(*) FROM records").fetchone()[0]
+    assert isinstance(store, RedisStore)
+    with store._errors("cannot count records"):
+        return store._client.xlen(store._stream_key)
+
+
+def _backup(store: Store) -> str:
+    """Copy the journal aside; returns where (a file path, or the URL of a prefix holding the copy)."""
+    if isinstance(store, SQLiteStore):
+        for n in range(1, 1000):  # a second repair within the same second gets its own file
+            path = Path(f"{store.path}.bak-{_stamp()}" + ("" if n == 1 else f"-{n}"))
+            if not path.exists():
+                break
+        with store._lock, store._errors(f"cannot back up into {path}"):
+            target = sqlite3.connect(path)
+            try:
+                store._conn.backup(target)  # a consistent copy, WAL contents included
+            finally:
+                target.close()
+        return str(path)
+    assert isinstance(store, RedisStore)
+    keys = {"seq": store._seq_key, "records": store._stream_key, "snapshot": store._snap_key}
+    with store._errors("cannot back up"):
+        for n in range(1, 1000):
+            prefix = f"{store.prefix}:backup-{_stamp()}" + ("" if n == 1 else f"-{n}")
+            if not store._client.exists(*(f"{prefix}:{name}" for name in keys)):
+                break
+        pipe = store._client.pipeline(transaction=True)  # MULTI: the copy is of one instant
+        for name, key in keys.items():
+            pipe.copy(key, f"{prefix}:{name}")
+        pipe.execute()
+    parts = urlsplit(store.url)
+    query = {**parse_qs(parts.query), "prefix": [prefix]}
+    return urlunsplit(parts._replace(query=urlencode(query, doseq=True, safe=":")))
+
+
+# KEYS: writer, seq, stream, snapshot. ARGV: token, last good seq, drop snapshot (1/0).
+# Fenced by the lease only: the seq counter may be the damage being repaired.
+_TRUNCATE = """
+local lease = redis.call('GET', KEYS[1])
+if not lease or string.sub(lease, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then
+  return redis.error_reply('lost the writer lease (it ran out, or another writer took the journal)')
+end
+local last = tonumber(ARGV[2])
+local entries = redis.call('XRANGE', KEYS[3], '(' .. string.format('%d-0', last), '+')
+for _, entry in ipairs(entries) do redis.call('XDEL', KEYS[3], entry[1]) end
+if last == 0 then
+  redis.call('DEL', KEYS[3])
+elseif redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('XSETID', KEYS[3], string.format('%d-0', last))  -- so that XADD last+1 is accepted again
+end
+redis.call('SET', KEYS[2], string.format('%d', last))
+if ARGV[3] == '1' then redis.call('DEL', KEYS[4]) end
+return #entries
+"""
+
+
+def _truncate(store: Store, last_good: int, drop_snapshot: bool) -> None:
+    """Delete every record after `last_good` (and the snapshot if asked), in one transaction."""
+    if isinstance(store, SQLiteStore):
+        with store._lock, store._errors("cannot truncate"):
+            conn = store._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM records WHERE seq > ?", (last_good,))
+                if drop_snapshot:
+                    conn.execute("DELETE FROM snapshot")
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                conn.execute("ROLLBACK")
+                raise
+        return
+    assert isinstance(store, RedisStore)
+    with store._errors("cannot truncate"):
+        store._client.eval(_TRUNCATE, 4, store._writer_key, store._seq_key, store._stream_key, store._snap_key,
+                           store._token, last_good, int(drop_snapshot))
