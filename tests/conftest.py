@@ -19,7 +19,7 @@ on top where it applies. They only select: `make test` runs every test, `make te
   hold unit tests alone, and need neither redis-server, Ray nor the shared traces
   (tests/test_standalone.py runs them so).
 - slow: the node ids starting with a prefix in SLOW: the tests measured over SLOW_S seconds
-  (setup, call and teardown; the larger of two full runs with --durations=0 on 2 cores). A
+  (setup, call and teardown; the largest of three full runs with --durations=0 on 2 cores). A
   module whose module-scoped fixture is the slow part, or whose tests are nearly all slow, is
   listed whole: a fixture's cost falls on whichever of its tests runs first. tests/test_structure.py
   is left out on purpose: it parses every module (about 2 s), and those are the rules every
@@ -45,8 +45,8 @@ KINDS = ("packaging", "integration", "unit")
 PACKAGING = ("tests/test_packaging.py",)
 
 INTEGRATION = {
-    "tests/live/test_chaos.py::test_every_scenario_ran": "the chaos scenarios' servers (fixture `report`)",
-    "tests/live/test_chaos.py::test_scenario_": "the chaos scenarios' servers (fixture `report`)",
+    "tests/harness/chaos/test_chaos.py::test_every_scenario_ran": "the chaos scenarios' servers (fixture `report`)",
+    "tests/harness/chaos/test_chaos.py::test_scenario_": "the chaos scenarios' servers (fixture `report`)",
     "tests/live/test_dashboard_live.py": "ThreadServer and Chromium",
     "tests/live/test_dashboard_page.py::test_dashboard_renders": "a canned HTTP server and Chromium",
     "tests/live/test_dashboard_page.py::test_a_script_like_job_id": "a canned HTTP server and Chromium",
@@ -56,14 +56,14 @@ INTEGRATION = {
     "tests/live/test_dashboard_page.py::test_login_page_shows": "a canned HTTP server and Chromium",
     "tests/live/test_dashboard_page.py::test_a_colocated_job_has_a_card": "a canned HTTP server and Chromium",
     "tests/live/test_http_api.py": "ThreadServer (fixture `api`)",
-    "tests/live/test_journal.py::test_a_writer_in_another_process": "a Python subprocess holding the store",
+    "tests/live/journal/test_base.py::test_a_writer_in_another_process": "a Python subprocess holding the store",
     "tests/live/test_live_estimates.py::test_rollmux_serve_repairs_live": "ProcessServer (`rollmux serve`)",
     "tests/live/test_live_estimates.py::test_the_shims_host_memory_reaches_the_scheduler_over_http": "ThreadServer",
     "tests/live/test_live_node_loss.py": "a Ray cluster and ThreadServer",
     "tests/live/test_live_placements_why.py::test_status_and_metric_say_why": "ThreadServer",
     "tests/live/test_live_service.py::test_http_server_serves_permits": "ThreadServer",
     "tests/live/test_permit_latency_bench.py": "the benchmark's HTTP servers (threads)",
-    "tests/live/test_profile.py::test_a_grpo_preset_profile_is_accepted_and_placed_by_a_running": "ThreadServer",
+    "tests/harness/test_profile.py::test_a_grpo_preset_profile_is_accepted_and_placed_by_a_running": "ThreadServer",
     "tests/live/test_serve.py": "`rollmux serve` in subprocesses (ProcessServer)",
     "tests/study/test_sweep.py::test_ray_map_returns": "a private local Ray (fixture `ray_map`)",
     "tests/study/test_sweep.py::test_a_study_section_through_ray": "a private local Ray (fixture `ray_map`)",
@@ -73,6 +73,8 @@ INTEGRATION = {
     "tests/test_extras.py::test_a_user_job_importing_torch": "the CLI in a subprocess without torch",
     "tests/test_extras.py::test_a_missing_module_that_no_extra": "the CLI in a subprocess without torch",
     "tests/test_extras.py::test_the_cli_and_the_service_never_import_torch": "Python in a subprocess",
+    "tests/test_cli_profile.py::test_serve_refuses_a_setting": "`rollmux serve` in a subprocess",
+    "tests/test_cli_profile.py::test_serve_runs_the_shipped_profile": "ProcessServer (`rollmux serve`)",
     "tests/test_standalone.py": "pytest on tests/core and tests/sim in a subprocess",
     "tests/weightsync/test_weightsync_bench.py": "network namespaces (ip, tc)",
     "tests/weightsync/test_weightsync_sync.py::test_spawned_processes": "spawned processes over a TCPStore",
@@ -91,8 +93,8 @@ SLOW = (
     "tests/test_packaging.py",
     "tests/test_standalone.py",
     # tests, each with all its parameters
-    "tests/live/test_chaos.py::test_every_scenario_ran",  # these two share the slow fixture `report`
-    "tests/live/test_chaos.py::test_scenario_",
+    "tests/harness/chaos/test_chaos.py::test_every_scenario_ran",  # these two share the slow fixture `report`
+    "tests/harness/chaos/test_chaos.py::test_scenario_",
     "tests/core/test_group_index.py::test_indexed_placement_equals_a_brute_force_scan",
     "tests/core/test_intra_group.py::test_best_round_robin_order_reaches_t_cycle_when_unsaturated",
     "tests/core/test_intra_group.py::test_period_equals_long_run_growth_of_the_schedule",
@@ -100,8 +102,12 @@ SLOW = (
     "tests/core/test_intra_group.py::test_planned_period_bounds_the_runtime_period_with_migration",
     "tests/core/test_intra_group.py::test_sync_ends_are_train_ends_plus_sync",
     "tests/core/test_regroup.py::test_regroup_migrates_jobs_and_keeps_every_slo",
+    "tests/core/test_regroup.py::test_regroup_and_shrink_cost_no_more_than_static_groups",
+    "tests/core/test_regroup.py::test_consolidation_dissolves_small_groups_on_any_departure",
     "tests/core/test_why.py::test_reasons_add_up_to_the_isolated_placements",
     "tests/core/test_why.py::test_the_index_refuses_exactly_where_it_may_not_take_the_job",
+    "tests/harness/test_profile.py::test_a_grpo_preset_profile_is_accepted_and_placed_by_a_running",
+    "tests/live/journal/test_base.py::test_a_writer_in_another_process",
     "tests/live/test_http_api.py::test_an_acquire_that_cannot_be_granted_yet_answers_204",
     "tests/live/test_http_api.py::test_every_job_route_needs_a_token[DELETE-/v1/jobs/{id}-None]",
     "tests/live/test_http_api.py::test_polling_a_waiting_acquire_again_and_again",
@@ -110,6 +116,7 @@ SLOW = (
     "tests/sim/test_gavel.py::test_unpacked_plain_without_caps_is_within_half_a_percent",
     "tests/sim/test_sim_colocate.py::test_a_mixed_trace_meets_every_slo_and_its_counts_add_up",
     "tests/sim/test_sim_placements_why.py::test_the_json_counts_every_isolated_placement_once",
+    "tests/study/test_baseline_sensitivity.py::test_every_run_of_every_trace_is_there_and_finishes",
     "tests/study/test_model_sections.py::test_drift_section_drifts_a_share_and_compares_repair",
     "tests/study/test_model_sections.py::test_migration_section_scales_the_price",
     "tests/study/test_offline_optimum.py::test_cheapest_group_matches_search_over_all_pin_assignments",
@@ -119,8 +126,11 @@ SLOW = (
     "tests/test_cli.py::test_no_compact_and_static_turn_rollout_compaction_off",
     "tests/test_cli.py::test_quick_study_writes_tables_and_plots",
     "tests/test_cli.py::test_simulate_json_has_exactly_the_documented_keys",
+    "tests/test_cli.py::test_the_table_is_never_cut_to_ellipses",
     "tests/test_cli_colocate.py::test_colo_regroup_moves_colocated_jobs_into_groups",
     "tests/test_cli_colocate.py::test_colocate_counts_its_placements_and_keeps_the_why_sum",
+    "tests/test_cli_profile.py::test_serve_refuses_a_setting",
+    "tests/test_cli_profile.py::test_serve_runs_the_shipped_profile",
     "tests/test_extras.py::test_a_command_that_needs_torch",
     "tests/test_extras.py::test_a_user_job_importing_torch",
     "tests/test_extras.py::test_a_missing_module_that_no_extra",
