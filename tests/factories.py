@@ -198,6 +198,25 @@ def any_configs() -> st.SearchStrategy[IntraConfig]:
 
 # -- live-plane helpers ----------------------------------------------------------------------
 
+def served_config(tmp_path, **server) -> dict:
+    """The config record a `rollmux serve` child process (`ProcessServer` with `server`) journals first."""
+    from rollmux.live.journal import open_store
+    from rollmux.live.local import ProcessServer
+
+    store = str(tmp_path / "j.db")
+    proc = ProcessServer(store, tmp_path, **server)
+    try:
+        journal = open_store(store, readonly=True)
+        try:
+            first = journal.records()[0]
+        finally:
+            journal.close()
+    finally:
+        proc.signal()
+    assert first.kind == "config"
+    return first.payload
+
+
 def run_threads(targets: list) -> None:
     """Start one thread per (function, args) pair and wait for all of them."""
     import threading

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from factories import job_record
+from factories import job_record, served_config
 from typer.testing import CliRunner
 
 from rollmux.cli import app
@@ -79,17 +79,4 @@ def test_serve_refuses_a_setting_the_live_plane_cannot_execute_in_one_line(tmp_p
 
 def test_serve_runs_the_shipped_profile_by_default(tmp_path):
     from rollmux.core.config import SchedulerConfig
-    from rollmux.live.journal import open_store
-    from rollmux.live.local import ProcessServer
-
-    store = str(tmp_path / "j.db")
-    server = ProcessServer(store, tmp_path, profile=None)
-    try:
-        journal = open_store(store, readonly=True)
-        try:
-            first = journal.records()[0]
-        finally:
-            journal.close()
-    finally:
-        server.signal()
-    assert first.kind == "config" and SchedulerConfig.model_validate(first.payload["config"]) == SchedulerConfig()
+    assert SchedulerConfig.model_validate(served_config(tmp_path, profile=None)["config"]) == SchedulerConfig()

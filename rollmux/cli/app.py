@@ -42,6 +42,18 @@ def write_json(path: Path, doc: dict) -> None:
         raise InputError(str(path), f"cannot write ({exc.strerror})") from None
 
 
+def report_and_exit(doc: dict, json_out: Path | None, ok: bool) -> None:
+    """Write `doc` to `json_out` when given (one line and exit 2 if it cannot be written), then
+    exit 1 unless `ok`: the exit status of a command that checks something."""
+    try:
+        if json_out is not None:
+            write_json(json_out, doc)
+    except InputError as exc:
+        fail(exc)
+    if not ok:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Entry point of the `rollmux` script."""
     try:

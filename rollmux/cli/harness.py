@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from rollmux.cli.app import app, bench_app, err, fail, out, write_json
+from rollmux.cli.app import app, bench_app, err, fail, out, report_and_exit
 from rollmux.errors import InputError, has_extra, require_extra
 
 
@@ -86,12 +86,9 @@ def chaos(
         report = run_chaos(seconds=seconds, jobs=jobs, store=store, waiting=waiting,
                            say=lambda line: err.print(line, highlight=False))
         print_report(report, out)
-        if json_out is not None:
-            write_json(json_out, report)
     except InputError as exc:
         fail(exc)
-    if not report["passed"]:
-        raise typer.Exit(1)
+    report_and_exit(report, json_out, report["passed"])
 
 
 @bench_app.command("sync")
@@ -127,10 +124,4 @@ def bench_sync(
         table.add_row(strategy, f"{doc[f'{strategy}_s']:.2f}", f"{doc[f'{strategy}_link_mb']:.1f}")
     out.print(table)
     out.print(f"speedup {doc['speedup']:.2f}x, weights identical: {doc['identical']}", highlight=False)
-    try:
-        if json_out is not None:
-            write_json(json_out, doc)
-    except InputError as exc:
-        fail(exc)
-    if not doc["identical"]:
-        raise typer.Exit(1)
+    report_and_exit(doc, json_out, doc["identical"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 
@@ -40,8 +40,8 @@ def serve(
                                           "lease of a killed server lapses after 10 s)."),
     profile: str = typer.Option("shipped", "--profile", help=s.PROFILE_HELP + " A new store only."),
     sets: Optional[list[str]] = s.SETS,
-    repair: Optional[bool] = s.REPAIR, colocate: Optional[bool] = s.COLOCATE,
-    colo_pair: Optional[bool] = s.COLO_PAIR, elastic_rollout: Optional[bool] = s.ELASTIC_ROLLOUT,
+    repair: Optional[bool] = s.OPTION["--repair"], colocate: Optional[bool] = s.OPTION["--colocate"],
+    colo_pair: Optional[bool] = s.OPTION["--colo-pair"], elastic_rollout: Optional[bool] = s.OPTION["--elastic-rollout"],
 ) -> None:
     """Serve the scheduler's authenticated HTTP API until SIGINT/SIGTERM.
 
@@ -204,15 +204,20 @@ def status(url: str = _URL, admin_token_file: Path = _TOKEN_FILE,
         fail(exc)
 
 
+def _journal_tool(tool: Callable[[str], Any], store: str) -> Any:
+    """What a journal tool reports on `store`; one line and exit 2 if the store cannot be read."""
+    from rollmux.live.journal import JournalError
+    try:
+        return tool(store)
+    except JournalError as exc:
+        fail(InputError("journal", str(exc)))
+
+
 @journal_app.command("check")
 def journal_check(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
     """Read every record; one line on the first bad one (exit 1), else a summary."""
-    from rollmux.live.journal import JournalError
     from rollmux.live.journal.repair import check_store
-    try:
-        report = check_store(store)
-    except JournalError as exc:
-        fail(InputError("journal", str(exc)))
+    report = _journal_tool(check_store, store)
     if report.ok:
         out.print(f"{report.url}: {report.records} records, snapshot at "
                   f"{report.snapshot_seq if report.snapshot_seq is not None else '-'}: ok", highlight=False)
@@ -224,10 +229,6 @@ def journal_check(store: str = typer.Argument(..., help="A SQLite file path or r
 @journal_app.command("repair")
 def journal_repair(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
     """Back the journal up, then truncate it after its last good record."""
-    from rollmux.live.journal import JournalError
     from rollmux.live.journal.repair import repair_store
-    try:
-        report = repair_store(store)
-    except JournalError as exc:
-        fail(InputError("journal", str(exc)))
+    report = _journal_tool(repair_store, store)
     out.print(f"kept {report.kept} records, dropped {report.dropped}; backup {report.backup}", highlight=False)

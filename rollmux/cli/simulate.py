@@ -57,16 +57,17 @@ def simulate(
                                                               "the inter-pool link."),
     static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink "
                                                        "--no-regroup --no-repair --no-compact."),
-    max_group_size: Optional[int] = s.MAX_GROUP_SIZE, migration: Optional[bool] = s.MIGRATION,
-    plan_quantile: Optional[float] = s.PLAN_QUANTILE, plan: Optional[str] = s.PLAN, plan_z: Optional[float] = s.PLAN_Z,
-    shrink: Optional[bool] = s.SHRINK, regroup: Optional[bool] = s.REGROUP,
-    migration_scale: Optional[float] = s.MIGRATION_SCALE, regroup_margin: Optional[float] = s.REGROUP_MARGIN,
-    repair: Optional[bool] = s.REPAIR, consolidate: Optional[int] = s.CONSOLIDATE,
-    train_scaling: Optional[bool] = s.TRAIN_SCALING, elastic_rollout: Optional[bool] = s.ELASTIC_ROLLOUT,
-    order: Optional[str] = s.ORDER, colocate: Optional[bool] = s.COLOCATE, colo_margin: Optional[float] = s.COLO_MARGIN,
-    colo_regroup: Optional[bool] = s.COLO_REGROUP, colo_pair: Optional[bool] = s.COLO_PAIR,
-    colo_narrow: Optional[bool] = s.COLO_NARROW, colo_speed: Optional[float] = s.COLO_SPEED,
-    compact: Optional[bool] = s.COMPACT, stretch_pricing: Optional[bool] = s.STRETCH_PRICING,
+    max_group_size: Optional[int] = s.OPTION["--max-group-size"], migration: Optional[bool] = s.OPTION["--migration"],
+    plan_quantile: Optional[float] = s.OPTION["--plan-quantile"], plan: Optional[str] = s.OPTION["--plan"],
+    plan_z: Optional[float] = s.OPTION["--plan-z"], shrink: Optional[bool] = s.OPTION["--shrink"],
+    regroup: Optional[bool] = s.OPTION["--regroup"], migration_scale: Optional[float] = s.OPTION["--migration-scale"],
+    regroup_margin: Optional[float] = s.OPTION["--regroup-margin"], repair: Optional[bool] = s.OPTION["--repair"],
+    consolidate: Optional[int] = s.OPTION["--consolidate"], train_scaling: Optional[bool] = s.OPTION["--train-scaling"],
+    elastic_rollout: Optional[bool] = s.OPTION["--elastic-rollout"], order: Optional[str] = s.OPTION["--order"],
+    colocate: Optional[bool] = s.OPTION["--colocate"], colo_margin: Optional[float] = s.OPTION["--colo-margin"],
+    colo_regroup: Optional[bool] = s.OPTION["--colo-regroup"], colo_pair: Optional[bool] = s.OPTION["--colo-pair"],
+    colo_narrow: Optional[bool] = s.OPTION["--colo-narrow"], colo_speed: Optional[float] = s.OPTION["--colo-speed"],
+    compact: Optional[bool] = s.OPTION["--compact"], stretch_pricing: Optional[bool] = s.OPTION["--stretch-pricing"],
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:

@@ -206,34 +206,21 @@ def _validated(tree: Mapping[str, Any]) -> SchedulerConfig:
         raise ConfigError(where, msg) from None
 
 
+# Algorithm 1's admission, shapes and pricing, and no co-located mode (DESIGN §5).
+_ALGORITHM_1 = {"admission.plan": "worst", "placement.pricing": "delta", "shapes.elastic_rollout": False,
+                "colocation.enabled": False, "colocation.regroup": False, "colocation.pair": False}
+# The paper's static groups: fixed once formed (no regrouping, shrinking, repair or compaction).
+_STATIC = {"regroup.enabled": False, "regroup.shrink": False, "regroup.repair": False, "compaction.enabled": False}
+
 # Named profiles: overrides of the defaults (which are `shipped`).
 PROFILES: dict[str, dict[str, Any]] = {
-    # The best measured configuration (docs/decisions/): the defaults above.
+    # The best measured configuration (docs/decisions/profiles.md): the defaults above.
     "shipped": {},
-    # The published system (the paper's Algorithm 1 and static groups): worst-case admission,
-    # nominal shapes, Δ pricing, no co-location, no regrouping, repair or compaction.
-    "paper": {
-        "admission.plan": "worst",
-        "placement.pricing": "delta",
-        "shapes.elastic_rollout": False,
-        "colocation.enabled": False,
-        "colocation.regroup": False,
-        "colocation.pair": False,
-        "regroup.enabled": False,
-        "regroup.shrink": False,
-        "regroup.repair": False,
-        "compaction.enabled": False,
-    },
+    # The published system (the paper's Algorithm 1 and static groups).
+    "paper": {**_ALGORITHM_1, **_STATIC},
     # The co-execution groups with their repair side (regrouping with priced migrations,
-    # shrinking, drift repair) on the paper's admission, shapes and pricing: no co-location.
-    "groups": {
-        "admission.plan": "worst",
-        "placement.pricing": "delta",
-        "shapes.elastic_rollout": False,
-        "colocation.enabled": False,
-        "colocation.regroup": False,
-        "colocation.pair": False,
-    },
+    # shrinking, drift repair) on Algorithm 1's admission, shapes and pricing.
+    "groups": dict(_ALGORITHM_1),
 }
 
 

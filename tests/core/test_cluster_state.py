@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from factories import GROUPS, config, intra, make_cluster, make_job, make_policy
 
 from rollmux.core.cluster_state import ClusterState

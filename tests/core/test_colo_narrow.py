@@ -8,18 +8,8 @@ import dataclasses
 
 import pytest
 
-from rollmux.core.colo_model import (
-    colocated_factors,
-    colocated_iter_s,
-    narrowed_gpus,
-    verl_rollout_scale,
-)
-from rollmux.core.colocate import (
-    colocated_option,
-    colocated_slo_ok,
-    group_gpus,
-    iteration_cost,
-)
+from rollmux.core.colo_model import colocated_factors, colocated_iter_s, narrowed_gpus, verl_rollout_scale
+from rollmux.core.colocate import colocated_option, colocated_slo_ok, group_gpus, iteration_cost
 from rollmux.core.elastic import nonscaling_share
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
 from tests.factories import intra, make_cluster, make_job, make_policy

@@ -11,12 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.colo_model import colocated_iter_s
-from rollmux.core.colocate import (
-    choose,
-    colocated_option,
-    colocated_slo_ok,
-    iteration_cost,
-)
+from rollmux.core.colocate import choose, colocated_option, colocated_slo_ok, iteration_cost
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.inter_group import isolated_plan
 from rollmux.core.intra_group import plan_group

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 from factories import GROUPS, config, make_cluster, make_job, make_policy
 from hypothesis import given, settings

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from rollmux.core.cluster_state import ClusterState
@@ -11,16 +10,10 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.inter_group import isolated_plan
 from rollmux.core.intra_group import job_planning_times
 from rollmux.core.marginal import group_cost_per_period, plan_added_cost
-from rollmux.core.pairing import (
-    least_busy,
-    least_cycle,
-    pair_decision,
-    pair_saving,
-    saving_bound,
-)
+from rollmux.core.pairing import least_busy, least_cycle, pair_decision, pair_saving, saving_bound
 from rollmux.core.placement import Case, validate_plan
-from rollmux.core.regroup import colocated_saving, plan_moves
 from rollmux.core.policy import build_policy
+from rollmux.core.regroup import colocated_saving, plan_moves
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import Simulation
 from tests.factories import GROUPS, SHIPPED, config, make_cluster, make_job

@@ -7,13 +7,7 @@ import dataclasses
 import pytest
 
 from rollmux.core.group import Group, Member
-from rollmux.core.placement import (
-    Case,
-    ClusterView,
-    PlacementPlan,
-    PlanInvalid,
-    validate_plan,
-)
+from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlanInvalid, validate_plan
 from tests.factories import make_cluster, make_job
 
 CLUSTER = make_cluster(host_gb=1000.0)

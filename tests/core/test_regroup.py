@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from factories import (
-    GROUPS,
-    config,
-    intra,
-    make_cluster,
-    make_group,
-    make_job,
-    make_policy,
-    synthetic_trace,
-)
+from factories import GROUPS, config, intra, make_cluster, make_group, make_job, make_policy, synthetic_trace
 
 from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import plan_group

@@ -15,13 +15,7 @@ from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import IndexedGroups
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import plan_group
-from rollmux.core.placement import (
-    Case,
-    ClusterView,
-    PlacementPlan,
-    PlanInvalid,
-    validate_plan,
-)
+from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlanInvalid, validate_plan
 from rollmux.core.why import Refusal
 from rollmux.study.placement_bench import indexed_view
 from tests.factories import intra, make_cluster, make_job, make_policy

@@ -12,15 +12,7 @@ from rollmux.core.group import Group, GroupShape
 from rollmux.core.intra_group import period, plan_group, schedule
 from rollmux.core.slo_order import choose_slots, fresh_budget, spread
 from tests.core.test_group_controller import Driver
-from tests.factories import (
-    any_configs,
-    fixed_times,
-    groups,
-    intra,
-    make_group,
-    make_job,
-    make_policy,
-)
+from tests.factories import any_configs, fixed_times, groups, intra, make_group, make_job, make_policy
 
 
 def with_slots(g: Group, slots: tuple[int, ...]) -> Group:

@@ -10,13 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from rollmux.core.spec import (
-    ClusterSpec,
-    HostGB,
-    PoolSpec,
-    RolloutDist,
-    default_cluster,
-)
+from rollmux.core.spec import ClusterSpec, HostGB, PoolSpec, RolloutDist, default_cluster
 from tests.factories import make_cluster, make_job
 
 # -- RolloutDist ---------------------------------------------------------------------------

@@ -8,14 +8,7 @@ from pathlib import Path
 import pytest
 
 from rollmux.core.spec import JobSpec, default_cluster
-from rollmux.core.trace_io import (
-    dump_jobs,
-    load_cluster,
-    load_jobs,
-    parse_cluster,
-    parse_jobs,
-    unknown_fields,
-)
+from rollmux.core.trace_io import dump_jobs, load_cluster, load_jobs, parse_cluster, parse_jobs, unknown_fields
 from rollmux.errors import InputError
 from tests.factories import job_record, make_job
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from factories import GROUPS, config, make_cluster, make_job
+from factories import GROUPS, config, make_cluster, make_job, served_config
 
 from rollmux.live.service import SchedulerCore, ServiceError
 from rollmux.live.telemetry import Telemetry
@@ -156,21 +156,7 @@ def test_bad_host_bytes_are_refused_and_change_nothing(bad):
 
 @pytest.mark.parametrize("flag,repair", [([], True), (["--no-repair"], False)])
 def test_rollmux_serve_repairs_live_unless_told_not_to(tmp_path, flag, repair):
-    import signal
-
-    from rollmux.live.journal import open_store
-    from rollmux.live.local import ProcessServer
-    store = str(tmp_path / "j.db")
-    server = ProcessServer(store, tmp_path, extra=flag)
-    try:
-        journal = open_store(store, readonly=True)
-        try:
-            first = journal.records()[0]
-        finally:
-            journal.close()
-        assert first.kind == "config" and first.payload["config"]["regroup"]["repair"] is repair
-    finally:
-        server.signal(signal.SIGTERM)
+    assert served_config(tmp_path, extra=flag)["config"]["regroup"]["repair"] is repair
 
 
 def test_the_shims_host_memory_reaches_the_scheduler_over_http_once_per_rise(tmp_path):

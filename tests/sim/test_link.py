@@ -35,9 +35,7 @@ def _syncing_jobs(n: int):
 
 
 def _run(jobs, gbps, **cfg):
-    from factories import make_cluster
-
-    from factories import GROUPS
+    from factories import GROUPS, make_cluster
 
     from rollmux.sim.simulator import simulate
     cluster = make_cluster().model_copy(update={"inter_pool_gbps": gbps})

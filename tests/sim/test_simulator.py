@@ -10,11 +10,7 @@ from hypothesis import strategies as st
 from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import plan_group
 from rollmux.errors import InputError
-from rollmux.sim.baseline_policies import (
-    GreedyPlacement,
-    RandomPlacement,
-    SoloPlacement,
-)
+from rollmux.sim.baseline_policies import GreedyPlacement, RandomPlacement, SoloPlacement
 from rollmux.sim.baselines import solo_d_cost
 from rollmux.sim.simulator import Simulation, simulate
 from tests.factories import (

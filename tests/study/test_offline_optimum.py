@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.core.group import Group, Member, isolated_group, residency_ok
 from rollmux.core.config import SchedulerConfig
+from rollmux.core.group import Group, Member, isolated_group, residency_ok
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, validate_plan
 from rollmux.core.trace_io import dump_jobs
 from rollmux.errors import InputError

@@ -14,18 +14,10 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from rollmux.core.env import WallClockEnvironment
+from rollmux.harness.chaos import run as chaos_run
 from rollmux.harness.chaos.checks import first_diff
 from rollmux.harness.chaos.job import job_record
-from rollmux.harness.chaos.run import (
-    CLUSTER,
-    HEARTBEAT_TIMEOUT_S,
-    ITERATIONS,
-    PHASE_S,
-    TIMINGS,
-    WAIT_S,
-    Run,
-    random_token,
-)
+from rollmux.harness.chaos.run import Run, random_token
 from rollmux.live.journal import FailingStore, open_store
 from rollmux.live.live_state import LiveState
 from rollmux.live.local import ThreadServer
@@ -72,7 +64,7 @@ def _memory(core: SchedulerCore) -> dict:
         except Exception as exc:  # noqa: BLE001 -- handed to the caller
             fut.set_exception(exc)
     core.env.call_at(core.env.now(), take)
-    return fut.result(timeout=WAIT_S)
+    return fut.result(timeout=chaos_run.WAIT_S)
 
 
 def _replay(path: Path) -> dict:
@@ -130,8 +122,8 @@ class _JournalFailures:
         self.shot = OneShot()
         self.store = FailingStore(open_store(str(self.path)), fail_on=self.shot)
         self.admin = random_token(run.ctx.rng)
-        self.core = SchedulerCore(CLUSTER, store=self.store, admin_token=self.admin,
-                                  heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, check_every_s=0.1)
+        self.core = SchedulerCore(chaos_run.CLUSTER, store=self.store, admin_token=self.admin,
+                                  heartbeat_timeout_s=chaos_run.HEARTBEAT_TIMEOUT_S, check_every_s=0.1)
         server = ThreadServer(self.core)
         run.cleanups.append(server.stop)
         run.use(server.url, self.admin)
@@ -228,13 +220,13 @@ class _JournalFailures:
         cd, _ = run.submit("jf-d")
         ce, _ = run.submit("jf-e")
         run.same_group(["jf-d", "jf-e"])
-        run.join([run.thread_job(cd, "jf-d", lambda it: it < ITERATIONS),
-                  run.thread_job(ce, "jf-e", lambda it: it < ITERATIONS)])
+        run.join([run.thread_job(cd, "jf-d", lambda it: it < chaos_run.ITERATIONS),
+                  run.thread_job(ce, "jf-e", lambda it: it < chaos_run.ITERATIONS)])
         self.same_as_replay("at the end")
         # And its heartbeat watchdog still fails a silent job.
-        r = run.http("POST", "/v1/jobs", self.admin, job_record("jf-silent", PHASE_S, 1.0))
+        r = run.http("POST", "/v1/jobs", self.admin, job_record("jf-silent", chaos_run.PHASE_S, 1.0))
         if run.check(r.status_code == 201, f"submit jf-silent: {r.status_code} {r.text[:200]}"):
-            bound = 5 * HEARTBEAT_TIMEOUT_S  # it is due after one timeout (the watchdog looks every 0.1 s)
+            bound = 5 * chaos_run.HEARTBEAT_TIMEOUT_S  # it is due after one timeout (the watchdog looks every 0.1 s)
             st, ok_ = run.wait_status(lambda s: s["jobs"]["jf-silent"]["status"] != "running", bound)
             s = st["jobs"]["jf-silent"]
             run.check(ok_ and "heartbeat" in (s["reason"] or ""),
@@ -283,4 +275,4 @@ class _JournalFailures:
 
 def _release(grant: dict) -> dict:
     """The release body of a grant."""
-    return {"phase": grant["phase"], "grant_no": grant["grant_no"], "timings": {**TIMINGS, "epoch": grant["epoch"]}}
+    return {"phase": grant["phase"], "grant_no": grant["grant_no"], "timings": {**chaos_run.TIMINGS, "epoch": grant["epoch"]}}

@@ -8,18 +8,10 @@ import threading
 import time
 from typing import Callable
 
+from rollmux.harness.chaos import run as chaos_run
 from rollmux.harness.chaos.checks import percentiles_ms, read_log, settled_state, state_diff, without
 from rollmux.harness.chaos.job import PhaseLog, load_checkpoint
-from rollmux.harness.chaos.run import (
-    HEARTBEAT_TIMEOUT_S,
-    ITERATIONS,
-    PHASE_S,
-    TIMINGS,
-    WAIT_S,
-    Run,
-    output_tail,
-    random_token,
-)
+from rollmux.harness.chaos.run import Run, output_tail, random_token
 from rollmux.live.client import HttpPermitClient
 from rollmux.shim import ITERATION, PhaseTimings
 
@@ -33,11 +25,11 @@ def _phase(client: HttpPermitClient, job_id: str, phase: str, log: PhaseLog, it:
     asked = time.monotonic()
     grant = client.acquire_dict(job_id, phase)
     seq = log.start(grant, it, time.monotonic() - asked)
-    time.sleep(PHASE_S)
+    time.sleep(chaos_run.PHASE_S)
     if inside is not None:
         inside(grant)
     log.end(seq)
-    client.release(PhaseTimings(job_id, phase, 0.0, 0.0, PHASE_S, 0.0, grant["epoch"]))
+    client.release(PhaseTimings(job_id, phase, 0.0, 0.0, chaos_run.PHASE_S, 0.0, grant["epoch"]))
     return grant
 
 
@@ -45,7 +37,7 @@ def _release_again(run: Run, job_id: str, phase: str, token: str, grant_no: int)
     """Release a phase a second time (it must be refused); returns the statuses before and after."""
     before = run.status()
     run.refused("POST", f"/v1/jobs/{job_id}/release", token,
-                {"phase": phase, "timings": TIMINGS, "grant_no": grant_no}, 409, "double release",
+                {"phase": phase, "timings": chaos_run.TIMINGS, "grant_no": grant_no}, 409, "double release",
                 f"{job_id}: second release of {phase}")
     return before, run.status()
 
@@ -61,7 +53,7 @@ def double_release(run: Run) -> None:
     def release_not_held(grant: dict) -> None:  # while holding train
         nonlocal attempts
         before = run.status()
-        run.refused("POST", "/v1/jobs/dr-lone/release", tok, {"phase": "rollout", "timings": TIMINGS}, 409,
+        run.refused("POST", "/v1/jobs/dr-lone/release", tok, {"phase": "rollout", "timings": chaos_run.TIMINGS}, 409,
                     "holds no", "release of rollout while holding train")
         attempts += 1
         run.unchanged(before, run.status(), "the refused release")
@@ -72,7 +64,7 @@ def double_release(run: Run) -> None:
         run.unchanged(before, after, f"the second release of {phase}")
         run.check(after["refused"] == before["refused"] + 1, "the refusal was not counted")
     log.close()
-    lone = run.thread_job(client, "dr-lone", lambda it: it < ITERATIONS, start_iter=1)
+    lone = run.thread_job(client, "dr-lone", lambda it: it < chaos_run.ITERATIONS, start_iter=1)
     # Two jobs in one group: A releases twice while B keeps iterating.
     ca, pa = run.submit("dr-a")
     cb, _ = run.submit("dr-b")
@@ -89,7 +81,7 @@ def double_release(run: Run) -> None:
             was, now = settled_state(before)["jobs"]["dr-a"], settled_state(after)["jobs"]["dr-a"]
             run.check(was == now, f"dr-a: the second release of {phase} changed it: {was} -> {now}")
     log.close()
-    a = run.thread_job(ca, "dr-a", lambda it: it < ITERATIONS, start_iter=2)
+    a = run.thread_job(ca, "dr-a", lambda it: it < chaos_run.ITERATIONS, start_iter=2)
     run.join([lone, a])
     stop.set()
     run.join([b])
@@ -107,11 +99,11 @@ def forged_token(run: Run) -> None:
     def hold(it: int, phase: str) -> None:
         if it == 1 and phase == "rollout":
             holding.set()
-            resume.wait(WAIT_S)
-    jobs = [run.thread_job(cv, "forge-victim", lambda it: it < ITERATIONS, hold),
-            run.thread_job(co, "forge-other", lambda it: it < ITERATIONS)]
+            resume.wait(chaos_run.WAIT_S)
+    jobs = [run.thread_job(cv, "forge-victim", lambda it: it < chaos_run.ITERATIONS, hold),
+            run.thread_job(co, "forge-other", lambda it: it < chaos_run.ITERATIONS)]
     try:
-        if not run.check(holding.wait(WAIT_S), "the victim never got its rollout permit"):
+        if not run.check(holding.wait(chaos_run.WAIT_S), "the victim never got its rollout permit"):
             return
         before = run.quiesce(["forge-other"], "rollout")
         if before is None:
@@ -121,7 +113,7 @@ def forged_token(run: Run) -> None:
         for label, tok, status in (("a forged token", forged, 401), ("another job's token", other, 403),
                                    ("no token", None, 401)):
             for route, body in (("acquire", {"phase": "train", "wait_s": 0}),
-                                ("release", {"phase": "rollout", "timings": TIMINGS}),
+                                ("release", {"phase": "rollout", "timings": chaos_run.TIMINGS}),
                                 ("heartbeat", {}), ("finish", {})):
                 run.refused("POST", f"/v1/jobs/forge-victim/{route}", tok, body, status, None, f"{route} with {label}")
                 attempts += 1
@@ -148,7 +140,7 @@ def killed(phase: str) -> Callable[[Run], None]:
         stop = threading.Event()
         mate = run.thread_job(co, other, lambda it: it < 3 or not stop.is_set())
         try:
-            proc = run.process_job(victim, ITERATIONS, hold_phase=phase, hold_iter=hold_iter)
+            proc = run.process_job(victim, chaos_run.ITERATIONS, hold_phase=phase, hold_iter=hold_iter)
             if proc is None or run.wait_event(proc, victim, "holding") is None:
                 return
             run.same_group([victim, other])
@@ -156,7 +148,7 @@ def killed(phase: str) -> Callable[[Run], None]:
             run.check(held == [phase], f"the victim holds {held} at the kill, wanted [{phase!r}]")
             t_kill = run.kill(proc, victim)
             st, ok = run.wait_status(lambda s: s["jobs"][victim]["status"] != "running",
-                                     HEARTBEAT_TIMEOUT_S + 15)
+                                     chaos_run.HEARTBEAT_TIMEOUT_S + 15)
             detected = time.monotonic() - t_kill
             v = st["jobs"][victim]
             if not run.check(ok and v["status"] == "failed" and "heartbeat" in (v["reason"] or ""),
@@ -172,7 +164,7 @@ def killed(phase: str) -> Callable[[Run], None]:
             # The job's launcher restarts it: it submits it again and it resumes from its checkpoint.
             ckpt = load_checkpoint(run.checkpoint(victim))
             run.check(ckpt == hold_iter, f"checkpoint at the kill: {ckpt}, wanted {hold_iter}")
-            again = run.process_job(victim, ITERATIONS)
+            again = run.process_job(victim, chaos_run.ITERATIONS)
             if again is None:
                 return
             sub = run.wait_event(again, victim, "submitted")
@@ -180,11 +172,11 @@ def killed(phase: str) -> Callable[[Run], None]:
             if sub is None or fin is None:
                 return
             run.check(sub["resumed_from"] == ckpt, f"resumed from {sub['resumed_from']}, checkpoint {ckpt}")
-            run.check(again.wait(WAIT_S) == 0, f"the restarted job exited with {again.returncode}")
-            run.check(fin["iterations"] == ITERATIONS, f"the restarted job ended at {fin['iterations']}")
+            run.check(again.wait(chaos_run.WAIT_S) == 0, f"the restarted job exited with {again.returncode}")
+            run.check(fin["iterations"] == chaos_run.ITERATIONS, f"the restarted job ended at {fin['iterations']}")
             counted = run.status()["jobs"][victim]["iterations"]
-            run.check(counted == ITERATIONS - ckpt,
-                      f"the server counted {counted} iterations of the resubmitted job, it did {ITERATIONS - ckpt}")
+            run.check(counted == chaos_run.ITERATIONS - ckpt,
+                      f"the server counted {counted} iterations of the resubmitted job, it did {chaos_run.ITERATIONS - ckpt}")
             run.extras.update(resumed_from=sub["resumed_from"], replaced_case=sub["case"])
         finally:
             stop.set()
@@ -225,11 +217,11 @@ def service_restart(run: Run) -> None:
     def hold(it: int, phase: str) -> None:
         if it == 2 and phase == "rollout" and not holding.is_set():
             holding.set()
-            resume.wait(2 * WAIT_S)
+            resume.wait(2 * chaos_run.WAIT_S)
     jobs = [run.thread_job(c, j, lambda it: it < 5 or not stop.is_set(), hold if j == holder else None)
             for c, j in zip(clients, ids)]
     try:
-        if not run.check(holding.wait(WAIT_S), f"{holder} never got its rollout permit"):
+        if not run.check(holding.wait(chaos_run.WAIT_S), f"{holder} never got its rollout permit"):
             return
         before = run.quiesce(ids[1:], "rollout")
         if before is None:
@@ -249,7 +241,7 @@ def service_restart(run: Run) -> None:
     finally:
         resume.set()
         stop.set()
-        run.join(jobs, 2 * WAIT_S)
+        run.join(jobs, 2 * chaos_run.WAIT_S)
         if run.ctx.server.proc.poll() is not None:
             run.errors.append(f"the server is down: {output_tail(run.ctx.server.output())}")
 
@@ -278,7 +270,7 @@ def _past_the_grace_period(run: Run, after: dict, holder: str) -> dict | None:
     """Wait for the canary's failure: past the last restart's grace period and heartbeat timeout. By then
     the waiting jobs have retried on the new instance; the holder (alive, beating to it) must still hold
     its permit and nobody may have its node. The status then, or None if not so."""
-    later, ok = run.wait_status(lambda s: s["jobs"]["restart-canary"]["status"] != "running", WAIT_S)
+    later, ok = run.wait_status(lambda s: s["jobs"]["restart-canary"]["status"] != "running", chaos_run.WAIT_S)
     c = later["jobs"]["restart-canary"]
     if not run.check(ok and c["status"] == "failed" and "heartbeat" in (c["reason"] or ""),
                      f"the silent canary is {c['status']} ({c['reason']}) after the restarts"):
@@ -318,12 +310,12 @@ def load(jobs: int, seconds: float) -> Callable[[Run], None]:
                    for c, j in zip(clients, ids)]
         window["start"] = time.monotonic() + 0.1
         window["end"] = window["start"] + seconds
-        barrier.wait(WAIT_S)
+        barrier.wait(chaos_run.WAIT_S)
         time.sleep(seconds / 2)
         st = run.status()
         groups = [g for g in st["groups"] if any(m in ids for m in g["members"])]
         run.extras["groups"] = len(groups)
-        run.join(threads, seconds + WAIT_S)
+        run.join(threads, seconds + chaos_run.WAIT_S)
         starts = [e for e in read_log(run.log_dir) if e["ev"] == "start"
                   and window["start"] <= e["t"] <= window["end"]]
         p50, p99 = percentiles_ms([e["wait_s"] for e in starts])

@@ -32,6 +32,18 @@ def _sqlite_path(url: str) -> Path:
     return Path(url[len("sqlite://"):])
 
 
+def _tamper(url: str, sql: str, on_redis) -> None:
+    """Change the store behind its back: `sql` on SQLite, `on_redis(raw, prefix)` on Redis."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(_sqlite_path(url)) as conn:
+            conn.execute(sql)
+        conn.close()
+    else:
+        raw, prefix = raw_redis(url)
+        on_redis(raw, prefix)
+        raw.close()
+
+
 def _corrupt(url: str, seq: int, payload: str | bytes) -> None:
     """Overwrite record seq's payload behind the store's back (a torn write)."""
     if url.startswith("sqlite"):
@@ -116,14 +128,7 @@ def test_a_record_that_is_not_json_never_escapes_as_a_raw_decode_error(url):
 
 def test_a_missing_record_is_named(url):
     _fill(url)
-    if url.startswith("sqlite"):
-        with sqlite3.connect(_sqlite_path(url)) as conn:
-            conn.execute("DELETE FROM records WHERE seq = 3")
-        conn.close()
-    else:
-        raw, prefix = raw_redis(url)
-        raw.xdel(f"{prefix}:records", "3-0")
-        raw.close()
+    _tamper(url, "DELETE FROM records WHERE seq = 3", lambda raw, prefix: raw.xdel(f"{prefix}:records", "3-0"))
     store = open_store(url, readonly=True)
     assert ": record 3 is missing (the next one is record 4)" in _one_line_error(store.url, store.records)
     store.close()
@@ -168,14 +173,7 @@ def test_redis_seq_counter_ahead_of_the_records_is_a_missing_record(redis_port):
 
 def test_a_corrupt_snapshot_is_one_line(url):
     _fill(url, 3, snapshot_at=2)
-    if url.startswith("sqlite"):
-        with sqlite3.connect(_sqlite_path(url)) as conn:
-            conn.execute("UPDATE snapshot SET state = 'nope'")
-        conn.close()
-    else:
-        raw, prefix = raw_redis(url)
-        raw.hset(f"{prefix}:snapshot", "state", "nope")
-        raw.close()
+    _tamper(url, "UPDATE snapshot SET state = 'nope'", lambda raw, prefix: raw.hset(f"{prefix}:snapshot", "state", "nope"))
     store = open_store(url, readonly=True)
     assert ": the snapshot as of record 2 is corrupt (not JSON: Expecting value" in _one_line_error(
         store.url, store.snapshot)
@@ -253,14 +251,7 @@ def test_repair_drops_a_snapshot_beyond_the_last_good_record(url):
 
 def test_repair_drops_a_corrupt_snapshot_and_keeps_every_record(url):
     good = _fill(url, 3, snapshot_at=3)
-    if url.startswith("sqlite"):
-        with sqlite3.connect(_sqlite_path(url)) as conn:
-            conn.execute("UPDATE snapshot SET state = '[]'")
-        conn.close()
-    else:
-        raw, prefix = raw_redis(url)
-        raw.hdel(f"{prefix}:snapshot", "state")
-        raw.close()
+    _tamper(url, "UPDATE snapshot SET state = '[]'", lambda raw, prefix: raw.hdel(f"{prefix}:snapshot", "state"))
     report = repair_store(url)
     assert (report.kept, report.dropped, report.dropped_snapshot) == (3, 0, True)
     store = open_store(url)
