@@ -172,8 +172,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     test-fast` then spends no time importing transformers for tests/adapters. Selection is the
     same as deselecting after import; only the deselected count leaves these modules out."""
     markexpr = config.getoption("markexpr", "")
-    if not markexpr or collection_path.suffix != ".py" or not collection_path.is_relative_to(config.rootpath):
-        return None
+    if (not markexpr or not collection_path.name.startswith("test_") or collection_path.suffix != ".py"
+            or not collection_path.is_relative_to(config.rootpath)):
+        return None  # conftest.py and helper modules are never left out
     try:  # pytest's own parser of `-m`; private, so an API change only costs the saving
         from _pytest.mark.expression import Expression
         expr = Expression.compile(markexpr)
