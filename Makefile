@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(STAMP)
 	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/python -m pytest
+
+## Install, then run the fast subset: the unit tests that are not slow (no Redis or Chromium needed).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "unit and not slow"
 
 ## Install, then run the benchmarks (see benchmarks/README.md).
 bench: $(STAMP)

@@ -89,59 +89,83 @@ def _pin_assignments(ks: list[int], hosts: list[float], loads: list[float], n: i
     dropped without changing residency or the period, so a cheaper config would exist).
     Partial residency and partial node load (a lower bound of T_load) prune early.
     """
-    m = len(ks)
-    suffix = [0] * (m + 1)
-    for i in range(m - 1, -1, -1):
-        suffix[i] = suffix[i + 1] + ks[i]
-    sigs: list[tuple[int, ...]] = []
-    host: list[float] = []
-    load: list[float] = []
-    pins: list[tuple[int, ...]] = []
+    return _PinSearch(ks, hosts, loads, n, host_cap, load_cap, switch_s).assignments(0)
 
-    def node_load(i: int) -> float:
-        c = len(sigs[i])
-        return load[i] + (switch_s * c if c > 1 else 0.0)
 
-    def rec(j: int):
-        u = len(sigs)
-        if j == m:
-            if u == n:
-                yield list(pins)
-            return
-        k = ks[j]
+class _PinSearch:
+    """The depth-first search behind `_pin_assignments`: the nodes used so far (their signature,
+    host memory and load) and the pins of members 0..j-1, extended and undone member by member."""
+
+    def __init__(self, ks: list[int], hosts: list[float], loads: list[float], n: int,
+                 host_cap: float, load_cap: float, switch_s: float) -> None:
+        self.ks, self.hosts, self.loads, self.n = ks, hosts, loads, n
+        self.host_cap, self.load_cap, self.switch_s = host_cap, load_cap, switch_s
+        # suffix[j]: the nodes members j.. need together, the most fresh nodes they can still add
+        self.suffix = [0] * (len(ks) + 1)
+        for i in range(len(ks) - 1, -1, -1):
+            self.suffix[i] = self.suffix[i + 1] + ks[i]
+        self.sigs: list[tuple[int, ...]] = []
+        self.host: list[float] = []
+        self.load: list[float] = []
+        self.pins: list[tuple[int, ...]] = []
+
+    def _node_load(self, i: int) -> float:
+        c = len(self.sigs[i])
+        return self.load[i] + (self.switch_s * c if c > 1 else 0.0)
+
+    def _classes(self) -> list[list[int]]:
+        """The used nodes grouped by signature, each class in index order, classes by first node."""
         classes: dict[tuple[int, ...], list[int]] = {}
-        for i in range(u):
-            classes.setdefault(sigs[i], []).append(i)
-        cls = list(classes.values())
+        for i, sig in enumerate(self.sigs):
+            classes.setdefault(sig, []).append(i)
+        return list(classes.values())
+
+    def _pin(self, j: int, chosen: list[int], new: int) -> bool:
+        """Pin member j on `chosen` used nodes and `new` fresh ones; whether every chosen node's
+        load still fits."""
+        u = len(self.sigs)
+        for i in chosen:
+            self.sigs[i] += (j,)
+            self.host[i] += self.hosts[j]
+            self.load[i] += self.loads[j]
+        ok = all(_fits(self._node_load(i), self.load_cap) for i in chosen)
+        for _ in range(new):
+            self.sigs.append((j,))
+            self.host.append(self.hosts[j])
+            self.load.append(self.loads[j])
+        self.pins.append(tuple(chosen) + tuple(range(u, u + new)))
+        return ok
+
+    def _unpin(self, j: int, chosen: list[int], u: int) -> None:
+        """Undo `_pin(j, chosen, ...)` made with u nodes in use."""
+        self.pins.pop()
+        del self.sigs[u:], self.host[u:], self.load[u:]
+        for i in chosen:
+            self.sigs[i] = self.sigs[i][:-1]
+            self.host[i] -= self.hosts[j]
+            self.load[i] -= self.loads[j]
+
+    def assignments(self, j: int):
+        """Every canonical completion of the pins of members 0..j-1 (a fresh list each)."""
+        u = len(self.sigs)
+        if j == len(self.ks):
+            if u == self.n:
+                yield list(self.pins)
+            return
+        k = self.ks[j]
+        cls = self._classes()
         for counts in _count_vectors([len(c) for c in cls], k):
             new = k - sum(counts)
-            if u + new > n or n - u - new > suffix[j + 1]:
+            if u + new > self.n or self.n - u - new > self.suffix[j + 1]:
                 continue
             chosen = [i for c, cnt in zip(cls, counts) for i in c[:cnt]]
-            if any(not _fits(host[i] + hosts[j], host_cap) for i in chosen):
+            if any(not _fits(self.host[i] + self.hosts[j], self.host_cap) for i in chosen):
                 continue
-            if new and not _fits(hosts[j], host_cap):
+            if new and not _fits(self.hosts[j], self.host_cap):
                 continue
-            for i in chosen:
-                sigs[i] += (j,)
-                host[i] += hosts[j]
-                load[i] += loads[j]
-            ok = all(_fits(node_load(i), load_cap) for i in chosen)
-            for _ in range(new):
-                sigs.append((j,))
-                host.append(hosts[j])
-                load.append(loads[j])
-            pins.append(tuple(chosen) + tuple(range(u, u + new)))
-            if ok:
-                yield from rec(j + 1)
-            pins.pop()
-            del sigs[u:], host[u:], load[u:]
-            for i in chosen:
-                sigs[i] = sigs[i][:-1]
-                host[i] -= hosts[j]
-                load[i] -= loads[j]
-
-    yield from rec(0)
+            if self._pin(j, chosen, new):
+                yield from self.assignments(j + 1)
+            self._unpin(j, chosen, u)
 
 
 def _count_vectors(sizes: list[int], k: int, i: int = 0):
