@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from factories import GROUPS, config, intra, make_cluster, make_job, make_policy
 
-from rollmux.core.cluster_state import ClusterState
+from rollmux.core.state import ClusterState
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Member
-from rollmux.core.regroup import Move, Regroup, migration_seconds, plan_moves
+from rollmux.core.records import Movers
+from rollmux.core.regroup import Move, migration_seconds, plan_moves
 
 CLUSTER = make_cluster()
 
@@ -80,8 +81,9 @@ def _host_with_a_move_into_it(reserve: bool, elapsed: float = 19250.0):
     progress = {"h": (h.iterations - 5, elapsed)}
     a = make_job("a", rollout=60, train=50, slo=3.0)
     if reserve:
-        plan = st.decide(a, progress)
-        st.apply_regroup(Regroup(99, (Move("a", 99, plan, migration_seconds(a, CLUSTER)),), False))
+        (place,) = st.decide(a, progress, arrival=False)
+        plan = place.plan
+        st.apply(Movers.of(99, (Move("a", 99, plan, migration_seconds(a, CLUSTER)),), False))
     else:
         plan = st.place(a, progress, arrival=False)
     assert plan.case.value == "direct_packing"
