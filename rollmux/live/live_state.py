@@ -133,7 +133,7 @@ class LiveState:
             record = parse(kind, payload, self.cluster.intra)
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "(record)"
+            where = ".".join(str(p) for p in first["loc"][1:]) or "(record)"  # (loc[0]: the union's tag)
             raise ReplayError(f"journal record {kind!r} does not read: {where}: {first['msg']}") from None
         return self.apply_record(record, replay)
 
