@@ -41,7 +41,7 @@ from rollmux.core.lifecycle import may_move
 from rollmux.core.records import Leave, MoveOut, Submit, config_from, config_record
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
-from rollmux.core.vocabulary import JobStatus
+from rollmux.core.vocabulary import JobStatus, Pool
 from rollmux.live.access import ADMIN_ONLY, INTERNAL, JOB, JOB_OR_ADMIN, Access, Op, hash_token
 from rollmux.live.handoff import Inbox, settle
 from rollmux.live.in_process import ADMIN, InProcessApi
@@ -323,7 +323,7 @@ class SchedulerCore(Access, Supervision, Permits, InProcessApi):
             m = (cs.colocated if colocated else cs.groups)[job.group_id].member(job_id)
             # "colocated": every phase runs on its training nodes (its rollout permits say pool "train").
             out.update(rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes),
-                       nodes={"rollout": list(m.rollout_nodes), "train": list(m.train_nodes)},
+                       nodes={Pool.ROLLOUT: list(m.rollout_nodes), Pool.TRAIN: list(m.train_nodes)},
                        mode="colocated" if colocated else "disaggregated")
         return out
 

@@ -38,7 +38,8 @@ class Supervision:
     def lease_s(self, spec: JobSpec, phase: str, switch_s: float, scale: float = 1.0) -> float:
         """How long a permit may be held: the declared worst-case phase time (x `scale`: a
         co-located phase's, core/colo_model.py) with a margin."""
-        worst = spec.rollout_s.max if phase == Phase.ROLLOUT else spec.train_s * spec.rollout_s.max / spec.rollout_s.median
+        worst = (spec.rollout_s.max if phase == Phase.ROLLOUT
+                 else spec.train_s * spec.rollout_s.max / spec.rollout_s.median)
         return max(self.lease_min_s, self.lease_factor * worst * scale + switch_s)
 
     def _op_nodes_lost(self, dead: set[str]) -> list[str]:

@@ -20,7 +20,6 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.elastic import member_rollout_gpus
 from rollmux.core.env import SimEnvironment

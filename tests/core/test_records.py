@@ -55,7 +55,8 @@ def _every_record() -> list:
             Grant(group_id=1, job_id="a", phase=Phase.ROLLOUT, pool="rollout", nodes=[0], switch_s=2.0, granted_at=3.0,
                   tail_share=0.25, epoch=1, units=4, workers=[[0, 1, 2, 3]], keep=[[0]], train_held=[], at=9.0,
                   grant_no=4, lease_s=60.0, rollout_nodes=[0], train_nodes=[0], rollout_factor=1.0),
-            Release(job_id="a", phase=Phase.TRAIN, timings={"wait_s": 0.0, "onload_s": 1.0, "run_s": 2.0, "offload_s": 0.0}),
+            Release(job_id="a", phase=Phase.TRAIN,
+                    timings={"wait_s": 0.0, "onload_s": 1.0, "run_s": 2.0, "offload_s": 0.0}),
             Tail(job_id="a"), Observe(job_id="a", rollout_s=100.0, train_s=50.0, at=4.0, rollout_factor=1.5),
             Compact.of(1, 2), Memory(job_id="a", host_gb={"rollout": 11.0}), Movers.of(7, (move,), True),
             MoveOut.of("a", "regroup"), Leave.of("a", JobStatus.FAILED, "no heartbeat")]
