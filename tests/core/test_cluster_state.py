@@ -124,3 +124,11 @@ def test_a_policy_that_admits_by_other_rules_than_the_config_is_refused_naming_t
     # A policy that admits without SLOs (the baselines) only plans with its config.
     from rollmux.sim.baseline_policies import SoloPlacement
     ClusterState(SimEnvironment(), make_cluster(), SoloPlacement(intra()), cfg)
+
+
+def test_a_phase_measured_at_no_time_is_no_estimate():
+    st = _state(repair=True)
+    gid = st.place(make_job("a"), {}).group.group_id
+    assert st.observe("a", gid, 0.0, 0.0, {}) == [] and "a" not in st.estimates  # (was a ZeroDivisionError)
+    st.observe("a", gid, 100.0, 100.0, {})
+    assert st.estimates["a"].count == 1

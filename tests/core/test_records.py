@@ -8,25 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from rollmux.core.env import SimEnvironment
-from rollmux.core.records import (
-    KINDS,
-    Compact,
-    Config,
-    Grant,
-    Leave,
-    Memory,
-    MoveOut,
-    Movers,
-    MoversV1,
-    Observe,
-    Place,
-    Release,
-    Submit,
-    Tail,
-    config_from,
-    config_record,
-    parse,
-)
+from rollmux.core import records as rec
+from rollmux.core.records import KINDS, config_from, config_record, parse
 from rollmux.core.regroup import Move
 from rollmux.core.state import ClusterState
 from rollmux.core.vocabulary import Case, JobStatus, Phase
@@ -36,7 +19,7 @@ from tests.factories import GROUPS, make_cluster, make_job, make_policy
 CLUSTER = make_cluster()
 
 
-def _placed() -> tuple[ClusterState, Place]:
+def _placed() -> tuple[ClusterState, rec.Place]:
     st = ClusterState(SimEnvironment(), CLUSTER, make_policy(), GROUPS)
     (place,) = st.decide(make_job("a", rollout=100, train=50), {})
     return st, place
@@ -51,15 +34,16 @@ def _every_record() -> list:
     st, place = _placed()
     move = Move("a", 7, place.plan, 12.5)
     return [config_record(CLUSTER, GROUPS),
-            Submit(job=make_job("a"), token_hash="ab" * 32, at=1.5), place,
-            Grant(group_id=1, job_id="a", phase=Phase.ROLLOUT, pool="rollout", nodes=[0], switch_s=2.0, granted_at=3.0,
-                  tail_share=0.25, epoch=1, units=4, workers=[[0, 1, 2, 3]], keep=[[0]], train_held=[], at=9.0,
-                  grant_no=4, lease_s=60.0, rollout_nodes=[0], train_nodes=[0], rollout_factor=1.0),
-            Release(job_id="a", phase=Phase.TRAIN,
+            rec.Submit(job=make_job("a"), token_hash="ab" * 32, at=1.5), place,
+            rec.Grant(group_id=1, job_id="a", phase=Phase.ROLLOUT, pool="rollout", nodes=[0], switch_s=2.0,
+                      granted_at=3.0, tail_share=0.25, epoch=1, units=4, workers=[[0, 1, 2, 3]], keep=[[0]],
+                      train_held=[], at=9.0, grant_no=4, lease_s=60.0, rollout_nodes=[0], train_nodes=[0],
+                      rollout_factor=1.0),
+            rec.Release(job_id="a", phase=Phase.TRAIN,
                     timings={"wait_s": 0.0, "onload_s": 1.0, "run_s": 2.0, "offload_s": 0.0}),
-            Tail(job_id="a"), Observe(job_id="a", rollout_s=100.0, train_s=50.0, at=4.0, rollout_factor=1.5),
-            Compact.of(1, 2), Memory(job_id="a", host_gb={"rollout": 11.0}), Movers.of(7, (move,), True),
-            MoveOut.of("a", "regroup"), Leave.of("a", JobStatus.FAILED, "no heartbeat")]
+            rec.Tail(job_id="a"), rec.Observe(job_id="a", rollout_s=100.0, train_s=50.0, at=4.0, rollout_factor=1.5),
+            rec.Compact.of(1, 2), rec.Memory(job_id="a", host_gb={"rollout": 11.0}), rec.Movers.of(7, (move,), True),
+            rec.MoveOut.of("a", "regroup"), rec.Leave.of("a", JobStatus.FAILED, "no heartbeat")]
 
 
 def test_every_kind_has_one_record_type_and_every_record_reads_back_as_it_was_written():
@@ -76,7 +60,7 @@ def test_every_kind_has_one_record_type_and_every_record_reads_back_as_it_was_wr
 def test_a_permit_is_the_grants_fields_in_order_without_the_records_version():
     grant = _every_record()[3]
     permit = grant.permit()
-    assert list(permit) == [f for f in Grant.model_fields if f not in ("kind", "version")]
+    assert list(permit) == [f for f in rec.Grant.model_fields if f not in ("kind", "version")]
     assert json.loads(json.dumps(permit))["phase"] == "rollout"
     # Read from an older journal, a permit holds only what that journal wrote.
     old = {k: v for k, v in _line(grant)[1].items() if k not in ("lease_s", "version", "train_held")}
@@ -91,9 +75,9 @@ def test_a_group_is_read_back_only_with_the_planners_view():
 
 def test_version_1_movers_are_read_as_themselves_and_observe_without_a_factor_as_its_members():
     old = parse("movers", {"job_ids": ["a", "b"], "group_ids": [3]})
-    assert type(old) is MoversV1 and (old.job_ids, old.group_ids, old.version) == (["a", "b"], [3], 1)
+    assert type(old) is rec.MoversV1 and (old.job_ids, old.group_ids, old.version) == (["a", "b"], [3], 1)
     obs = parse("observe", {"job_id": "a", "rollout_s": 1.0, "train_s": 2.0, "at": 3.0})
-    assert type(obs) is Observe and obs.rollout_factor is None and obs.version == 2
+    assert type(obs) is rec.Observe and obs.rollout_factor is None and obs.version == 2
 
 
 def test_config_records_of_every_version_read_as_todays():
@@ -106,7 +90,7 @@ def test_config_records_of_every_version_read_as_todays():
     assert (v1.admission.plan, v2.admission.plan) == ("mean", "mean")
     spec, cfg = config_from(config_record(CLUSTER, GROUPS).payload())
     assert (spec, cfg) == (CLUSTER, GROUPS) and isinstance(parse("config", config_record(CLUSTER, GROUPS).payload()),
-                                                           Config)
+                                                           rec.Config)
 
 
 @pytest.mark.parametrize("kind, payload, match", [
@@ -122,7 +106,7 @@ def test_a_line_that_is_no_record_is_refused_naming_what_does_not_fit(kind, payl
 
 def test_a_replay_applies_version_1_movers_and_refuses_a_line_that_is_no_record():
     live = LiveState(SimEnvironment(), CLUSTER, GROUPS)
-    live.apply("submit", _line(Submit(job=make_job("a"), token_hash="x", at=0.0))[1])
+    live.apply("submit", _line(rec.Submit(job=make_job("a"), token_hash="x", at=0.0))[1])
     live.apply(*_line(live.cluster.decide(live.jobs["a"].spec, {})[0]))
     gid = live.jobs["a"].group_id
     live.apply("movers", {"job_ids": ["a"], "group_ids": [gid]}, replay=True)

@@ -127,7 +127,11 @@ class DriftRepair:
     def _measured(self, job_id: str, job: JobSpec, rollout_s: float, train_s: float) -> JobSpec | None:
         """Add one iteration's measured (nominal-shape, disaggregated) phase times to the job's
         estimate; its measured profile when that differs by more than 5% from `job`, the profile
-        it is planned with now (it then replaces it in `planned`), else None."""
+        it is planned with now (it then replaces it in `planned`), else None. A phase measured
+        at no time at all says nothing of the job's speed (training scales with the rollout's
+        tokens, and a profile's phases last a while): it is not added."""
+        if rollout_s <= 0 or train_s <= 0:
+            return None
         estimates = self.state.estimates
         est = estimates.get(job_id)
         if est is None:
