@@ -13,7 +13,6 @@ import logging
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict
 from typing import Any
 
 from rollmux.core.colocate import colocated_phases, group_gpus
@@ -99,18 +98,19 @@ class Permits:
 
     def _grant_record(self, job_id: str, phase: str, grant, m) -> Grant:
         """The `grant` record of a controller's grant to member `m`: where it runs and its lease."""
-        return Grant(**{
-            **asdict(grant), "nodes": list(grant.nodes), "epoch": self.state.jobs[job_id].epoch, "at": time.time(),
-            "grant_no": self.state.grants + 1,
-            "lease_s": self.lease_s(self.state.planning_spec(job_id), phase, grant.switch_s,
-                                    self._phase_scale(job_id, phase)),
-            "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
+        return Grant(
+            group_id=grant.group_id, job_id=job_id, phase=grant.phase, pool=grant.pool, nodes=list(grant.nodes),
+            switch_s=grant.switch_s, granted_at=grant.granted_at, tail_share=grant.tail_share,
+            epoch=self.state.jobs[job_id].epoch, units=grant.units,
+            # JSON-native, as a replay reads them back from the journal (tuples would differ)
+            workers=[list(w) for w in grant.workers], keep=[list(k) for k in grant.keep],
+            train_held=list(grant.train_held), at=time.time(), grant_no=self.state.grants + 1,
+            lease_s=self.lease_s(self.state.planning_spec(job_id), phase, grant.switch_s,
+                                 self._phase_scale(job_id, phase)),
+            rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes),
             # elastic rollout (core/elastic.py): its rollout runs this much longer on these
             # nodes than on its declared count (1.0: the declared count)
-            "rollout_factor": m.rollout_factor,
-            # JSON-native, as a replay reads them back from the journal (tuples would differ)
-            "workers": [list(w) for w in grant.workers], "keep": [list(k) for k in grant.keep],
-            "train_held": list(grant.train_held)})
+            rollout_factor=m.rollout_factor)
 
     def _phase_scale(self, job_id: str, phase: str) -> float:
         """How much longer than declared the job's `phase` runs where it is placed: a co-located

@@ -7,8 +7,8 @@ needs around it:
 
 - one scheduler thread (`WallClockEnvironment`) owns the state; callers (the
   HTTP server's event loop, tests) hand it their work as futures;
-- **write-ahead, group commit**: every decision is staged in the journal
-  before memory changes; a batch of decisions is committed (one fsync) before
+- **write-ahead, group commit**: every decision is a typed record
+  (core/records.py), staged in the journal before memory changes (`_record`); a batch of decisions is committed (one fsync) before
   any of their replies goes out. A failed stage or commit rolls the batch
   back and rebuilds memory from the journal, so memory always equals a
   replay of what is committed, and the batch's callers get `Unavailable`;
@@ -20,6 +20,9 @@ needs around it:
   the group goes on;
 - departure-time regrouping: members of a dissolved group move at their next
   iteration boundary (their next permit carries the new placement).
+
+The permit protocol is `Permits` (live/permits.py), tokens and scopes `Access`
+(live/access.py), heartbeats and leases `Supervision` (live/supervision.py).
 """
 
 from __future__ import annotations
