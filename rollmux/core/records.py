@@ -25,6 +25,7 @@ terminal one is refused before it is journaled.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Annotated, Any, Literal, Union
 
@@ -144,7 +145,9 @@ ConfigField = Annotated[SchedulerConfig, PlainSerializer(lambda c: c.model_dump(
 class _Record(BaseModel):
     """What every record shares: frozen; a field an older or newer writer added is ignored."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", arbitrary_types_allowed=True)
+    # defer_build: a schema is built when its record is first made or read (the simulator never
+    # makes most of them, and every run of `rollmux simulate` would pay for all at import).
+    model_config = ConfigDict(frozen=True, extra="ignore", arbitrary_types_allowed=True, defer_build=True)
 
     def payload(self) -> dict:
         """The journal line's payload (its kind is stored beside it): JSON-native once the journal
@@ -373,7 +376,12 @@ Record = Annotated[Union[
     Annotated[Movers, Tag("movers/2")], Annotated[MoversV1, Tag("movers/1")],
     Annotated[MoveOut, Tag("move_out")], Annotated[Leave, Tag("leave")],
 ], Discriminator(_tag)]
-_RECORD: TypeAdapter = TypeAdapter(Record)
+
+
+@functools.cache
+def _record_adapter() -> TypeAdapter:
+    """The union's validator, built on the first journal line read (a replay's)."""
+    return TypeAdapter(Record)
 
 # The scheduling decisions: what `ClusterState.apply` carries out.
 DECISIONS = (Place, Movers, MoversV1, Compact, MoveOut, Leave)
@@ -441,7 +449,7 @@ def legacy_config(flat: dict, version: int) -> SchedulerConfig:
 def parse(kind: str, payload: dict, intra: IntraConfig | None = None) -> Record:
     """One journal line as its record, older versions upgraded; a ValidationError names what
     does not fit. `intra`: the planner's view, to rebuild the groups a record holds."""
-    return _RECORD.validate_python(upgrade(kind, payload), context={"intra": intra})
+    return _record_adapter().validate_python(upgrade(kind, payload), context={"intra": intra})
 
 
 def config_from(payload: dict) -> tuple[ClusterSpec, SchedulerConfig]:
