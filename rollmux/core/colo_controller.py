@@ -2,7 +2,7 @@
 
 A co-located job shares its nodes with nobody and runs its phases one after another, so
 its permits are granted at once: `init`, `rollout` and `train` on all its training nodes
-(pool "train": the rollout runs on training GPUs, the veRL way), `sync` on the link with no
+(pool `train`: the rollout runs on training GPUs, the veRL way), `sync` on the link with no
 node (its weights are resharded in place: it is on the critical path of nothing). Each
 rollout and training permit carries a warm switch, the offload/onload the veRL model
 charges twice per iteration (core/colo_model.py); there is no long-tail migration (the
@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from rollmux.core.env import Environment
-from rollmux.core.group import Group
-from rollmux.core.group_controller import CONTROLLED, INIT, ROLLOUT, SYNC, TRAIN, Grant
 from rollmux.core.config import IntraConfig
+from rollmux.core.env import Environment
+from rollmux.core.grant import LINK, Grant
+from rollmux.core.group import Group
+from rollmux.core.group_controller import CONTROLLED, INIT, ROLLOUT, SYNC, TRAIN
+from rollmux.core.vocabulary import Pool
 
-COLOCATED_POOL = "train"  # where a co-located job's rollout permit sends it
+COLOCATED_POOL = Pool.TRAIN  # where a co-located job's rollout permit sends it
 
 
 class ColocatedController:
@@ -52,7 +54,7 @@ class ColocatedController:
             raise ValueError(f"unknown phase {phase!r}; use one of {CONTROLLED}")
         gid, now, nodes = self.group.group_id, self.env.now(), self.group.members[0].train_nodes
         if phase == SYNC:
-            on_grant(Grant(gid, job_id, SYNC, "link", (), 0.0, now, 0.0))
+            on_grant(Grant(gid, job_id, SYNC, LINK, (), 0.0, now, 0.0))
             return
         if phase == INIT:
             on_grant(Grant(gid, job_id, INIT, COLOCATED_POOL, nodes, 0.0, now, 0.0))

@@ -16,56 +16,26 @@ models sync the same way (a delay after the training release, before the next
 rollout request, with no node held) and has no init (an arrival is placed
 with its state built).
 
-Workers: a rollout node's workers are `units` equal slots (the denominator of
-`tail_worker_frac`, e.g. 4 for 0.25). A rollout permit covers the slots no
-migrated tail keeps (`Grant.workers`); a tail keeps the lowest
-`tail_worker_frac * units` of the slots its permit covered (`Grant.keep`), so
-two jobs never run on one worker. The controller never measures time itself
-beyond reading the environment's clock, so the same class serves the
-simulator (virtual time, simulated jobs) and the live plane (wall clock, real
-jobs behind the job shim).
+A permit names the worker slots it covers (core/grant.py). The controller never
+measures time itself beyond reading the environment's clock, so the same class
+serves the simulator (virtual time, simulated jobs) and the live plane (wall
+clock, real jobs behind the job shim).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Callable
 
+from rollmux.core.config import IntraConfig
 from rollmux.core.env import Environment
+from rollmux.core.grant import LINK, Grant, worker_slots
 from rollmux.core.group import Group
 from rollmux.core.intra_group import tail_share
-from rollmux.core.config import IntraConfig
+from rollmux.core.vocabulary import Phase
 
-ROLLOUT, TRAIN, INIT, SYNC = "rollout", "train", "init", "sync"
-CONTROLLED = (INIT, ROLLOUT, TRAIN, SYNC)  # phases a controller grants
-
-
-@dataclass(frozen=True, slots=True)  # (slots: one is made per simulated phase)
-class Grant:
-    """A permit: job `job_id` may run `phase` on `nodes` of `pool` after a `switch_s` load."""
-
-    group_id: int
-    job_id: str
-    phase: str
-    pool: str
-    nodes: tuple[int, ...]
-    switch_s: float
-    granted_at: float
-    tail_share: float  # tail fraction the job should migrate (0 = no migration)
-    epoch: int = 0     # the job's placement count (live plane): a change means it was moved
-    units: int = 0     # rollout: worker slots per node (0 on other pools)
-    workers: tuple[tuple[int, ...], ...] = ()  # rollout: per node, the slots covered (() = all)
-    keep: tuple[tuple[int, ...], ...] = ()     # rollout: per node, the slots a migrated tail keeps
-    train_held: tuple[int, ...] = ()           # init: the training nodes it holds too
-
-    def slots(self, i: int) -> tuple[int, ...]:
-        """The worker slots this permit covers on its `i`-th node."""
-        return self.workers[i] if self.workers else tuple(range(self.units))
-
-    def kept(self, i: int) -> tuple[int, ...]:
-        """The worker slots a migrated tail keeps on the permit's `i`-th node."""
-        return self.keep[i] if self.keep else ()
+# (bound once: the permit checks are the simulator's hottest code; a phase's pool has its name)
+ROLLOUT, TRAIN, INIT, SYNC = Phase.ROLLOUT, Phase.TRAIN, Phase.INIT, Phase.SYNC
+CONTROLLED = tuple(p.value for p in Phase)  # phases a controller grants: init, rollout, train, sync
 
 
 _UNKNOWN: Any = object()  # a node's turn, not computed since the turn order last changed
@@ -82,12 +52,6 @@ class _NodeState:
         self.tails: dict[str, float] = {}  # migrated tails still running: job -> worker share
         self.slots: tuple[int, ...] | None = None  # worker slots of the holder's rollout (None = all)
         self.kept: dict[str, tuple[int, ...]] = {}  # worker slots of each migrated tail
-
-
-def worker_slots(cfg: IntraConfig) -> tuple[int, int]:
-    """(worker slots per rollout node, slots a migrated tail keeps): `tail_worker_frac` as a fraction."""
-    share = Fraction(cfg.tail_worker_frac).limit_denominator(64)
-    return share.denominator, share.numerator
 
 
 def _recount(count: int, old_rate: int, new_rate: int) -> int:
@@ -259,7 +223,7 @@ class GroupController:
         if phase not in CONTROLLED:
             raise ValueError(f"unknown phase {phase!r}; use one of {CONTROLLED}")
         if phase == SYNC:  # holds no node (module docstring): granted at once
-            on_grant(Grant(self.group.group_id, job_id, SYNC, "link", (), 0.0, self.env.now(), 0.0))
+            on_grant(Grant(self.group.group_id, job_id, SYNC, LINK, (), 0.0, self.env.now(), 0.0))
             return
         if phase == INIT:  # no other phase starts on its nodes until it has run
             self._inits[ROLLOUT].update(member.rollout_nodes)

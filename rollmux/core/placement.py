@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -21,18 +20,8 @@ from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, residency_ok
 from rollmux.core.group_index import IndexSnapshot, rows_by_entry
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.vocabulary import Case
 from rollmux.core.why import PlacementWhy
-
-
-class Case(str, Enum):
-    """Which case of Algorithm 1 placed a job."""
-
-    DIRECT = "direct_packing"
-    SCALING = "rollout_scaling"
-    ISOLATED = "isolated"
-    TRAIN_SCALING = "train_scaling"  # joined by adding training nodes (core/shapes.py)
-    COLOCATED = "colocated"  # the job alone on training nodes, veRL mode (core/colocate.py)
-    PAIRED = "paired"  # a new group founded with a co-located job that moves in (core/pairing.py)
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,12 @@ class JobSpec(_Strict):
         """The job's work: round(duration_s / solo_iter_s), at least one."""
         return max(1, round(self.duration_s / self.solo_iter_s))
 
+    @cached_property
+    def slo_budget_s(self) -> float:
+        """The SLO's budget for the job's whole work: its mean iteration time may be at most
+        slo x solo_iter_s (DESIGN §2), over all its iterations (evaluated in that order)."""
+        return self.slo * self.solo_iter_s * self.iterations
+
 
 class PoolSpec(_Strict):
     """One GPU pool: its hardware, price and optional node cap."""

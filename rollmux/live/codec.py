@@ -1,27 +1,22 @@
-"""JSON-native forms of the scheduler's frozen values, for the journal.
+"""JSON-native forms of the live state: the journal snapshot, and a small live job's submission.
 
-A journal record must replay to exactly the state it recorded, so placements
-are journaled as their outcome (the group after the plan), never re-decided:
-the policy reads wall-clock progress, which a replay cannot reproduce.
+A snapshot holds the whole `LiveState` as of one journal record, so a restart replays only
+the records after it (DESIGN §8). Groups, plans and moves inside it keep the records' JSON
+forms (core/records.py), so snapshots written by an older service still load.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections import deque
+from typing import Any
 
-from rollmux.core.colocate import is_colocated
-from rollmux.core.group import Group, GroupShape, Member
-from rollmux.core.intra_group import plan_group
-from rollmux.core.config import IntraConfig
-from rollmux.core.placement import Case, PlacementPlan
-from rollmux.core.regroup import Move, Regroup
+from rollmux.core.colo_controller import ColocatedController
+from rollmux.core.estimates import PhaseEstimate
+from rollmux.core.group_controller import GroupController
+from rollmux.core.records import group_from_dict, group_to_dict, job_to_dict, move_from_dict, move_to_dict
 from rollmux.core.spec import JobSpec
-from rollmux.core.why import PlacementWhy
-
-
-def job_to_dict(job: JobSpec) -> dict:
-    """A job spec as JSON-native data."""
-    return job.model_dump(exclude_none=True)
+from rollmux.core.vocabulary import JobStatus
+from rollmux.core.why import WhyTally
 
 
 def live_job_record(job_id: str, rollout_s: float, train_s: float, slo: float, sync_s: float = 0.001,
@@ -33,62 +28,58 @@ def live_job_record(job_id: str, rollout_s: float, train_s: float, slo: float, s
             "tail_frac": tail_frac, "train_s": train_s, "sync_s": sync_s, "host_gb": {"rollout": 1.0, "train": 1.0}}
 
 
-def group_to_dict(group: Group) -> dict:
-    """A group (members in cyclic order, their pins) as JSON-native data."""
-    return {"group_id": group.group_id, "n_rollout": group.n_rollout, "n_train": group.n_train,
-            "members": [{"job": job_to_dict(m.job), "rollout_nodes": list(m.rollout_nodes),
-                         "train_nodes": list(m.train_nodes),
-                         # elastic rollout (core/elastic.py) only: records without it read 1.0
-                         **({"rollout_factor": m.rollout_factor} if m.rollout_factor != 1.0 else {})}
-                        for m in group.members],
-            # A co-located job's own placement (core/colocate.py): its shape is its planned
-            # co-located iteration, which no group schedule recomputes.
-            **({"colocated_period_s": group.shape.period_s} if is_colocated(group) and group.shape else {})}
+_ESTIMATE_FIELDS = ("window", "z", "min_n", "train_ratio", "over_max", "count", "solo_done_s")
 
 
-def group_from_dict(d: dict, cfg: IntraConfig) -> Group:
-    """Rebuild a group in its recorded order and recompute its planning shape (a co-located
-    job's: the one it was recorded with)."""
-    members = tuple(Member(JobSpec.model_validate(m["job"]), tuple(m["rollout_nodes"]), tuple(m["train_nodes"]),
-                           float(m.get("rollout_factor", 1.0)))
-                    for m in d["members"])
-    group = Group(d["group_id"], d["n_rollout"], d["n_train"], members)
-    if "colocated_period_s" in d:
-        p = float(d["colocated_period_s"])
-        return replace(group, shape=GroupShape(period_s=p, t_cycle_s=p, t_load_s=p))
-    return plan_group(group, cfg, reorder=False)
+def estimate_to_dict(e: PhaseEstimate) -> dict:
+    """A job's measured-profile estimate as JSON-native data (a snapshot's)."""
+    return {"job": job_to_dict(e.job), "logs": list(e.logs), **{k: getattr(e, k) for k in _ESTIMATE_FIELDS}}
 
 
-def plan_to_dict(plan: PlacementPlan) -> dict:
-    """A placement plan as JSON-native data (`why` only when the plan says why it is isolated)."""
-    d = {"job_id": plan.job_id, "case": plan.case.value, "group": group_to_dict(plan.group),
-         "added_rollout_nodes": plan.added_rollout_nodes, "added_train_nodes": plan.added_train_nodes,
-         "delta_cost_per_hour": plan.delta_cost_per_hour}
-    if plan.why is not None:
-        d["why"] = plan.why.to_dict()
-    return d
+def estimate_from_dict(d: dict) -> PhaseEstimate:
+    """Rebuild an estimate from `estimate_to_dict`'s form."""
+    return PhaseEstimate(JobSpec.model_validate(d["job"]), logs=deque(d["logs"]),
+                         **{k: d[k] for k in _ESTIMATE_FIELDS})
 
 
-def plan_from_dict(d: dict, cfg: IntraConfig) -> PlacementPlan:
-    """Rebuild a journaled placement plan."""
-    why = d.get("why")  # older journals: none
-    return PlacementPlan(d["job_id"], Case(d["case"]), group_from_dict(d["group"], cfg),
-                         d["added_rollout_nodes"], d["added_train_nodes"], d["delta_cost_per_hour"],
-                         None if why is None else PlacementWhy.from_dict(why))
+def dump_state(state: Any) -> dict:
+    """A `LiveState` as JSON-native data (a journal snapshot)."""
+    cs = state.cluster
+    jobs = {j: {**{k: v for k, v in vars(r).items() if k != "spec"}, "spec": job_to_dict(r.spec)}
+            for j, r in state.jobs.items()}
+    return {"jobs": jobs, "grants": state.grants,
+            "groups": [group_to_dict(g) for g in cs.groups.values()],
+            "colocated": [group_to_dict(g) for g in cs.colocated.values()],
+            "controllers": {str(g): c.export_state() for g, c in cs.controllers.items()},
+            "dissolving": sorted(cs.dissolving), "next_gid": cs.next_gid, "cases": cs.cases,
+            "why": cs.why.to_json(),
+            "arriving": {j: move_to_dict(m) for j, m in cs.arriving.items()},
+            "nodes": cs.ledger.nodes,
+            "estimates": {j: estimate_to_dict(e) for j, e in cs.estimates.items()},
+            "planned": {j: job_to_dict(s) for j, s in cs.planned.items()}, "compacted": cs.compacted}
 
 
-def regroup_to_dict(r: Regroup) -> dict:
-    """A regrouping decision (each move's reserved plan) as JSON-native data."""
-    return {"group_id": r.group_id, "dissolve": r.dissolve,
-            "moves": [{"job_id": m.job_id, "from_group": m.from_group, "plan": plan_to_dict(m.plan),
-                       "migration_s": m.migration_s} for m in r.moves]}
-
-
-def move_from_dict(d: dict, cfg: IntraConfig) -> Move:
-    """Rebuild one journaled move."""
-    return Move(d["job_id"], d["from_group"], plan_from_dict(d["plan"], cfg), d["migration_s"])
-
-
-def regroup_from_dict(d: dict, cfg: IntraConfig) -> Regroup:
-    """Rebuild a journaled regrouping decision."""
-    return Regroup(d["group_id"], tuple(move_from_dict(m, cfg) for m in d["moves"]), d["dissolve"])
+def load_state(state: Any, d: dict, job_type: type) -> None:
+    """Adopt a snapshot taken by `dump_state` into a fresh `LiveState` (its jobs are `job_type`)."""
+    cs, intra = state.cluster, state.cluster.intra
+    for jid, r in d["jobs"].items():
+        state.jobs[jid] = job_type(**{**r, "spec": JobSpec.model_validate(r["spec"]),
+                                      "status": JobStatus(r["status"])})
+    state.grants = d["grants"]
+    for key, table, controller in (("groups", cs.groups, GroupController),
+                                   ("colocated", cs.colocated, ColocatedController)):
+        for gd in d.get(key, ()):  # (older snapshots: no co-located jobs; the service refused the mode)
+            g = group_from_dict(gd, intra)
+            table[g.group_id] = g
+            cs.controllers[g.group_id] = controller(cs.env, g, intra)
+            cs.controllers[g.group_id].import_state(d["controllers"][str(g.group_id)])
+    cs.dissolving = set(d["dissolving"])
+    cs.arriving = {j: move_from_dict(m, intra) for j, m in d.get("arriving", {}).items()}
+    cs.next_gid, cs.cases = d["next_gid"], dict(d["cases"])
+    cs.why = WhyTally.from_json(d.get("why", {}))  # older snapshots: none counted
+    for pool, n in d["nodes"].items():
+        cs.ledger.provision(pool, n, cs.env.now())
+    cs.estimates = {j: estimate_from_dict(e) for j, e in d.get("estimates", {}).items()}
+    cs.planned = {j: JobSpec.model_validate(s) for j, s in d.get("planned", {}).items()}
+    cs.compacted = d.get("compacted", 0)
+    cs.reindex()

@@ -7,46 +7,50 @@ needs around it:
 
 - one scheduler thread (`WallClockEnvironment`) owns the state; callers (the
   HTTP server's event loop, tests) hand it their work as futures;
-- **write-ahead, group commit**: every decision is staged in the journal
-  before memory changes; a batch of decisions is committed (one fsync) before
+- **write-ahead, group commit**: every decision is a typed record
+  (core/records.py), staged in the journal before memory changes (`_record`); a batch of decisions is committed (one fsync) before
   any of their replies goes out. A failed stage or commit rolls the batch
   back and rebuilds memory from the journal, so memory always equals a
   replay of what is committed, and the batch's callers get `Unavailable`;
 - tokens: an admin token, and one per job (stored only as SHA-256 hashes);
-  every operation is authorized for its caller (`caller`, `_authorize`);
+  every operation is listed in one table (`OPS`) with who may call it, and is
+  authorized for its caller before it runs (`caller`, `_admit`);
 - heartbeats (a silent job is failed) and **phase leases** (a phase that
   outlives its lease is hung: the job is failed), both reclaiming permits so
   the group goes on;
 - departure-time regrouping: members of a dissolved group move at their next
   iteration boundary (their next permit carries the new placement).
+
+The permit protocol is `Permits` (live/permits.py), tokens and scopes `Access`
+(live/access.py), heartbeats and leases `Supervision` (live/supervision.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import logging
 import secrets
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict
 from typing import Any
 
 from pydantic import ValidationError
 
 from rollmux.core.config import SchedulerConfig
-from rollmux.core.colocate import colocated_phases, group_gpus
 from rollmux.core.env import WallClockEnvironment
+from rollmux.core.lifecycle import may_move
+from rollmux.core.records import Leave, MoveOut, Submit, config_from, config_record
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
-from rollmux.live.codec import job_to_dict, plan_to_dict, regroup_to_dict
+from rollmux.core.vocabulary import JobStatus, Pool
+from rollmux.live.access import ADMIN_ONLY, INTERNAL, JOB, JOB_OR_ADMIN, Access, Op, hash_token
 from rollmux.live.handoff import Inbox, settle
 from rollmux.live.in_process import ADMIN, InProcessApi
 from rollmux.live.journal import JournalError, MemoryStore, Store, open_store
 from rollmux.live.live_state import LiveState
+from rollmux.live.permits import Permits
 from rollmux.live.refusals import (
     AuthError,
     BadRequest,
@@ -54,7 +58,6 @@ from rollmux.live.refusals import (
     Forbidden,
     JobGone,
     NotFound,
-    NoToken,
     ServiceError,
     Unavailable,
 )
@@ -62,24 +65,12 @@ from rollmux.live.supervision import Supervision
 from rollmux.live.views import PAGE, job_view, metrics_snapshot, status_view
 from rollmux.shim import PHASES
 
-TIMING_FIELDS = ("wait_s", "onload_s", "run_s", "offload_s")
-HOST_POOLS = ("rollout", "train")
-GB = 1e9              # host_gb is in GB (10^9 bytes), as the job record declares it
-MEMORY_STEP = 0.01    # a measured rise of host memory under 1% is not journaled again
 log = logging.getLogger("rollmux.service")
 
-__all__ = ["ADMIN", "AuthError", "BadRequest", "Conflict", "Forbidden", "JobGone", "NotFound", "SchedulerCore",
-           "ServiceError", "Unavailable", "hash_token"]
+__all__ = ["ADMIN", "AuthError", "BadRequest", "Conflict", "Forbidden", "JobGone", "NotFound", "OPS", "Op",
+           "SchedulerCore", "ServiceError", "Unavailable", "hash_token"]
 
 
-def hash_token(token: str) -> str:
-    """How a token is stored and compared: its SHA-256, hex."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-# The config record's version: 3 since the record holds the sectioned SchedulerConfig
-# (core/config.py); versions 1 and 2 held its former flat fields.
-CONFIG_VERSION = 3
 # What a fresh store runs when the program embedding the core gives no config: the
 # co-execution groups and their repairs (tests and tools embed the core with made-up jobs).
 EMBEDDED_PROFILE = "groups"
@@ -93,55 +84,7 @@ def live_refusal(cfg: SchedulerConfig) -> str | None:
     return None
 
 
-def _config_record(cluster: ClusterSpec, cfg: SchedulerConfig) -> dict:
-    return {"cluster": cluster.model_dump(exclude_none=True), "config": cfg.model_dump(), "version": CONFIG_VERSION}
-
-
-def _config_from(d: dict) -> tuple[ClusterSpec, SchedulerConfig]:
-    spec = ClusterSpec.model_validate(d["cluster"])
-    if d.get("version", 1) >= 3:
-        return spec, SchedulerConfig.model_validate(d["config"])
-    return spec, legacy_config(d["cfg"], d.get("version", 1))
-
-
-# A version 1 or 2 record's flat fields -> the setting each now is.
-_LEGACY = {
-    "max_group_size": "placement.max_group_size", "shrink": "regroup.shrink", "regroup": "regroup.enabled",
-    "migration_scale": "regroup.migration_scale", "regroup_margin": "regroup.margin",
-    "repair": "regroup.repair", "batch_order": "placement.batch_order", "consolidate": "regroup.consolidate",
-    "train_scaling": "shapes.train_scaling", "elastic_rollout": "shapes.elastic_rollout",
-    "colocate": "colocation.enabled", "colo_speed": "colocation.speed", "colo_margin": "colocation.margin",
-    "colo_narrow": "colocation.narrow", "colo_regroup": "colocation.regroup", "colo_pair": "colocation.pair",
-    "compact": "compaction.enabled", "compact_every_s": "compaction.every_s",
-}
-_LEGACY_INTRA = {
-    "migration": "intra_group.migration", "tail_worker_frac": "intra_group.tail_worker_frac",
-    "start_ratio": "intra_group.start_ratio", "migration_overhead_s": "intra_group.migration_overhead_s",
-    "best_order_max": "intra_group.best_order_max", "order": "intra_group.order", "max_rate": "intra_group.max_rate",
-    "plan": "admission.plan", "plan_quantile": "admission.quantile", "plan_z": "admission.z",
-    "plan_chains": "admission.chains", "plan_length": "admission.length",
-}
-
-
-def legacy_config(flat: dict, version: int) -> SchedulerConfig:
-    """The SchedulerConfig a version 1 or 2 config record meant: every field it holds, by its
-    current setting; a setting it lacks keeps what those services ran (their defaults)."""
-    old = {"admission.plan": "worst", "placement.pricing": "delta", "shapes.elastic_rollout": False,
-           "colocation.enabled": False, "colocation.regroup": False, "colocation.pair": False,
-           "regroup.repair": False, "compaction.enabled": False}
-    overrides = dict(old)
-    overrides.update({_LEGACY[k]: v for k, v in flat.items() if k in _LEGACY})
-    overrides.update({_LEGACY_INTRA[k]: v for k, v in flat.get("intra", {}).items() if k in _LEGACY_INTRA})
-    if flat.get("stretch_pricing"):
-        overrides["placement.pricing"] = "stretch"
-    if version < 2:
-        # Version 1 services journaled the flat config's former default (elastic_rollout on) and
-        # ignored it: their jobs were placed on nominal shapes, and so they stay.
-        overrides["shapes.elastic_rollout"] = False
-    return SchedulerConfig().with_overrides(overrides)
-
-
-class SchedulerCore(Supervision, InProcessApi):
+class SchedulerCore(Access, Supervision, Permits, InProcessApi):
     """The service's logic, free of HTTP and Ray (so it is testable in-process)."""
 
     def __init__(self, cluster: dict | None = None, cfg: SchedulerConfig | None = None,
@@ -196,7 +139,7 @@ class SchedulerCore(Supervision, InProcessApi):
         self.recovered_records = (snap[0] if snap else 0) + len(records)
         config = snap[1]["config"] if snap else (self._first_config(records.pop(0)) if records else None)
         if config is not None:  # a restart: the journal's cluster and knobs win
-            spec, cfg = _config_from(config)
+            spec, cfg = config_from(config)
             if cluster is not None and ClusterSpec.model_validate(cluster) != spec:
                 raise ServiceError(f"journal {self.journal.url} was written for another cluster; "
                                    "start with no cluster or a fresh store")
@@ -210,22 +153,22 @@ class SchedulerCore(Supervision, InProcessApi):
             refusal = live_refusal(cfg)
             if refusal is not None:
                 raise ServiceError(refusal)
-            config = _config_record(spec, cfg)
+            config = config_record(spec, cfg).payload()
             self.journal.append("config", config)
             self.recovered_records = 1
         self._config = config
         self._last_seq = self._snap_seq = self.recovered_records
         self.state = LiveState(self.env, spec, cfg)
-        # Evictions a live drift repair decides are journaled before they take effect.
-        self.state.regroup_commit = lambda r: self._record("movers", regroup_to_dict(r))
-        # So is every rollout node a compaction gives back (elastic rollout only).
-        self.state.compact_commit = lambda g, n: self._record("compact", {"group_id": g, "node": n})
+        # What a live drift repair decides (evictions; with elastic rollout, each rollout node a
+        # compaction gives back) is journaled before it takes effect.
+        self.state.commit = self._record
         if snap:
             self.state.load(snap[1])
         for r in records:
             self.state.apply(r.kind, r.payload, replay=True)
         self._token_of = {r.token_hash: j for j, r in self.state.jobs.items()}
-        self._queue: deque[str] = deque(j for j, r in self.state.jobs.items() if r.status in ("queued", "moving"))
+        self._queue: deque[str] = deque(j for j, r in self.state.jobs.items()
+                                        if r.status in (JobStatus.QUEUED, JobStatus.MOVING))
 
     def _first_config(self, first) -> dict:
         """The payload of a journal's first record, which must be its 'config'."""
@@ -265,15 +208,19 @@ class SchedulerCore(Supervision, InProcessApi):
 
     # -- plumbing -----------------------------------------------------------------------
     def request(self, op: str, *args: Any, loop: asyncio.AbstractEventLoop | None = None) -> Any:
-        """Run `_op_<op>(*args)` on the scheduler thread; its result arrives once its records commit.
+        """Run operation `op` (`OPS`) on the scheduler thread, once its caller is admitted; its
+        result arrives once its records commit.
 
         A concurrent Future, or with `loop` (called on that loop's thread) an asyncio one."""
-        fn = getattr(self, f"_op_{op}")
+        entry = OPS.get(op)
+        if entry is None:
+            raise ValueError(f"unknown operation {op!r}; the core runs {', '.join(OPS)}")
         fut: Any = loop.create_future() if loop is not None else Future()
 
         def call() -> None:
             try:
-                result = fn(*args)
+                self._admit(op, entry, args)
+                result = entry.run(self, *args)
             except ServiceError as exc:  # refused before any change
                 settle([(fut, None, exc)])
                 return
@@ -326,64 +273,13 @@ class SchedulerCore(Supervision, InProcessApi):
                         self.snapshot_every, exc)
             self._snap_seq = self._last_seq
 
-    def _record(self, kind: str, payload: dict) -> Any:
-        """Stage a decision in the journal, then carry it out (the write-ahead rule)."""
-        self._last_seq = self.journal.stage(kind, payload)
-        result = self.state.apply(kind, payload)
-        if kind == "submit":
-            self._token_of[payload["token_hash"]] = payload["job"]["job_id"]
+    def _record(self, record) -> Any:
+        """Stage a record (core/records.py) in the journal, then carry it out (the write-ahead rule)."""
+        self._last_seq = self.journal.stage(record.kind, record.payload())
+        result = self.state.apply_record(record)
+        if isinstance(record, Submit):
+            self._token_of[record.token_hash] = record.job.job_id
         return result
-
-    def _refuse(self, op: str, job_id: Any, why: str, exc: type[ServiceError] = BadRequest,
-                field: str | None = None) -> ServiceError:
-        log.warning("refused %s for job %r: %s", op, job_id, why)
-        self.refused.append({"op": op, "job_id": str(job_id), "why": why, "at": time.time()})
-        self.refused_count += 1
-        if self.telemetry is not None:
-            self.telemetry.refused(exc.reason)
-        return exc(f"{op} for job {job_id!r}: {why}", field)
-
-    # -- who is calling ---------------------------------------------------------------------
-    def identify(self, token: Any) -> str | None:
-        """The identity a bearer token proves: ADMIN, a job id, or None (no or unknown token)."""
-        if not isinstance(token, str) or not token:
-            return None
-        h = hash_token(token)
-        if self._admin_hash is not None and hmac.compare_digest(h, self._admin_hash):
-            return ADMIN
-        jid = self._token_of.get(h)
-        job = self.state.jobs.get(jid) if jid is not None else None
-        # The dict lookup found the candidate; the stored hash is still compared in constant time.
-        return jid if job is not None and hmac.compare_digest(h, job.token_hash) else None
-
-    def caller(self, token: Any, job_id: Any = None) -> str:
-        """The identity of `token`, or AuthError (401) naming the job it was meant for."""
-        who = self.identify(token)
-        if who is None:
-            if not token:
-                raise self._refuse("auth", job_id, "no bearer token", NoToken)
-            raise self._refuse("auth", job_id, "missing or wrong token", AuthError)
-        return who
-
-    def _authorize(self, op: str, caller: str, job_id: Any, admin_ok: bool = False):
-        """The job `caller` may act on with `op`, or the refusal (403 / 404)."""
-        if caller == ADMIN and not admin_ok:
-            raise self._refuse(op, job_id, "the admin token cannot act as a job", Forbidden)
-        if caller != ADMIN and caller != job_id:
-            raise self._refuse(op, job_id, "this token belongs to another job", Forbidden)
-        job = self.state.jobs.get(job_id) if isinstance(job_id, str) else None
-        if job is None:
-            raise self._refuse(op, job_id, "unknown job id", NotFound)
-        if caller != ADMIN and job.active:
-            self._seen[job_id] = time.monotonic()
-        return job
-
-    def _active(self, op: str, job):
-        """Refuse (410) an operation on a job that is no longer scheduled."""
-        if not job.active:
-            raise self._refuse(op, job.spec.job_id,
-                               f"job is {job.status}" + (f" ({job.reason})" if job.reason else ""), JobGone)
-        return job
 
     # -- submission and placement -----------------------------------------------------------
     def parse_job(self, record: Any) -> JobSpec:
@@ -407,15 +303,14 @@ class SchedulerCore(Supervision, InProcessApi):
         return job
 
     def _op_submit(self, caller: str, job: JobSpec) -> dict:
-        if caller != ADMIN:
-            raise self._refuse("submit", job.job_id, "only the admin may submit jobs", Forbidden)
+        """A new job (or a resubmission of one that ended): its token, and where it went."""
         old = self.state.jobs.get(job.job_id)
         if old is not None and old.active:
             raise self._refuse("submit", job.job_id, "already submitted and still running", Conflict)
         token = secrets.token_urlsafe(24)
         if old is not None:
             self._token_of.pop(old.token_hash, None)
-        self._record("submit", {"job": job_to_dict(job), "token_hash": hash_token(token), "at": time.time()})
+        self._record(Submit(job=job, token_hash=hash_token(token), at=time.time()))
         self._seen[job.job_id] = time.monotonic()
         self._queue.append(job.job_id)
         self._drain()
@@ -431,7 +326,7 @@ class SchedulerCore(Supervision, InProcessApi):
             m = (cs.colocated if colocated else cs.groups)[job.group_id].member(job_id)
             # "colocated": every phase runs on its training nodes (its rollout permits say pool "train").
             out.update(rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes),
-                       nodes={"rollout": list(m.rollout_nodes), "train": list(m.train_nodes)},
+                       nodes={Pool.ROLLOUT: list(m.rollout_nodes), Pool.TRAIN: list(m.train_nodes)},
                        mode="colocated" if colocated else "disaggregated")
         return out
 
@@ -448,16 +343,14 @@ class SchedulerCore(Supervision, InProcessApi):
                 continue
             # A job placed again is planned with what was measured of it (times, host memory).
             spec, progress = self.state.planning_spec(jid), self.state.progress(time.time())
-            plan = self.state.cluster.decide(spec, progress)
-            if plan is None:
-                return  # FIFO: the head waits for nodes, and so does everyone behind it
             # With `colo_pair` an arrival may found a group with a co-located job (core/pairing.py):
-            # its place record, then the mover's slot, as the simulator applies them.
-            pairing = self.state.cluster.pair(spec, plan, progress) if job.epoch == 0 else None
-            plan = plan if pairing is None else pairing.plan
-            self._record("place", {"job_id": jid, "plan": plan_to_dict(plan), "arrival": job.epoch == 0})
-            if pairing is not None:
-                self._record("movers", regroup_to_dict(pairing.regroup))
+            # its `place` record, then the mover's `movers`, as the simulator applies them.
+            records = self.state.cluster.decide(spec, progress, arrival=job.epoch == 0)
+            if not records:
+                return  # FIFO: the head waits for nodes, and so does everyone behind it
+            for record in records:
+                self._record(record)
+            plan = records[0].plan
             self._queue.popleft()
             if self.telemetry is not None and job.epoch == 1:
                 self.telemetry.admitted(job.case)
@@ -467,204 +360,26 @@ class SchedulerCore(Supervision, InProcessApi):
                 if (jid, phase) in self._waiting and self.state.jobs[jid].group_id is not None:
                     self._request(jid, phase)
 
-    # -- permits --------------------------------------------------------------------------
-    def _op_acquire(self, caller: str, job_id: str, phase: Any, last_grant: Any = None) -> Future:
-        """A future permit. Asking again while waiting re-attaches to the same request (long polls).
-
-        `last_grant`: the newest `grant_no` the caller has received. If the job still holds
-        this phase, a newer held permit means the reply was lost (it is returned again); an
-        older one means its release is still on the way, so the request waits for it."""
-        job = self._active("acquire", self._authorize("acquire", caller, job_id))
-        if phase not in PHASES:
-            raise self._refuse("acquire", job_id, f"unknown phase {phase!r}; use one of {PHASES}", field="phase")
-        if last_grant is not None and (isinstance(last_grant, bool) or not isinstance(last_grant, int)):
-            raise self._refuse("acquire", job_id, "last_grant must be an integer or null", field="last_grant")
-        fut = self._waiting.get((job_id, phase)) or self._after_release.get((job_id, phase))
-        if fut is not None:
-            return fut
-        fut = Future()
-        if phase in job.held:
-            if last_grant is None or job.held[phase].get("grant_no", 0) > last_grant:
-                fut.set_result(job.held[phase])  # a retry whose first reply was lost
-            else:
-                self._after_release[(job_id, phase)] = fut
-            return fut
-        self._waiting[(job_id, phase)] = fut
-        fut.asked_at = time.monotonic()
-        if job.group_id is not None:
-            self._request(job_id, phase)
-        return fut
-
-    def _request(self, job_id: str, phase: str) -> None:
-        job = self.state.jobs[job_id]
-        ctl = self.state.cluster.controllers[job.group_id]
-        gen = self._gen
-
-        def on_grant(grant) -> None:
-            if gen != self._gen:  # a controller from before a rebuild
-                return
-            fut = self._waiting.pop((job_id, phase))
-            m = ctl.group.member(job_id)
-            at = time.time()
-            payload = {**asdict(grant), "nodes": list(grant.nodes), "epoch": job.epoch, "at": at,
-                       "grant_no": self.state.grants + 1,
-                       "lease_s": self.lease_s(self.state.planning_spec(job_id), phase, grant.switch_s,
-                                               self._phase_scale(job_id, phase)),
-                       "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
-                       # elastic rollout (core/elastic.py): its rollout runs this much longer on
-                       # these nodes than on its declared count (1.0: the declared count)
-                       "rollout_factor": m.rollout_factor,
-                       # JSON-native, as a replay reads them back from the journal (tuples would differ)
-                       "workers": [list(w) for w in grant.workers], "keep": [list(k) for k in grant.keep],
-                       "train_held": list(grant.train_held)}
-            self._record("grant", payload)  # a JournalError unwinds to `request`, which rebuilds
-            self._opened(payload)
-            self._lease_starts(job_id, payload)
-            if self.telemetry is not None and hasattr(fut, "asked_at"):
-                self.telemetry.permit_wait(time.monotonic() - fut.asked_at)
-            self._reply(fut, payload)
-        ctl.request(job_id, phase, on_grant)
-
-    def _phase_scale(self, job_id: str, phase: str) -> float:
-        """How much longer than declared the job's `phase` runs where it is placed: a co-located
-        job's phases follow the veRL model (core/colo_model.py); a disaggregated one's rollout
-        its elastic factor (core/elastic.py), its other phases 1."""
-        cs = self.state.cluster
-        gid = self.state.jobs[job_id].group_id
-        if gid in cs.groups and phase == "rollout":
-            return cs.groups[gid].member(job_id).rollout_factor
-        if gid not in cs.colocated or phase not in ("rollout", "train"):
-            return 1.0
-        rollout, train, _ = colocated_phases(self.state.planning_spec(job_id), cs.cluster, 1.0, 1.0,
-                                             self.state.cfg.colocation.speed, group_gpus(cs.colocated[gid], cs.cluster))
-        return rollout if phase == "rollout" else train
-
-    def _opened(self, grant: dict) -> None:
-        """A phase interval per node starts (the dashboard's timeline)."""
-        # An init holds its training nodes too; a sync holds none.
-        held = [(grant["pool"], n) for n in grant["nodes"]] + [("train", n) for n in grant.get("train_held", ())]
-        rows = [{"group_id": grant["group_id"], "pool": pool, "node": n, "job_id": grant["job_id"],
-                 "phase": grant["phase"], "start": grant["at"], "end": None} for pool, n in held]
-        self._timeline.extend(rows)
-        self._open[(grant["job_id"], grant["phase"])] = rows
-
-    def _closed(self, job_id: str, phase: str) -> None:
-        for row in self._open.pop((job_id, phase), []):
-            row["end"] = time.time()
-
-    def _op_release(self, caller: str, job_id: str, phase: Any, timings: Any, grant_no: Any = None) -> dict:
-        job = self._active("release", self._authorize("release", caller, job_id))
-        if phase not in PHASES:
-            raise self._refuse("release", job_id, f"unknown phase {phase!r}; use one of {PHASES}", field="phase")
-        epoch = timings.get("epoch") if isinstance(timings, dict) else None
-        if isinstance(epoch, int) and 0 < epoch < job.epoch:
-            log.info("stale release of %s by %s (epoch %d < %d): ignored", phase, job_id, epoch, job.epoch)
-            return {"stale": True}  # its permit was reclaimed when it was re-admitted: nothing left to free
-        held = job.held.get(phase)
-        if held is None or (isinstance(grant_no, int) and grant_no != held.get("grant_no")):
-            raise self._refuse("release", job_id, f"holds no {phase!r} permit"
-                               + (f" numbered {grant_no}" if grant_no is not None else "") + " (double release?)",
-                               Conflict)
-        if not isinstance(timings, dict) or any(
-                isinstance(timings.get(k), bool) or not isinstance(timings.get(k), (int, float))
-                or not timings[k] >= 0 for k in TIMING_FIELDS):
-            raise self._refuse("release", job_id, f"timings must give {', '.join(TIMING_FIELDS)} as numbers >= 0",
-                               field="timings")
-        host_gb = self._host_gb(job_id, timings.get("host_bytes"))
-        self._record("release", {"job_id": job_id, "phase": phase,
-                                 "timings": {k: float(timings[k]) for k in TIMING_FIELDS}})
-        self._measured(job_id, phase, host_gb)
-        self._closed(job_id, phase)
-        if self.telemetry is not None:
-            self.telemetry.phase_done(phase, float(timings["run_s"]))
-        if self.telemetry is not None and phase in ("rollout", "train"):  # the phases that onload
-            self.telemetry.context_switch("cold" if held.get("switch_s", 0) > self.state.cluster.intra.warm_switch_s
-                                          else "warm", float(timings["onload_s"]))
-        if phase == "rollout":
-            self._tail_sent.discard(job_id)
-        self._resume_after_release(job_id, phase)
-        if phase == "train" and self.state.jobs[job_id].migrate:
-            self._move(job_id, "regroup")
-        return {}
-
-    def _host_gb(self, job_id: str, host_bytes: Any) -> dict[str, float] | None:
-        """A release's measured host memory (bytes per node, by pool) in GB, or the refusal."""
-        if host_bytes is None:
-            return None
-        if not isinstance(host_bytes, dict) or any(
-                p not in HOST_POOLS or isinstance(n, bool) or not isinstance(n, int) or n < 0
-                for p, n in host_bytes.items()):
-            raise self._refuse("release", job_id, "host_bytes must map rollout/train to integers >= 0",
-                               field="timings.host_bytes")
-        return {p: n / GB for p, n in host_bytes.items()}
-
-    def _measured(self, job_id: str, phase: str, host_gb: dict[str, float] | None) -> None:
-        """Feed what a release measured to the scheduler: host memory that rose (journaled as
-        `memory`), and at an iteration's end its phase times (`observe`: the drift repair)."""
-        job = self.state.jobs[job_id]
-        seen = job.host_measured
-        if host_gb and any(p not in seen or gb > seen[p] * (1 + MEMORY_STEP) for p, gb in host_gb.items()):
-            self._record("memory", {"job_id": job_id, "host_gb": {p: max(gb, seen.get(p, 0.0))
-                                                                  for p, gb in host_gb.items()}})
-        rollout_s = job.last_run.get("rollout")
-        if (phase == "train" and self.state.cfg.regroup.repair and rollout_s is not None and job.group_id is not None
-                and not job.migrate):
-            self._record("observe", {"job_id": job_id, "rollout_s": rollout_s, "train_s": job.last_run["train"],
-                                     "at": time.time(), "rollout_factor": job.last_factor})
-
-    def _resume_after_release(self, job_id: str, phase: str) -> None:
-        """An acquire that overtook this release may now ask for its permit."""
-        fut = self._after_release.pop((job_id, phase), None)
-        if fut is not None:
-            self._waiting[(job_id, phase)] = fut
-            fut.asked_at = time.monotonic()
-            if self.state.jobs[job_id].group_id is not None:
-                self._request(job_id, phase)
-
-    def _op_progress(self, caller: str, job_id: str, done: Any, total: Any) -> dict:
-        """Finished/total responses of the running rollout; past the threshold it is tail-bound."""
-        job = self._active("progress", self._authorize("progress", caller, job_id))
-        for name, v in (("done", done), ("total", total)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise self._refuse("progress", job_id, f"{name} must be an integer >= 0", field=name)
-        if done > total:
-            raise self._refuse("progress", job_id, "done must not exceed total", field="done")
-        grant = job.held.get("rollout")
-        tail = (grant is not None and total > 0 and done / total >= self.tail_threshold
-                and job_id not in self._tail_sent and grant.get("tail_share", 0) > 0)
-        if tail:
-            self._record("tail", {"job_id": job_id})
-            self._tail_sent.add(job_id)  # after the record: a failed one is tried again
-        return {"tail": tail}
-
-    def _op_heartbeat(self, caller: str, job_id: str, nodes: Any = None, readmit: Any = None) -> dict:
-        """The job is alive (its workers run on these Ray nodes); `readmit`: it lost them, place it again."""
-        self._active("heartbeat", self._authorize("heartbeat", caller, job_id))
-        if nodes is not None and (not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) for n in nodes)):
-            raise self._refuse("heartbeat", job_id, "nodes must be a list of Ray node id strings", field="nodes")
-        if readmit is not None and not isinstance(readmit, str):
-            raise self._refuse("heartbeat", job_id, "readmit must be a reason string", field="readmit")
-        if nodes is not None:
-            self._nodes_of[job_id] = {str(n) for n in nodes}
-        if readmit is not None:
-            self._move(job_id, f"readmit: {readmit[:200]}")
-        return self._placement(job_id)
-
     # -- leaving ------------------------------------------------------------------------
     def _op_finish(self, caller: str, job_id: str) -> dict:
-        self._active("finish", self._authorize("finish", caller, job_id))
-        self._depart(job_id, "done", None)
+        """The job is done: it leaves its group (an empty group releases its nodes)."""
+        self._depart(job_id, JobStatus.DONE, None)
         return {}
 
     def _op_cancel(self, caller: str, job_id: str) -> dict:
         """Cancel a job (admin or the job itself): its permits are reclaimed, its group goes on."""
-        self._active("cancel", self._authorize("cancel", caller, job_id, admin_ok=True))
-        self._depart(job_id, "cancelled", "cancelled by " + ("the admin" if caller == ADMIN else "the job"))
+        self._depart(job_id, JobStatus.CANCELLED, "cancelled by " + ("the admin" if caller == ADMIN else "the job"))
         return {}
 
     def _move(self, job_id: str, why: str) -> None:
+        """The job leaves its group (a regrouping's move, a re-admission): its reserved slot, or
+        the head of the queue. Only a running job moves: one that waits to be placed stays in
+        line (a `move_out` would queue it twice)."""
+        if not may_move(self.state.jobs[job_id].status, JobStatus.MOVING):
+            log.info("job %s is %s, not running: nothing to leave (%s)", job_id, self.state.jobs[job_id].status, why)
+            return
         log.info("job %s leaves its group (%s)", job_id, why)
-        rest = self._record("move_out", {"job_id": job_id, "why": why})
+        rest = self._record(MoveOut(job_id=job_id, why=why))
         for phase in PHASES:  # its permits were reclaimed: overtaking acquires go ahead
             self._closed(job_id, phase)
             self._resume_after_release(job_id, phase)
@@ -677,8 +392,9 @@ class SchedulerCore(Supervision, InProcessApi):
                     self._request(job_id, phase)
         self._drain()
 
-    def _depart(self, job_id: str, status: str, reason: str | None) -> None:
-        rest = self._record("leave", {"job_id": job_id, "status": status, "reason": reason})
+    def _depart(self, job_id: str, status: JobStatus, reason: str | None) -> None:
+        """The job ends (done, failed or cancelled): its waiters are answered, its group repaired."""
+        rest = self._record(Leave(job_id=job_id, status=status, reason=reason))
         self._seen.pop(job_id, None)
         self._nodes_of.pop(job_id, None)
         for phase in PHASES:
@@ -692,17 +408,15 @@ class SchedulerCore(Supervision, InProcessApi):
     def _repair(self, rest) -> None:
         """Departure-time regrouping, as in the simulator: each decision is journaled (its moves'
         slots reserved) before the next is made; movers go at their next boundary."""
-        self.state.cluster.after_departure(rest, self.state.progress(time.time()),
-                                           commit=lambda r: self._record("movers", regroup_to_dict(r)))
+        self.state.cluster.after_departure(rest, self.state.progress(time.time()), commit=self._record)
 
     # -- inspection ---------------------------------------------------------------------
     def _op_job(self, caller: str, job_id: str) -> dict:
-        return job_view(self._authorize("job", caller, job_id, admin_ok=True), time.time(),
-                        self.state.cluster.planned.get(job_id))
+        """One job's view (its own token, or the admin's)."""
+        return job_view(self.state.jobs[job_id], time.time(), self.state.cluster.planned.get(job_id))
 
     def _op_status(self, caller: str, offset: int = 0, limit: int = PAGE) -> dict:
-        if caller != ADMIN:
-            raise self._refuse("status", None, "only the admin may read the whole status", Forbidden)
+        """The admin's view of everything, a page at a time."""
         return status_view(self, time.time(), offset, limit)
 
     def _op_dump(self) -> dict:
@@ -731,3 +445,22 @@ class SchedulerCore(Supervision, InProcessApi):
             self.env.stop()
             self._thread.join(timeout=5)
             self.journal.close()
+
+
+# Every operation `request` runs, and who may call it (DESIGN §8's threat model).
+OPS: dict[str, Op] = {
+    "submit": Op(SchedulerCore._op_submit, ADMIN_ONLY, denied="only the admin may submit jobs"),
+    "status": Op(SchedulerCore._op_status, ADMIN_ONLY, denied="only the admin may read the whole status"),
+    "job": Op(SchedulerCore._op_job, JOB_OR_ADMIN),
+    "cancel": Op(SchedulerCore._op_cancel, JOB_OR_ADMIN, active=True),
+    "acquire": Op(SchedulerCore._op_acquire, JOB, active=True),
+    "release": Op(SchedulerCore._op_release, JOB, active=True),
+    "progress": Op(SchedulerCore._op_progress, JOB, active=True),
+    "heartbeat": Op(SchedulerCore._op_heartbeat, JOB, active=True),
+    "finish": Op(SchedulerCore._op_finish, JOB, active=True),
+    "drain": Op(SchedulerCore._op_drain, INTERNAL),
+    "dump": Op(SchedulerCore._op_dump, INTERNAL),
+    "metrics": Op(SchedulerCore._op_metrics, INTERNAL),
+    "stop_waiting": Op(SchedulerCore._op_stop_waiting, INTERNAL),
+    "nodes_lost": Op(SchedulerCore._op_nodes_lost, INTERNAL),
+}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from rollmux.core.vocabulary import Phase, Pool
+
 
 def _s(v: float | None, unit: str = "s") -> str:
     return "-" if v is None else f"{v:.3g} {unit}"
@@ -19,7 +21,7 @@ def groups_table(status: dict) -> Table:
         turn = g["turn"]
         t.add_row(str(g["group_id"]), " ".join(g["members"]), str(g["rollout_nodes"]), str(g["train_nodes"]),
                   _s(g.get("period_s")),
-                  " ".join(str(x) for x in turn["rollout"]) + " | " + " ".join(str(x) for x in turn["train"]))
+                  " ".join(str(x) for x in turn[Pool.ROLLOUT]) + " | " + " ".join(str(x) for x in turn[Pool.TRAIN]))
     for c in status.get("colocated", ()):  # co-located jobs: every phase on their own training nodes
         t.add_row(f"{c['group_id']} (co-located)", c["job_id"], "0", str(c["train_nodes"]), _s(c.get("period_s")),
                   f"- | {c['job_id']} (rollout and training)")
@@ -38,7 +40,7 @@ def jobs_table(status: dict) -> Table:
         measured = j["profile"]["measured"]
         state = j["status"] + (f" ({j['reason']})" if j.get("reason") else "")
         t.add_row(jid, state, "-" if j["group_id"] is None else str(j["group_id"]), str(j["iterations"]),
-                  _s(mean), _s(slo), ok, _s(measured.get("rollout")), _s(measured.get("train")),
+                  _s(mean), _s(slo), ok, _s(measured.get(Phase.ROLLOUT)), _s(measured.get(Phase.TRAIN)),
                   _host(j.get("host_gb")), " ".join(j["held"]) or "-")
     return t
 
@@ -47,8 +49,7 @@ def _host(host: dict | None) -> str:
     """Host memory per pool as 'measured / declared', flagged when over the declaration."""
     if not host or not host["measured"]:
         return "-"
-    cells = [f"{p[0]} {host['measured'][p]:.3g}/{host['declared'][p]:.3g}" for p in ("rollout", "train")
-             if p in host["measured"]]
+    cells = [f"{p[0]} {host['measured'][p]:.3g}/{host['declared'][p]:.3g}" for p in Pool if p in host["measured"]]
     return " ".join(cells) + (" [red]OVER[/]" if host["over_declaration"] else "")
 
 

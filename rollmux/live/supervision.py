@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from rollmux.core.spec import JobSpec
+from rollmux.core.vocabulary import JobStatus, Phase
 from rollmux.live.journal import JournalError
 
 log = logging.getLogger("rollmux.service")
@@ -37,7 +38,8 @@ class Supervision:
     def lease_s(self, spec: JobSpec, phase: str, switch_s: float, scale: float = 1.0) -> float:
         """How long a permit may be held: the declared worst-case phase time (x `scale`: a
         co-located phase's, core/colo_model.py) with a margin."""
-        worst = spec.rollout_s.max if phase == "rollout" else spec.train_s * spec.rollout_s.max / spec.rollout_s.median
+        worst = (spec.rollout_s.max if phase == Phase.ROLLOUT
+                 else spec.train_s * spec.rollout_s.max / spec.rollout_s.median)
         return max(self.lease_min_s, self.lease_factor * worst * scale + switch_s)
 
     def _op_nodes_lost(self, dead: set[str]) -> list[str]:
@@ -88,7 +90,7 @@ class Supervision:
             job = self.state.jobs.get(jid)
             if job is not None and job.active and now - seen > self.heartbeat_timeout_s:
                 log.warning("job %s missed heartbeats for %.1fs: failed", jid, now - seen)
-                self._depart(jid, "failed", f"no heartbeat for {now - seen:.1f}s")
+                self._depart(jid, JobStatus.FAILED, f"no heartbeat for {now - seen:.1f}s")
             if job is None or not job.active:
                 self._seen.pop(jid, None)
 
@@ -117,4 +119,4 @@ class Supervision:
                 continue  # released (or the job left) in time
             log.warning("job %s held its %s permit past its lease of %.0fs: failed as hung",
                         jid, phase, grant.get("lease_s"))
-            self._depart(jid, "failed", f"hung: {phase} phase outlived its lease of {grant['lease_s']:.0f}s")
+            self._depart(jid, JobStatus.FAILED, f"hung: {phase} phase outlived its lease of {grant['lease_s']:.0f}s")

@@ -48,19 +48,21 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 import rollmux
+from rollmux.core.vocabulary import Case, JobStatus, Phase, Pool
 from rollmux.core.why import REASON_NAMES
 
 log = logging.getLogger("rollmux.telemetry")
 
-ADMISSION_CASES = ("direct_packing", "rollout_scaling", "isolated", "colocated", "paired")
+# The cases the live plane admits by (it refuses training scaling), as plain label strings.
+ADMISSION_CASES = tuple(c.value for c in (Case.DIRECT, Case.SCALING, Case.ISOLATED, Case.COLOCATED, Case.PAIRED))
 ISOLATION_REASONS = REASON_NAMES  # core/why.py's fixed set, in its attribution order
 REFUSAL_REASONS = ("no_token", "bad_token", "forbidden", "bad_request", "not_found", "conflict", "gone", "too_large",
                    "unavailable")
 OTHER_REASON = "other"
-PHASES = ("init", "rollout", "train", "sync")
+PHASES = tuple(p.value for p in Phase)
 SWITCH_KINDS = ("warm", "cold")
-JOB_STATES = ("queued", "running", "moving", "done", "failed", "cancelled")
-POOLS = ("rollout", "train")
+JOB_STATES = tuple(s.value for s in JobStatus)
+POOLS = tuple(p.value for p in Pool)
 GPU_STATES = ("busy", "idle")
 MEMORY_SOURCES = ("declared", "measured")
 

@@ -10,12 +10,14 @@ import time
 from itertools import islice
 from typing import Any
 
-from rollmux.core.accounting import POOLS
+from rollmux.core.vocabulary import JobStatus, Pool
 
 TIMELINE_S = 600.0  # the dashboard's timeline shows the last ten minutes
 PAGE = 1000         # groups and jobs per status page by default
 MAX_PAGE = 10_000
-STATES = ("queued", "running", "moving", "done", "failed", "cancelled")
+STATES = tuple(JobStatus)  # every job status (core/vocabulary.py), each counted, 0 or not
+POOLS = tuple(Pool)
+ROLLOUT, TRAIN = Pool.ROLLOUT, Pool.TRAIN  # (a phase's pool has its name: the profile's keys too)
 
 
 def job_view(job: Any, now: float, planned: Any = None) -> dict:
@@ -28,11 +30,11 @@ def job_view(job: Any, now: float, planned: Any = None) -> dict:
     return {"job_id": job.spec.job_id, "status": job.status, "group_id": job.group_id,
             "iterations": job.iterations, "mean_iter_s": mean, "slo_iter_s": job.spec.slo * solo,
             "slowdown": None if mean is None else mean / solo,
-            "profile": {"declared": {"rollout": job.spec.rollout_s.median, "train": job.spec.train_s},
+            "profile": {"declared": {ROLLOUT: job.spec.rollout_s.median, TRAIN: job.spec.train_s},
                         "measured": dict(job.profile),
-                        "planned": None if planned is None else {"rollout": planned.rollout_s.median,
-                                                                 "train": planned.train_s}},
-            "host_gb": {"declared": {"rollout": host.rollout, "train": host.train},
+                        "planned": None if planned is None else {ROLLOUT: planned.rollout_s.median,
+                                                                 TRAIN: planned.train_s}},
+            "host_gb": {"declared": {ROLLOUT: host.rollout, TRAIN: host.train},
                         "measured": dict(job.host_measured), "over_declaration": job.over_memory},
             "held": sorted(job.held), "epoch": job.epoch, "reason": job.reason, "case": job.case,
             "why": job.why}
@@ -45,7 +47,7 @@ def _pools(core: Any) -> dict:
         for grant in job.held.values():
             if grant["pool"] in busy:  # a sync holds no node (pool "link")
                 busy[grant["pool"]] += len(grant["nodes"])
-            busy["train"] += len(grant.get("train_held", ()))  # an init holds its training nodes too
+            busy[TRAIN] += len(grant.get("train_held", ()))  # an init holds its training nodes too
     out = {}
     for p in POOLS:
         spec = getattr(cs.cluster.pools, p)
@@ -102,7 +104,7 @@ def metrics_snapshot(core: Any) -> dict:
     now = time.time()
     for jid, r in core.state.jobs.items():
         by_state[r.status] = by_state.get(r.status, 0) + 1
-        if r.status == "running" and r.iterations:
+        if r.status == JobStatus.RUNNING and r.iterations:
             slowdown[jid] = (now - r.started_at) / r.iterations / r.spec.solo_iter_s
         if r.active:
             over += r.over_memory

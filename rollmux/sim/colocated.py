@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, Protocol
 
 from rollmux.core.accounting import Ledger
-from rollmux.core.cluster_state import ClusterState
+from rollmux.core.state import ClusterState
 from rollmux.core.colocate import colocated_phases, group_gpus
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import SimEnvironment

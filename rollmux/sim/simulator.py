@@ -6,6 +6,12 @@ a pure policy, validated plans, one `GroupController` per group — the same
 classes the live plane uses) and plays each job as a simulated process that
 asks for permits, runs its sampled phase durations and releases them. With
 node caps, arrivals queue FIFO.
+
+It carries out every decision as the live service does, through the records
+`ClusterState.apply` takes (core/records.py): a placement is decided, then its
+records applied (`ClusterState.place`); a mover's boundary is a `MoveOut`, a
+departure a `Leave`; the repairs' own decisions are applied as they are made.
+The simulator's journal is a null one: nothing is written.
 """
 
 from __future__ import annotations
@@ -14,23 +20,27 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-
-from rollmux.core.cluster_state import ClusterState
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.elastic import member_rollout_gpus
 from rollmux.core.env import SimEnvironment
-from rollmux.core.group_controller import ROLLOUT, TRAIN, Grant
+from rollmux.core.grant import Grant
+from rollmux.core.group_controller import ROLLOUT, TRAIN
 from rollmux.core.intra_group import head_finish
 from rollmux.core.placement import PlacementPolicy
 from rollmux.core.policy import build_policy
+from rollmux.core.records import Leave, MoveOut
 from rollmux.core.regroup import slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.state import ClusterState
+from rollmux.core.vocabulary import JobStatus, Pool
 from rollmux.errors import InputError
 from rollmux.sim.colocated import colocated_iteration
 from rollmux.sim.draws import drift_scales, rollout_draws, solo_seconds
 from rollmux.sim.link import SharedLink
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 from rollmux.sim.runs import JobRun, RunProgress
+
+ROLLOUT_POOL, TRAIN_POOL = Pool.ROLLOUT, Pool.TRAIN  # (bound once: booked on every phase)
 
 
 class SimulationStalled(RuntimeError):
@@ -188,8 +198,8 @@ class Simulation:
         ctl.before_change = None
         ctl.advance(jid, ROLLOUT, holding=False)
         ctl.advance(jid, TRAIN, holding=False)
-        self.ledger.busy("rollout", run.r_gpus, t1 - t0)
-        self.ledger.busy("train", run.job.train_gpus, sw_t + run.train_s)
+        self.ledger.busy(ROLLOUT_POOL, run.r_gpus, t1 - t0)
+        self.ledger.busy(TRAIN_POOL, run.job.train_gpus, sw_t + run.train_s)
         self._sync_done(jid)
 
     def _materialize(self, jid: str) -> None:
@@ -198,13 +208,13 @@ class Simulation:
         t0, t1, t2, t3, sw_t = run.fast
         run.fast = None
         ctl, now = self.state.controllers[run.group_id], self.env.now()
-        self.ledger.busy("rollout", run.r_gpus, t1 - t0)
+        self.ledger.busy(ROLLOUT_POOL, run.r_gpus, t1 - t0)
         if now < t1:
             ctl.advance(jid, ROLLOUT, holding=True)
             self.env.call_at(t1, self._rollout_done, jid)
             return
         ctl.advance(jid, ROLLOUT, holding=False)
-        self.ledger.busy("train", run.job.train_gpus, sw_t + run.train_s)
+        self.ledger.busy(TRAIN_POOL, run.job.train_gpus, sw_t + run.train_s)
         if now < t2:
             ctl.advance(jid, TRAIN, holding=True)
             self.env.call_at(t2, self._train_done, jid)
@@ -244,12 +254,12 @@ class Simulation:
             self.moves.stall_s += now + g.switch_s - run.moving_since
             self.moves.cost_usd += g.switch_s * slice_rate(run.job, self.cluster) / 3600
             run.moving_since, idle = None, g.switch_s
-        self.ledger.busy("rollout", gpus, head - now - idle)
+        self.ledger.busy(ROLLOUT_POOL, gpus, head - now - idle)
         end = head
         if g.tail_share > 0:
             end = head + g.tail_share * r + self.state.intra.migration_overhead_s
             self.tail_end[g.job_id] = end
-            self.ledger.busy("rollout", gpus * self.state.intra.tail_worker_frac, end - head)
+            self.ledger.busy(ROLLOUT_POOL, gpus * self.state.intra.tail_worker_frac, end - head)
             self.env.call_at(head, ctl.tail_started, g.job_id)
         self.env.call_at(end, self._rollout_done, g.job_id)
 
@@ -260,7 +270,7 @@ class Simulation:
     def _on_train_grant(self, g: Grant) -> None:
         run = self.runs[g.job_id]
         dur = g.switch_s + run.train_s
-        self.ledger.busy("train", run.job.train_gpus, dur)
+        self.ledger.busy(TRAIN_POOL, run.job.train_gpus, dur)
         self.env.call_later(dur, self._train_done, g.job_id)
 
     def _train_done(self, jid: str) -> None:
@@ -307,8 +317,8 @@ class Simulation:
     def _migrate(self, run: JobRun) -> None:
         """At its boundary a mover leaves its old group and takes its reserved slot."""
         jid = run.job.job_id
-        self.state.leave(jid, run.group_id)
-        run.group_id = self.state.arrive(jid)
+        self.state.apply(MoveOut.of(jid))
+        run.group_id = self.state.group_of[jid]
         run.moving_since = self.env.now()
         self.moves.count += 1
         self._request(jid, ROLLOUT)
@@ -323,9 +333,8 @@ class Simulation:
                                         solo, job.slo, job.solo_iter_s, job.arrival_s))
         del self.runs[job.job_id]
         self.tail_end.pop(job.job_id, None)
-        self.state.cancel_arrival(job.job_id)  # it ended before a planned move
-        self.state.forget(job.job_id)
-        rest = self.state.leave(job.job_id, run.group_id)
+        # It leaves its group (and a slot reserved for a planned move it did not make).
+        rest = self.state.apply(Leave.of(job.job_id, JobStatus.DONE))
         self.state.after_departure(rest, self.progress())  # movers go at their next boundary
         if self._progress is not None:
             self._progress(len(self.outcomes), len(self.jobs))

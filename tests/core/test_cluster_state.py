@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from factories import GROUPS, config, intra, make_cluster, make_job, make_policy
 
-from rollmux.core.cluster_state import ClusterState
+from rollmux.core.state import ClusterState
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Member
-from rollmux.core.regroup import Move, Regroup, migration_seconds, plan_moves
+from rollmux.core.records import Movers
+from rollmux.core.regroup import Move, migration_seconds, plan_moves
 
 CLUSTER = make_cluster()
 
@@ -79,8 +80,9 @@ def _host_with_a_move_into_it(reserve: bool, elapsed: float = 19250.0):
     progress = {"h": (h.iterations - 5, elapsed)}
     a = make_job("a", rollout=60, train=50, slo=3.0)
     if reserve:
-        plan = st.decide(a, progress)
-        st.apply_regroup(Regroup(99, (Move("a", 99, plan, migration_seconds(a, CLUSTER)),), False))
+        (place,) = st.decide(a, progress, arrival=False)
+        plan = place.plan
+        st.apply(Movers.of(99, (Move("a", 99, plan, migration_seconds(a, CLUSTER)),), False))
     else:
         plan = st.place(a, progress, arrival=False)
     assert plan.case.value == "direct_packing"
@@ -121,3 +123,11 @@ def test_a_policy_that_admits_by_other_rules_than_the_config_is_refused_naming_t
     # A policy that admits without SLOs (the baselines) only plans with its config.
     from rollmux.sim.baseline_policies import SoloPlacement
     ClusterState(SimEnvironment(), make_cluster(), SoloPlacement(intra()), cfg)
+
+
+def test_a_phase_measured_at_no_time_is_no_estimate():
+    st = _state(repair=True)
+    gid = st.place(make_job("a"), {}).group.group_id
+    assert st.observe("a", gid, 0.0, 0.0, {}) == [] and "a" not in st.estimates  # (was a ZeroDivisionError)
+    st.observe("a", gid, 100.0, 100.0, {})
+    assert st.estimates["a"].count == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rollmux.core.cluster_state import ClusterState
+from rollmux.core.state import ClusterState
 from rollmux.core.compaction import _may_pay, compact, compactions, narrowed
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.env import SimEnvironment
@@ -14,6 +14,7 @@ from rollmux.core.inter_group import group_fits, period_budget
 from rollmux.core.intra_group import plan_group
 from rollmux.core.marginal import group_cost_per_period
 from rollmux.core.placement import Case, PlacementPlan
+from rollmux.core.records import Place
 from tests.factories import GROUPS, config, intra, make_cluster, make_group, make_job, make_policy
 
 CLUSTER = make_cluster()
@@ -85,7 +86,7 @@ def _state(**cfg) -> ClusterState:
 
 def _install(st: ClusterState):
     g = _group()
-    st.apply(PlacementPlan("a", Case.ISOLATED, g, 3, 1, 0.0), arrival=True)
+    st.apply(Place.of(PlacementPlan("a", Case.ISOLATED, g, 3, 1, 0.0), True))
     return g.group_id
 
 
@@ -102,7 +103,7 @@ def test_the_state_releases_the_node_and_the_controller_follows():
 def test_a_group_is_tried_once_per_interval_and_never_where_rollouts_keep_their_shape():
     st = _state(compact_every_s=1e9)
     gid = _install(st)
-    st._compact_at[gid] = 1.0  # tried at t=0 with nothing to drop: the next try waits
+    st.drift._compact_at[gid] = 1.0  # tried at t=0 with nothing to drop: the next try waits
     assert st.compact(gid, {}) == 0 and st.ledger.nodes["rollout"] == 3
     nominal = ClusterState(SimEnvironment(), CLUSTER, make_policy(), GROUPS)
     gid = _install(nominal)

@@ -7,7 +7,7 @@ from factories import GROUPS, config, make_cluster, make_job, make_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.core.cluster_state import ClusterState
+from rollmux.core.state import ClusterState
 from rollmux.core.colocate import colocated_group, colocated_phases
 from rollmux.core.env import SimEnvironment
 from rollmux.core.placement import ClusterView

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from rollmux.core.cluster_state import ClusterState
 from rollmux.core.colocate import iteration_cost
 from rollmux.core.env import SimEnvironment
 from rollmux.core.inter_group import isolated_plan
@@ -13,7 +12,9 @@ from rollmux.core.marginal import group_cost_per_period, plan_added_cost
 from rollmux.core.pairing import least_busy, least_cycle, pair_decision, pair_saving, saving_bound
 from rollmux.core.placement import Case, validate_plan
 from rollmux.core.policy import build_policy
+from rollmux.core.records import Place
 from rollmux.core.regroup import colocated_saving, plan_moves
+from rollmux.core.state import ClusterState
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import Simulation
 from tests.factories import GROUPS, SHIPPED, config, make_cluster, make_job
@@ -21,6 +22,12 @@ from tests.factories import GROUPS, SHIPPED, config, make_cluster, make_job
 CLUSTER = make_cluster()
 ON = SHIPPED
 COSTS = {"colo_a": 2.0, "colo_b": 3.0, "alone_a": 4.0, "alone_b": 5.0, "pair": 4.5}
+
+
+def _policy_plan(st: ClusterState, job, progress):
+    """The policy's validated plan for `job`, before any pairing (as a move would be placed)."""
+    (place,) = st.decide(job, progress, arrival=False)
+    return place.plan
 
 
 def balanced(job_id: str, arrival: float = 0.0, duration: float = 100_000.0, slo: float = 1.5):
@@ -52,7 +59,7 @@ def test_an_arrival_founds_a_group_with_a_colocated_job_that_moves_in():
     a, b = balanced("a"), balanced("b")
     st.place(a, {})
     colo_a = next(iter(st.colocated))
-    plan_b = st.decide(b, {"a": (3, 1000.0)})
+    plan_b = _policy_plan(st, b, {"a": (3, 1000.0)})
     assert plan_b.case == Case.COLOCATED  # alone it would run co-located too
     pairing = st.pair(b, plan_b, {"a": (3, 1000.0)})
     assert pairing is not None and pairing.saving_usd > 0
@@ -86,14 +93,15 @@ def test_no_pairing_with_a_colocated_job_that_is_about_to_leave():
     a = balanced("a", duration=3_000.0)  # about ten iterations
     st.place(a, {})
     b = balanced("b")
-    assert st.pair(b, st.decide(b, {"a": (a.iterations - 1, 2_900.0)}), {"a": (a.iterations - 1, 2_900.0)}) is None
+    progress = {"a": (a.iterations - 1, 2_900.0)}
+    assert st.pair(b, _policy_plan(st, b, progress), progress) is None
 
 
 def test_the_paired_plan_passes_the_written_invariants():
     st = _state()
     st.place(balanced("a"), {})
     b = balanced("b")
-    pairing = st.pair(b, st.decide(b, {}), {})
+    pairing = st.pair(b, _policy_plan(st, b, {}), {})
     validate_plan(pairing.plan, b, st.view({}))  # a new group, provisioned by the plan
 
 
@@ -115,7 +123,7 @@ def test_a_colocated_mover_is_charged_alone_once_the_groups_others_have_left():
     st.place(a, {})
     colo = next(iter(st.colocated.values()))
     short = balanced("s", duration=3_000.0)  # the group's only member leaves after ~10 iterations
-    st.apply(isolated_plan(short, st.view({}), st.policy.cfg), arrival=True)  # (a group of its own)
+    st.apply(Place.of(isolated_plan(short, st.view({}), st.policy.cfg), True))  # (a group of its own)
     view = st.view({})
     (move,), _ = plan_moves(colo.members, colo.group_id, view, st.policy, {"a": 100.0}, 0.0)
     saving = colocated_saving(colo, move.plan, view, st.policy.cfg)
@@ -135,7 +143,7 @@ def test_the_saving_bound_is_never_below_the_planned_saving(rollout, train):
     st.place(a, {})
     colo = next(iter(st.colocated.values()))
     b = make_job("b", rollout=rollout, train=train, slo=1.8)
-    plan = st.decide(b, {})
+    plan = _policy_plan(st, b, {})
     cfg, view = st.policy.cfg, st.view({})
     own = isolated_plan(b, view, cfg)
     least = (job_planning_times(b, cfg).train, least_cycle(b, cfg), least_busy(b, cfg, CLUSTER))

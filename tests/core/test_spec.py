@@ -95,6 +95,11 @@ def test_iterations_are_at_least_one_for_short_jobs():
     assert make_job(rollout=100.0, train=100.0, duration=1.0).iterations == 1
 
 
+def test_the_slo_budget_is_slo_times_solo_iteration_times_iterations():
+    job = make_job(rollout=100.0, train=50.0, sync=5.0, slo=1.3, duration=10_000.0)
+    assert job.slo_budget_s == job.slo * job.solo_iter_s * job.iterations == 1.3 * 155.0 * 65
+
+
 def test_job_rejects_slo_below_one():
     with pytest.raises(ValidationError, match="slo"):
         make_job(slo=0.99)

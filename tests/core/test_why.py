@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.core.cluster_state import ClusterState
+from rollmux.core.state import ClusterState
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Group, Member, isolated_group
 from rollmux.core.group_index import IndexedGroups
@@ -205,9 +205,9 @@ def test_cluster_state_tallies_arrivals_only():
     st_ = ClusterState(env, CLUSTER, make_policy(CFG), GROUPS)
     st_.place(balanced("a", slo=1.0), {})
     st_.place(balanced("b"), {})
-    plan = st_.decide(balanced("c", slo=1.0), {})
-    assert plan.case is Case.ISOLATED and plan.why is not None
-    st_.apply(plan, arrival=False)  # a move: counted when it arrived, not again
+    (place,) = st_.decide(balanced("c", slo=1.0), {}, arrival=False)
+    assert place.plan.case is Case.ISOLATED and place.plan.why is not None
+    st_.apply(place)  # a move: counted when it arrived, not again
     assert st_.why.isolated == 2
     assert st_.why.to_json()["placements"]["no_groups"] == 1
     assert st_.why.to_json()["placements"]["member_slo"] == 1

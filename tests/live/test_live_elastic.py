@@ -10,7 +10,8 @@ from rollmux.core.elastic import rollout_factor
 from rollmux.core.env import SimEnvironment
 from rollmux.core.spec import default_cluster
 from rollmux.live.live_state import LiveState
-from rollmux.live.service import SchedulerCore, _config_from, _config_record
+from rollmux.core.records import config_from, config_record
+from rollmux.live.service import SchedulerCore
 from tests.factories import GROUPS, config, make_cluster, make_job
 
 CLUSTER = default_cluster().model_dump()
@@ -157,14 +158,14 @@ FLAT_V1 = {"seed": 0, "max_group_size": 5, "shrink": True, "regroup": True, "mig
 
 def test_a_config_record_from_before_the_live_elastic_mode_keeps_nominal_shapes():
     old = {"cluster": CLUSTER, "cfg": FLAT_V1}  # no version
-    assert not _config_from(old)[1].shapes.elastic_rollout
-    assert _config_from(_config_record(default_cluster(), ELASTIC))[1].shapes.elastic_rollout
+    assert not config_from(old)[1].shapes.elastic_rollout
+    assert config_from(config_record(default_cluster(), ELASTIC).payload())[1].shapes.elastic_rollout
 
 
 def test_a_version_2_record_keeps_every_setting_it_journaled():
     flat = {**FLAT_V1, "max_group_size": 3, "colocate": True, "colo_pair": True, "stretch_pricing": True,
             "intra": {**FLAT_V1["intra"], "plan": "mean", "plan_z": 2.0}}
-    _, cfg = _config_from({"cluster": CLUSTER, "cfg": flat, "version": 2})
+    _, cfg = config_from({"cluster": CLUSTER, "cfg": flat, "version": 2})
     assert cfg.shapes.elastic_rollout and cfg.colocation.enabled and cfg.colocation.pair
     assert cfg.placement.max_group_size == 3 and cfg.placement.pricing == "stretch"
     assert (cfg.admission.plan, cfg.admission.z) == ("mean", 2.0)

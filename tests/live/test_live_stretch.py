@@ -13,7 +13,8 @@ def _decide(cfg):
     """Where a train-heavy job goes once a wide train-heavy job holds a group."""
     state = LiveState(SimEnvironment(), make_cluster(), cfg)
     state.cluster.place(make_job("wide", rollout=50.0, train=200.0, rollout_gpus=16, train_gpus=16), {})
-    return state, state.cluster.decide(make_job("t", rollout=50.0, train=200.0), {})
+    (place,) = state.cluster.decide(make_job("t", rollout=50.0, train=200.0), {})
+    return state, place.plan
 
 
 def test_under_delta_pricing_the_service_takes_algorithm_1s_first_valid_option():

@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from rollmux.core.env import WallClockEnvironment
+from rollmux.core.records import config_from as _config_from
 from rollmux.harness.chaos import run as chaos_run
 from rollmux.harness.chaos.checks import first_diff
 from rollmux.harness.chaos.job import job_record
@@ -21,7 +22,7 @@ from rollmux.harness.chaos.run import Run, random_token
 from rollmux.live.journal import FailingStore, open_store
 from rollmux.live.live_state import LiveState
 from rollmux.live.local import ThreadServer
-from rollmux.live.service import SchedulerCore, _config_from
+from rollmux.live.service import SchedulerCore
 
 KINDS = ("submit", "place", "grant", "release", "tail", "movers", "move_out", "leave")
 
