@@ -123,10 +123,14 @@ class JobSpec(_Strict):
         return max(1, round(self.duration_s / self.solo_iter_s))
 
     @cached_property
+    def slo_iter_s(self) -> float:
+        """The longest mean iteration time the SLO allows: slo x solo_iter_s (DESIGN §2)."""
+        return self.slo * self.solo_iter_s
+
+    @cached_property
     def slo_budget_s(self) -> float:
-        """The SLO's budget for the job's whole work: its mean iteration time may be at most
-        slo x solo_iter_s (DESIGN §2), over all its iterations (evaluated in that order)."""
-        return self.slo * self.solo_iter_s * self.iterations
+        """The SLO's budget for the job's whole work: `slo_iter_s` over all its iterations."""
+        return self.slo_iter_s * self.iterations
 
 
 class PoolSpec(_Strict):

@@ -28,7 +28,7 @@ def job_view(job: Any, now: float, planned: Any = None) -> dict:
     solo = job.spec.solo_iter_s
     host = job.spec.host_gb
     return {"job_id": job.spec.job_id, "status": job.status, "group_id": job.group_id,
-            "iterations": job.iterations, "mean_iter_s": mean, "slo_iter_s": job.spec.slo * solo,
+            "iterations": job.iterations, "mean_iter_s": mean, "slo_iter_s": job.spec.slo_iter_s,
             "slowdown": None if mean is None else mean / solo,
             "profile": {"declared": {ROLLOUT: job.spec.rollout_s.median, TRAIN: job.spec.train_s},
                         "measured": dict(job.profile),

@@ -226,7 +226,7 @@ class GavelSimulation:
                 continue
             jobs = g.jobs() + [job]
             period = packed_period_s(jobs, self.sw, self.cluster, kind, self.speed)
-            if any(period > j.slo * j.solo_iter_s * (1 + _EPS) for j in jobs):
+            if any(period > j.slo_iter_s * (1 + _EPS) for j in jobs):
                 continue
             if not host_fits(jobs, self.cluster, kind):
                 continue

@@ -106,7 +106,7 @@ def kind_valid(job: JobSpec, cluster: ClusterSpec, kind: str, speed: float = 1.0
     if not host_fits([job], cluster, kind):
         return False
     r_max = job.rollout_s.max
-    return (expected_iter_s(job, cluster, kind, speed) <= job.slo * job.solo_iter_s * (1 + _EPS)
+    return (expected_iter_s(job, cluster, kind, speed) <= job.slo_iter_s * (1 + _EPS)
             and worst_iter_s(job, cluster, kind, speed) <= job.slo * iter_s(job, cluster, "disagg", r_max) * (1 + _EPS))
 
 

@@ -230,4 +230,4 @@ def busy_time_bound_per_hour(jobs: Sequence[JobSpec], cluster: ClusterSpec) -> f
     pr = cluster.pools.rollout.price_per_gpu_hour
     pt = cluster.pools.train.price_per_gpu_hour
     return sum((j.rollout_gpus * j.mean_rollout_s * pr + j.train_gpus * j.mean_train_s * pt)
-               / (j.slo * j.solo_iter_s) for j in jobs)
+               / j.slo_iter_s for j in jobs)

@@ -1,4 +1,4 @@
-"""Measured phase times and host memory feed the live scheduler (issue 12, part 4).
+"""Measured phase times and host memory feed the live scheduler (DESIGN §5a, §8).
 
 Every test drives the in-process core with explicit releases (no sleeps): a release's
 timings are what the job's shim measured.
