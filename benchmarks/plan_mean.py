@@ -53,7 +53,7 @@ def stress_run(seed: int, plan: str, z: float) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from factories import synthetic_trace
 
-    from rollmux.core.inter_group import RollMuxPlacement
+    from rollmux.core.placement import RollMuxPlacement
     from rollmux.sim.simulator import simulate
     jobs = synthetic_trace(np.random.default_rng(seed), 30, sigma=(0.0, 0.1, 0.3)[seed % 3],
                            mean_gap_s=(60.0, 0.0)[seed % 2], slo_range=(1.0, 1.5), duration_range=(3000.0, 20000.0))

@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import replace
 
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baseline_policies import SoloPlacement

@@ -25,9 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from factories import synthetic_trace  # noqa: E402
 
-from rollmux.core.inter_group import RollMuxPlacement  # noqa: E402
+from rollmux.core.placement import RollMuxPlacement  # noqa: E402
 from rollmux.core.config import IntraConfig  # noqa: E402
-from rollmux.core.shapes import ShapeConfig  # noqa: E402
+from rollmux.core.config import ShapesConfig as ShapeConfig  # noqa: E402
 from rollmux.core.spec import default_cluster  # noqa: E402
 from rollmux.sim.simulator import SimConfig, simulate  # noqa: E402
 

@@ -17,18 +17,13 @@ import numpy as np
 
 from rollmux.core.accounting import Ledger
 from rollmux.core.colo_controller import ColocatedController
-from rollmux.core.colo_model import colocated_iter_s
-from rollmux.core.colocate import colocated_group, colocated_phases, group_gpus
-from rollmux.core.compaction import compactions, narrowed
+from rollmux.core.colo_model import colocated_group, colocated_iter_s, colocated_phases, group_gpus
 from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
-from rollmux.core.group_index import IndexedGroups, IndexSnapshot, progress_rows
-from rollmux.core.inter_group import group_fits
 from rollmux.core.intra_group import job_planning_times, plan_group
-from rollmux.core.pairing import Pairing, pair_decision
 from rollmux.core.placement import (
     Case,
     ClusterView,
@@ -42,19 +37,21 @@ from rollmux.core.placement import (
     Shaped,
     validate_plan,
 )
-from rollmux.core.regroup import (
+from rollmux.core.placement.admission import group_fits
+from rollmux.core.placement.index import IndexedGroups, IndexSnapshot, progress_rows
+from rollmux.core.placement.why import WhyTally
+from rollmux.core.repair.compaction import compactions, narrowed
+from rollmux.core.repair.moves import (
     Move,
     OwedProgress,
     Regroup,
-    colocated_stake,
-    dissolve_decision,
     migration_seconds,
     owed_by_members,
     plan_moves,
-    shrink,
 )
+from rollmux.core.repair.pairing import Pairing, pair_decision
+from rollmux.core.repair.regroup import colocated_stake, dissolve_decision, shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.core.why import WhyTally
 from rollmux.errors import InputError
 
 Progress = Mapping[str, tuple[int, float]]  # job_id -> (iterations done, seconds since start)

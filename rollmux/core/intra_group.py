@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rollmux.core.admission import PeriodStats, mean_rollout, period_stats
+from rollmux.core.period_sample import PeriodStats, mean_rollout, period_stats
 from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.spec import JobSpec
@@ -58,7 +58,7 @@ def planning_times(job: JobSpec, quantile: float) -> PhaseTimes:
 
 def job_planning_times(job: JobSpec, cfg: "IntraConfig") -> PhaseTimes:
     """Phase durations the configuration plans `job` with: its rollout at plan_quantile
-    ("worst") or the mean of its seeded planning sample ("mean", core/admission.py)."""
+    ("worst") or the mean of its seeded planning sample ("mean", core/period_sample.py)."""
     if cfg.plan == "worst":
         return planning_times(job, cfg.plan_quantile)
     r = mean_rollout(job, cfg.plan_chains, cfg.plan_length)
@@ -87,7 +87,7 @@ def group_planning_times(members: Sequence[Member], cfg: "IntraConfig") -> list[
 
 def group_period_stats(members: Sequence[Member], n_rollout: int, n_train: int,
                        cfg: "IntraConfig") -> PeriodStats:
-    """The sampled period of the members in this cyclic order (core/admission.py), rollouts
+    """The sampled period of the members in this cyclic order (core/period_sample.py), rollouts
     scaled and lengthened as in `group_planning_times` (elastic factor, straggler overhead)."""
     shared = _shared_rollout_nodes(members)
     over = [cfg.migration_overhead_s if tail_share(m.job, any(i in shared for i in m.rollout_nodes), cfg) > 0
@@ -369,7 +369,7 @@ def _plan(members: tuple[Member, ...], n_rollout: int, n_train: int, cfg: IntraC
         order, per = tuple(range(len(members))), period(members, n_rollout, n_train, times, plan_cfg)
     members = tuple(members[i] for i in order)
     times = [times[i] for i in order]
-    if cfg.plan == "mean":  # the sampled mean period in the chosen order (core/admission.py)
+    if cfg.plan == "mean":  # the sampled mean period in the chosen order (core/period_sample.py)
         per = group_period_stats(members, n_rollout, n_train, cfg).mean
     slots: tuple[int, ...] = ()
     if cfg.order == "slo":  # a tight member may run more often (core/slo_order.py)

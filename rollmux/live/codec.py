@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rollmux.core.colocate import is_colocated
+from rollmux.core.colo_model import is_colocated
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.intra_group import plan_group
 from rollmux.core.config import IntraConfig
 from rollmux.core.placement import Case, PlacementPlan
-from rollmux.core.regroup import Move, Regroup
+from rollmux.core.repair.moves import Move, Regroup
 from rollmux.core.spec import JobSpec
-from rollmux.core.why import PlacementWhy
+from rollmux.core.placement.why import PlacementWhy
 
 
 def job_to_dict(job: JobSpec) -> dict:

@@ -45,10 +45,10 @@ from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import GroupController
-from rollmux.core.policy import build_policy
-from rollmux.core.regroup import Regroup
+from rollmux.core.placement import build_policy
+from rollmux.core.repair.moves import Regroup
 from rollmux.core.spec import ClusterSpec, HostGB, JobSpec
-from rollmux.core.why import WhyTally
+from rollmux.core.placement.why import WhyTally
 from rollmux.live.codec import (
     group_from_dict,
     group_to_dict,

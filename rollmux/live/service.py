@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rollmux.core.config import SchedulerConfig
-from rollmux.core.colocate import colocated_phases, group_gpus
+from rollmux.core.colo_model import colocated_phases, group_gpus
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields

@@ -48,7 +48,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 import rollmux
-from rollmux.core.why import REASON_NAMES
+from rollmux.core.placement.why import REASON_NAMES
 
 log = logging.getLogger("rollmux.telemetry")
 

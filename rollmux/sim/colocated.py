@@ -13,7 +13,7 @@ from typing import Callable, Protocol
 
 from rollmux.core.accounting import Ledger
 from rollmux.core.cluster_state import ClusterState
-from rollmux.core.colocate import colocated_phases, group_gpus
+from rollmux.core.colo_model import colocated_phases, group_gpus
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import SimEnvironment
 from rollmux.core.spec import ClusterSpec

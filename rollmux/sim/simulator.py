@@ -22,8 +22,8 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import ROLLOUT, TRAIN, Grant
 from rollmux.core.intra_group import head_finish
 from rollmux.core.placement import PlacementPolicy
-from rollmux.core.policy import build_policy
-from rollmux.core.regroup import slice_rate
+from rollmux.core.placement import build_policy
+from rollmux.core.repair.moves import slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
 from rollmux.sim.colocated import colocated_iteration

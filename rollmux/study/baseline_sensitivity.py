@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import simulate_verl

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.metrics import PolicyResult

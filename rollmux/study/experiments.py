@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError

@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from rollmux.core.group import Group
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.study.offline_optimum_groups import cheapest_group, group_budget, group_valid, pins_ok

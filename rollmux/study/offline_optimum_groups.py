@@ -23,7 +23,7 @@ import math
 from typing import Sequence
 
 from rollmux.core.group import Group, Member, isolated_group, residency_ok
-from rollmux.core.inter_group import period_budget
+from rollmux.core.placement.admission import period_budget
 from rollmux.core.intra_group import group_planning_times, plan_group, planning_times, t_cycle, t_load
 from rollmux.core.config import IntraConfig
 from rollmux.core.spec import ClusterSpec, JobSpec

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.core.config import IntraConfig
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.spec import ClusterSpec, JobSpec

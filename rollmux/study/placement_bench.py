@@ -6,11 +6,10 @@ import time
 import numpy as np
 
 from rollmux.core.group import Group
-from rollmux.core.group_index import IndexedGroups
+from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.config import IntraConfig, SchedulerConfig
-from rollmux.core.placement import Case, ClusterView, PlacementPolicy, validate_plan
+from rollmux.core.placement import Case, ClusterView, PlacementPolicy, build_policy, validate_plan
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
-from rollmux.core.policy import build_policy
 
 
 def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSpec,

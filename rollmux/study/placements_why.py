@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.core.why import REASON_NAMES
+from rollmux.core.placement.why import REASON_NAMES
 from rollmux.sim.simulator import SimConfig
 from rollmux.study.config import StudyConfig
 from rollmux.study.sections import MODES, before_issue_14, pct, philly_jobs, regenerate, run_config

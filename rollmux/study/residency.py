@@ -29,7 +29,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollmux.core.group import Group
-from rollmux.core.inter_group import RollMuxPlacement, period_budget, pin_into, rollout_node_loads
+from rollmux.core.placement import RollMuxPlacement
+from rollmux.core.placement.admission import period_budget
+from rollmux.core.placement.pinning import pin_into, rollout_node_loads
 from rollmux.core.intra_group import planning_times
 from rollmux.core.placement import ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec

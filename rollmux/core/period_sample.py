@@ -1,10 +1,11 @@
-"""SLO admission by the SLO's own terms (issue 14, item 2): plan with the period's distribution.
+"""The planner's seeded sample (DESIGN §4-§5): per-job rollout draws and a group's sampled period.
 
 A job's SLO bounds its *mean* iteration time over its run (sim/metrics.py
-`JobOutcome.slo_met`), not every iteration. `IntraConfig.plan == "worst"` plans
-every rollout at its cap (today's behaviour); `plan == "mean"` admits a group when
-every member's mean iteration time over its remaining iterations stays within its
-period budget with high confidence.
+`JobOutcome.slo_met`), not every iteration. Under `admission.plan == "mean"` the planner
+plans each job at the mean of a fixed sample of its rollouts and a group's period by
+running its exact schedule on those samples; SLO admission (core/placement/admission.py)
+then asks every member's confident mean over its remaining iterations to stay within its
+period budget. Evidence: docs/decisions/admission-by-mean.md.
 
 The model (what the planner is allowed to know, and what is assumed):
 
@@ -23,17 +24,14 @@ The model (what the planner is allowed to know, and what is assumed):
   the time the last member ends meta-iteration `length`. The Y_k are independent, so
   their variance v measures the variance of a `length`-iteration mean directly
   (autocorrelation between meta-iterations included); a mean over n iterations has
-  variance about v * length / n (independence of iterations beyond a chain's length).
-* A member with n remaining iterations (+1 for a membership change's transient, as
-  in `period_budget`) is admitted when
-      mean(Y) + z * sqrt(v * (length / n + 1 / chains)) <= its period budget,
-  the 1 / chains term paying for the sample's own error. z = 3.09 is ~99.9% one-sided.
+  variance about v * length / n (independence of iterations beyond a chain's length),
+  plus 1 / chains of v for the sample's own error (`PeriodStats.upper`).
 
-Soundness of the index (core/group_index.py): the index bounds the period with the
-*sample means* of each job's phase times (`mean_times`). Every node does its
-sampled work and every member its sampled cycles within T_k, so mean(Y) is at least
-max(T_cycle, T_load) of those means, exactly, for every sample: the closed-form
-bounds stay lower bounds of what this check compares, and the confidence term is >= 0.
+Soundness of the group index (core/placement/index.py): the index bounds the period with
+the *sample means* of each job's phase times. Every node does its sampled work and every
+member its sampled cycles within T_k, so mean(Y) is at least max(T_cycle, T_load) of those
+means, exactly, for every sample: the closed-form bounds stay lower bounds of what
+admission compares, and the confidence term is >= 0.
 """
 
 from __future__ import annotations
@@ -153,7 +151,3 @@ def _node_classes(pins: Sequence[tuple[int, ...]]) -> dict[int, int]:
     ids: dict[tuple[int, ...], int] = {}
     return {i: ids.setdefault(tuple(u), len(ids)) for i, u in users.items()}
 
-
-def admits(stats: PeriodStats, budgets: Sequence[float], remaining: Sequence[float], z: float) -> bool:
-    """Every member's confident mean period (`PeriodStats.upper`) is within its period budget."""
-    return all(stats.upper(n, z) <= b * (1 + 1e-9) for b, n in zip(budgets, remaining))

@@ -1,4 +1,4 @@
-"""Rollout compaction: a group gives back a rollout node by narrowing the members pinned there.
+"""Rollout compaction (DESIGN §5a): a group gives back a rollout node, its members there narrowed.
 
 A group's members bank time: admission plans them conservatively (the mean plan's confidence
 bound, worst-case switches), so most run ahead of their SLO budget, and a departure leaves the
@@ -6,11 +6,12 @@ rest more room than they were admitted with. Elastic rollout parallelism (core/e
 that slack into node-hours: a member pinned on several rollout nodes may roll out on fewer,
 its rollout slower by the elastic model's factor. Compaction drops one rollout node of a group
 when every member pinned on it can narrow onto the others it already holds, and the narrowed
-group still passes the policy's own SLO admission test (`group_fits`) with the members'
-progress so far, and when it costs less per planned meta-iteration (rate x period, as stretch
-pricing prices a join, core/marginal.py): a narrowed rollout can stretch the period, and the
-whole group, its training node included, then holds its nodes longer for the same work. It
-repeats while a node can go.
+group still passes the policy's own SLO admission test (core/placement/admission.py
+`group_fits`) with the members' progress so far, and when it costs less per planned
+meta-iteration (rate x period, as stretch pricing prices a join, core/placement/pricing.py):
+a narrowed rollout can stretch the period, and the whole group, its training node included,
+then holds its nodes longer for the same work. It repeats while a node can go.
+Evidence: docs/decisions/compaction.md.
 
 Nothing moves: a narrowed member's state is already resident on the nodes it keeps (no cold
 start, no migration); its cost is its longer rollout, which the plan and the admission test
@@ -25,10 +26,10 @@ from collections.abc import Container, Iterator, Mapping
 
 from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, Member, residency_ok
-from rollmux.core.inter_group import group_fits, period_budget
 from rollmux.core.intra_group import group_planning_times, node_loads, plan_group, t_cycle, t_load
 from rollmux.core.config import IntraConfig
-from rollmux.core.marginal import group_cost_per_period
+from rollmux.core.placement.admission import group_fits, period_budget
+from rollmux.core.placement.pricing import group_cost_per_period
 from rollmux.core.spec import ClusterSpec
 
 

@@ -1,4 +1,4 @@
-"""An index of the groups for the placement scan (issue 11, item 7: scale).
+"""An index of the groups for the placement search (DESIGN §5: Algorithm 1 at scale).
 
 Algorithm 1 tries every group for every arrival; at 10,000 active jobs a Python
 loop over thousands of groups, each tried with the exact candidate check,
@@ -7,7 +7,7 @@ few planning aggregates in flat numpy arrays: member count, training-node
 count, training host DRAM and training load per node prefix, and closed-form
 lower bounds of the period the group would have with one more member. One
 vectorized pass then excludes every group that can never take a given job, and
-only the few survivors go through the policy's exact checks.
+only the few survivors go through the search's exact checks (placement/candidates.py).
 
 Every aggregate is a *lower bound* of what the exact check computes (adding a
 member only adds load, switches and straggler overhead), compared with a small
@@ -34,7 +34,7 @@ import numpy as np
 from rollmux.core.group import Group
 from rollmux.core.intra_group import group_planning_times, node_loads, t_cycle, t_load
 from rollmux.core.config import IntraConfig
-from rollmux.core.why import CODE, Refusal
+from rollmux.core.placement.why import CODE, Refusal
 
 KT_MAX = 8         # training-node prefixes indexed; jobs needing more are checked on the first KT_MAX
 MARGIN = 1e-6      # relative slack on every bound: rounding can never exclude a valid group
@@ -261,7 +261,7 @@ class GroupIndex:
         return mask
 
     def refusal_codes(self, need: JobNeeds) -> np.ndarray:
-        """Per slot in use, the code (index in core/why.REFUSALS) of the first check in the
+        """Per slot in use, the code (index in placement/why.py REFUSALS) of the first check in the
         attribution order that `may_take` fails, -1 where it may take the job. Each bound
         proves its reason: the structural ones are the checks themselves, the period bounds
         are lower bounds of the exact period, so exceeding a budget proves an SLO refusal
@@ -286,8 +286,8 @@ class GroupIndex:
         return codes
 
     def budget_bounds(self, slots: np.ndarray, progress: Mapping[str, tuple[int, float]]) -> np.ndarray:
-        """At least the least member period budget (inter_group.period_budget) of each slot's
-        group: exact for an uncharged view, an upper bound for a charged one.
+        """At least the least member period budget (admission.period_budget) of each slot's group:
+        exact for an uncharged view, an upper bound for a charged one.
 
         A charged view (a tentative regroup charging migrations) only lowers budgets, so its
         `uncharged()` base bounds it from above, and a filter by these bounds never excludes
@@ -312,7 +312,7 @@ class GroupIndex:
         return vals
 
     def _min_budgets(self, slots: np.ndarray, progress: Mapping[str, tuple[int, float]]) -> np.ndarray:
-        # Computed as period_budget does, member by member, vectorized; the progress of all
+        # Computed as admission.period_budget does, member by member, vectorized; the progress of all
         # the members is read in one `progress_rows` call.
         sizes = self._size[slots]
         cols = np.arange(self._width)[None, :] < sizes[:, None]

@@ -1,4 +1,4 @@
-"""Why a job got a group of its own: the reasons a placement policy refused each group.
+"""Why a job got a group of its own (DESIGN §5): the reasons the search refused each group.
 
 For an arrival that the RollMux policy isolates (a new group), every group in its view was
 refused by one check. The checks and the order in which a refusal is attributed, when more
@@ -11,14 +11,14 @@ than one would fail (the first failing one in this order wins):
   residency     host DRAM: a training node the job would share cannot hold its offloaded
                 state (rollout nodes never refuse an isolated job: see below);
   newcomer_slo  the group's period with the job would exceed the tightest period budget
-                (inter_group.period_budget) among the newcomer and the members, and that is
+                (placement/admission.py `period_budget`) among the newcomer and the members, and that is
                 the newcomer's own (no member's budget is tighter);
   member_slo    ... and a member's budget is tighter than the newcomer's: the tightest SLO in
                 the group is an existing member's.
   untried       the group passed every check short of the exact SLO check, which the bounded
-                search of the mean plan (core/shapes.py `EXACT_TRIES`) never reached: it
+                search of the mean plan (placement/pricing.py `EXACT_TRIES`) never reached: it
                 tries the groups with the most closed-form headroom first, and stopped;
-  costlier      the group would take the job, but with stretch pricing (core/marginal.py)
+  costlier      the group would take the job, but with stretch pricing (placement/pricing.py)
                 joining it adds more per iteration than a group of the job's own: the
                 members' stretch (or the nodes added) costs more than new nodes would.
 
@@ -33,12 +33,12 @@ A group is tried with 0..k new rollout nodes; it is attributed the reason its la
 try failed for, the try that asks least of the group. With k new nodes the job shares no
 rollout node, and an isolated group needs k new rollout nodes too, so whenever a job is
 isolated that try was made: rollout-node DRAM can change which nodes a job shares, never
-isolate it. Groups the group index (core/group_index.py) excludes in bulk are attributed the
+isolate it. Groups the group index (placement/index.py) excludes in bulk are attributed the
 same way: each of its bounds is a proof of one of these reasons (a structural bound is that
 check itself; a period bound is a lower bound of the exact period, so exceeding a budget
 proves an SLO refusal), so no "pruned" reason is needed; how many groups the index excluded
 is kept apart (`by_index`). The policy notes refusals as it makes them and turns them into
-counts only when the job ends up alone.
+counts only when the job ends up alone (placement/refusals.py).
 
 One placement, one reason (`PlacementWhy.reason`): the nearest miss, i.e. the reason of the
 refused group that got furthest through the order above (a job refused by one group for a member's

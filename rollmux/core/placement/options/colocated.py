@@ -1,19 +1,20 @@
-"""A per-job execution mode: co-located on training nodes (the veRL mode), chosen by placement.
+"""The co-located option (beyond the paper): the job alone on training nodes, the veRL mode.
 
 A co-located job runs rollout and training time-shared on its own G = max(rollout_gpus,
 train_gpus) training-pool (H800) GPUs, with no inter-pool sync; its phase times come from
 the veRL model (core/colo_model.py, calibrated to the paper's co-located pairs). With elastic
-rollout and `colo_narrow` (`choose(narrow=True)`), a job with more rollout than training GPUs
+rollout and `colocation.narrow` (`choose(narrow=True)`), a job with more rollout than training GPUs
 may instead run on its training GPUs' nodes, G' < G, its rollout narrowed by the elastic
 model's factor (core/colo_model.py `narrowed_gpus`); the option takes whichever of G and G'
 costs less per iteration and meets the SLO. It is a
 placement of its own (`Case.COLOCATED`): a one-member "group" with no rollout nodes and
 `colocated_nodes` training nodes, which the executor keeps apart from the co-execution
-groups (never a candidate for another job, never re-planned; with `colo_regroup` the
-departure-time consolidation pass may move the job into a group, core/regroup.py). Its
-permits, on the live plane, come from core/colo_controller.py.
+groups (never a candidate for another job, never re-planned; with `colocation.regroup` the
+departure-time consolidation pass may move the job into a group, core/repair/regroup.py). Its
+permits, on the live plane, come from core/colo_controller.py; its group and phase times
+from core/colo_model.py.
 
-When RollMux's placement (core/inter_group.py, `RollMuxPlacement(colocate=True)`) has its
+When RollMux's placement (placement/policy.py, with `colocation.enabled`) has its
 disaggregated answer for an arrival, the cheapest valid group placement or else an isolated
 group, `choose` sets the co-located option against it:
 
@@ -22,72 +23,34 @@ group, `choose` sets the co-located option against it:
   its training nodes fit the pool's cap, its rollout and training host state fit one
   training node together (both phases' state stay resident there), and its co-located
   iteration time meets its SLO (`colocated_slo_ok`);
-* chosen when it costs less per iteration than the disaggregated answer (`iteration_cost`).
+* chosen when it costs less per iteration than the disaggregated answer (placement/pricing.py:
+  `iteration_cost` under Δ pricing, `plan_added_cost` under stretch pricing).
 
 Like for like. A group placement's Δ is the $/h it adds while the job runs and the job runs
 one iteration per planned group period, so what it adds per iteration is Δ x period; an
 isolated group adds its whole rate x its planned period; a co-located job its training
 nodes' rate x its co-located iteration time. All three at the same planning estimate (the
 rollout the placement plans with: its quantile, or under `--plan mean` the mean of the job's
-planning sample, core/admission.py), so the comparison is the cost of finishing the
+planning sample, core/period_sample.py), so the comparison is the cost of finishing the
 job's remaining work (iterations x cost per iteration) in each mode. Direct packing (Δ = 0)
 always wins; co-location competes with rollout scaling and isolated groups. What this does
 not price: an isolated group may later host other jobs at Δ = 0 (a co-located job never
 does), and a direct-packed job may keep its group's nodes held longer. So co-location must
 be cheaper by a margin: it is chosen when its cost per iteration is below `margin` (default
-COLO_MARGIN = 0.75) x the disaggregated answer's. Against an isolated group the ratio splits
-the jobs in two on both profile sets (unseen traces 2869ce:11, paper and catalog): 0.53-0.64
-for every job with as many rollout as training GPUs (8:8, 16:16; co-located it holds one
-H800 set instead of an H20 set and an H800 one), 0.83-1.02 for every 16:8 job (co-located
-it needs 16 H800 GPUs where it trained on 8), nothing in between. (Narrowed onto one H800
-node a 16:8 job drops to about 0.5-0.65, so with `colo_narrow` most 16:8 arrivals go
-co-located too: benchmarks/README.md, "Narrowed co-location".) At 1.0 most
-paper-profile arrivals went co-located and the groups they would have seeded were missing
-(gain over Solo-D 1.18-1.39x instead of 1.35-1.48x without the mode); any margin in the gap
-gives the same decisions there (0.7 and 0.8 measured identical), and 0.75 sits in its middle.
-benchmarks/colocate.py measures it.
+COLO_MARGIN = 0.75, core/config.py) x the disaggregated answer's: docs/decisions/colocation.md
+and docs/decisions/colocation-narrow.md give the measurements that set it.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from rollmux.core.colo_model import (
-    colocated_gpus,
-    colocated_iter_s,
-    colocated_nodes,
-    gpu_options,
-    placement_gpus,
-    verl_rollout_scale,
-    verl_train_scale,
-)
+from rollmux.core.colo_model import colocated_group, colocated_iter_s, colocated_nodes, gpu_options
 from rollmux.core.config import IntraConfig
-from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.intra_group import job_planning_times
-from rollmux.core.placement import Case, ClusterView, PlacementPlan
+from rollmux.core.placement.model import Case, ClusterView, PlacementPlan
+from rollmux.core.placement.pricing import iteration_cost
 from rollmux.core.spec import ClusterSpec, JobSpec
-
-__all__ = ["choose", "colocated_group", "colocated_option", "colocated_phases", "colocated_slo_ok",
-           "iteration_cost", "colocated_gpus", "colocated_nodes", "group_gpus", "is_colocated"]
-
-
-def colocated_group(group_id: int, job: JobSpec, cluster: ClusterSpec, planned_s: float,
-                    gpus: int | None = None) -> Group:
-    """The co-located job's own placement: no rollout nodes, pinned to all its training nodes
-    (those `gpus` need, default the veRL model's G); its shape is its planned co-located iteration time."""
-    nt = colocated_nodes(job, cluster, gpus)
-    return Group(group_id, 0, nt, (Member(job, (), tuple(range(nt))),),
-                 GroupShape(period_s=planned_s, t_cycle_s=planned_s, t_load_s=planned_s))
-
-
-def is_colocated(group: Group) -> bool:
-    """True for a co-located job's own placement (`colocated_group`): no rollout nodes."""
-    return group.n_rollout == 0
-
-
-def group_gpus(group: Group, cluster: ClusterSpec) -> int:
-    """The GPUs a co-located placement runs its job on: G, or a narrowed G' (fewer nodes)."""
-    return placement_gpus(group.members[0].job, cluster, group.n_train)
 
 
 def colocated_slo_ok(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0, gpus: int | None = None) -> bool:
@@ -139,12 +102,6 @@ def _colocated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig, speed: fl
     return PlacementPlan(job.job_id, Case.COLOCATED, g, 0, nt, nt * pool.node_price_per_hour)
 
 
-def iteration_cost(plan: PlacementPlan) -> float:
-    """$ the plan adds per iteration of its job: its Δ ($/h) over the job's planned iteration
-    time (the group's period; a new group's or a co-located job's Δ is its whole rate)."""
-    return plan.delta_cost_per_hour * plan.group.shape.period_s / 3600
-
-
 def choose(job: JobSpec, view: ClusterView, disagg: PlacementPlan | None,
            isolated: Callable[[], PlacementPlan | None], cfg: IntraConfig, speed: float,
            margin: float, cost: Callable[[PlacementPlan], float] = iteration_cost,
@@ -154,7 +111,7 @@ def choose(job: JobSpec, view: ClusterView, disagg: PlacementPlan | None,
     `disagg`: the cheapest valid group placement (None: no group takes the job);
     `isolated()`: the isolated plan, asked only when no group does. A co-located plan
     is taken when its `cost` per iteration (`iteration_cost`, or with stretch pricing
-    core/marginal.py's, which also charges the members' stretch) is below `margin` x the other's.
+    placement/pricing.py's `plan_added_cost`, which also charges the members' stretch) is below `margin` x the other's.
     `narrow`: the co-located option may run on a narrowed G' (elastic rollout, core/colo_model.py)."""
     other = disagg
     if other is not None and cost(other) <= 0:
@@ -168,11 +125,3 @@ def choose(job: JobSpec, view: ClusterView, disagg: PlacementPlan | None,
         return colo
     return other
 
-
-def colocated_phases(job: JobSpec, cluster: ClusterSpec, rollout: float, train: float,
-                     speed: float = 1.0, gpus: int | None = None) -> tuple[float, float, float]:
-    """(rollout, training, switches) seconds of one co-located iteration on `gpus` (default the
-    veRL model's G) whose disaggregated phases would take `rollout` and `train` seconds (drift
-    already applied to both)."""
-    return (rollout * verl_rollout_scale(job, cluster, speed, gpus), train * verl_train_scale(job, speed),
-            2 * cluster.warm_switch_s)

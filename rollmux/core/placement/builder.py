@@ -4,7 +4,7 @@ service all build RollMux's placement from a `SchedulerConfig` here."""
 from __future__ import annotations
 
 from rollmux.core.config import SchedulerConfig
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement.policy import RollMuxPlacement
 from rollmux.core.spec import ClusterSpec
 
 
