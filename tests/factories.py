@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group, Member
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.core.intra_group import PhaseTimes
 from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec, default_cluster
 

@@ -8,7 +8,7 @@ from factories import GROUPS, config, intra, make_cluster, make_job, make_policy
 from rollmux.core.cluster_state import ClusterState
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Member
-from rollmux.core.regroup import Move, Regroup, migration_seconds, plan_moves
+from rollmux.core.repair.moves import Move, Regroup, migration_seconds, plan_moves
 
 CLUSTER = make_cluster()
 

@@ -154,7 +154,7 @@ def test_admission_packs_a_tight_newcomer_directly_only_under_the_slo_order():
     """Round robin needs a new rollout node for the tight job (a shared one would run it at
     the loose members' pace); the SLO order packs it onto the shared node at rate 2, and the
     plan passes the written invariants and every member's own budget."""
-    from rollmux.core.inter_group import group_fits
+    from rollmux.core.placement.admission import group_fits
     from rollmux.core.placement import Case, ClusterView, validate_plan
     from tests.factories import make_cluster
 

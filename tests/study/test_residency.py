@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollmux.core.group import isolated_group
-from rollmux.core.inter_group import RollMuxPlacement
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.core.intra_group import plan_group
 from rollmux.core.config import IntraConfig
 from rollmux.core.placement import ClusterView

@@ -1,4 +1,4 @@
-"""Flexible group shapes (core/shapes.py): training scaling and elastic rollout in placement."""
+"""Options beyond Algorithm 1 (core/placement/options/): training scaling, elastic rollout, fewer-node groups."""
 
 from __future__ import annotations
 
@@ -9,20 +9,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.core import shapes
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.group import Group, Member, isolated_group
-from rollmux.core.group_index import IndexedGroups
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import (
     Case,
     ClusterView,
     PlacementPlan,
     PlanInvalid,
+    RollMuxPlacement,
     validate_plan,
 )
-from rollmux.core.why import Refusal
+from rollmux.core.placement import pricing, trial
+from rollmux.core.placement.index import IndexedGroups
+from rollmux.core.placement.options import isolated
+from rollmux.core.placement.why import Refusal
 from rollmux.study.placement_bench import indexed_view
 from tests.factories import intra, make_cluster, make_job, make_policy
 
@@ -40,8 +41,8 @@ def view(*groups: Group, cluster=CLUSTER) -> ClusterView:
     return ClusterView(cluster, tuple(groups), None, None, 5, 1 + max((g.group_id for g in groups), default=-1))
 
 
-def policy(train_scaling=False, elastic=False, stretch=False) -> RollMuxPlacement:
-    return make_policy(CFG, train_scaling=train_scaling, elastic_rollout=elastic, stretch_pricing=stretch)
+def policy(train_scaling=False, elastic=False, stretch=False, planner=CFG) -> RollMuxPlacement:
+    return make_policy(planner, train_scaling=train_scaling, elastic_rollout=elastic, stretch_pricing=stretch)
 
 
 def place(p: RollMuxPlacement, job, v: ClusterView) -> PlacementPlan:
@@ -164,16 +165,15 @@ def _job(name: str, p: tuple):
 @given(specs=st.lists(job_st, min_size=1, max_size=10), probes=st.lists(job_st, min_size=1, max_size=3),
        switches=st.sampled_from([(True, False), (False, True), (True, True), (False, True, True),
                                  (False, False, True)]),
-       plan=st.sampled_from(["worst", "mean"]), cap=st.sampled_from([shapes.EXACT_TRIES, 1, 3]))
+       plan=st.sampled_from(["worst", "mean"]), cap=st.sampled_from([pricing.EXACT_TRIES, 1, 3]))
 def test_indexed_placement_equals_a_brute_force_scan_and_join_matrix_stays_necessary(specs, probes, switches, plan,
                                                                                     cap):
-    with mock.patch.object(shapes, "EXACT_TRIES", cap):  # (the mean plan's bounded search binds too)
+    with mock.patch.object(pricing, "EXACT_TRIES", cap):  # (the mean plan's bounded search binds too)
         _equal_with_and_without_the_index(specs, probes, switches, plan)
 
 
 def _equal_with_and_without_the_index(specs, probes, switches, plan):
-    p = policy(*switches)
-    p.cfg = intra(plan=plan)
+    p = policy(*switches, planner=intra(plan=plan))
     groups = IndexedGroups(p.cfg)
     for i, s in enumerate(specs):
         plan = p.place(_job(f"j{i}", s), indexed_view(groups, CLUSTER, 5))
@@ -214,7 +214,7 @@ def mean_policy(stretch: bool = False) -> RollMuxPlacement:
 
 
 def test_the_mean_plan_offers_elastic_shapes_too():
-    # Its sampled schedule scales each rollout by the member's factor (core/admission.py).
+    # Its sampled schedule scales each rollout by the member's factor (core/period_sample.py).
     g = plan_group(isolated_group(0, make_job("a", rollout=50.0, train=50.0, slo=3.0), CLUSTER), MEAN)
     plan = place(mean_policy(), make_job("b", rollout=100.0, train=100.0, rollout_gpus=16, slo=2.0), view(g))
     assert plan.case is Case.DIRECT and plan.group.member("b").rollout_nodes == (0,)
@@ -244,20 +244,22 @@ NEWCOMER = dict(rollout=150.0, train=50.0, sigma=0.2, rollout_max=300.0, slo=3.0
 
 def test_the_mean_search_checks_the_options_with_most_headroom_first_and_at_most_exact_tries():
     # In Δ order the roomy group's options come after every tight group's; by headroom, first.
-    n = shapes.EXACT_TRIES + 4
+    n = pricing.EXACT_TRIES + 4
     roomy = plan_group(isolated_group(n, make_job("roomy", rollout=200.0, train=40.0, sigma=0.2,
                                                   rollout_max=400.0, slo=3.0), CLUSTER), MEAN)
     p = mean_policy(stretch=True)
-    planned = []
-    real = shapes.plan_group
-    with mock.patch.object(shapes, "plan_group", side_effect=lambda *a, **k: planned.append(1) or real(*a, **k)):
+    planned = []  # exact checks: a joined option's planned group, a fewer-node group of its own
+    real, real_iso = trial.plan_group, isolated.isolated_shape
+    with mock.patch.object(trial, "plan_group", side_effect=lambda *a, **k: planned.append(1) or real(*a, **k)), \
+            mock.patch.object(isolated, "isolated_shape",
+                              side_effect=lambda *a, **k: planned.append(1) or real_iso(*a, **k)):
         plan = place(p, make_job("b", **NEWCOMER), view(*_tight_groups(n), roomy))
-    assert plan.group.group_id == n and len(planned) <= shapes.EXACT_TRIES
+    assert plan.group.group_id == n and 0 < len(planned) <= pricing.EXACT_TRIES
 
 
 def test_a_group_the_bounded_search_never_checked_exactly_is_refused_as_untried():
     p = mean_policy(stretch=True)
-    with mock.patch.object(shapes, "EXACT_TRIES", 1):
+    with mock.patch.object(pricing, "EXACT_TRIES", 1):
         plan = place(p, make_job("b", **NEWCOMER), view(*_tight_groups(3)))
     counts = plan.why.counts()
     assert plan.case is Case.ISOLATED and plan.why.groups == 3 and counts["untried"] >= 1

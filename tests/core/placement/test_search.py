@@ -1,4 +1,4 @@
-"""Inter-group placement (DESIGN §5, Algorithm 1): cheapest valid candidate, SLO-safe."""
+"""The placement search (DESIGN §5, Algorithm 1; core/placement/search.py): cheapest valid candidate, SLO-safe."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.group import Group, isolated_group
-from rollmux.core.inter_group import isolated_plan, pin_into, rollout_node_loads
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, validate_plan
+from rollmux.core.placement.options.isolated import isolated_plan
 from tests.factories import intra, make_cluster, make_job, make_policy, synthetic_trace
 
 CLUSTER = make_cluster()
@@ -181,29 +181,6 @@ def test_newcomer_slack_reserves_one_meta_iteration_of_waiting():
     assert short.iterations == 2
     assert place(short, view(g)).case is Case.ISOLATED
     assert place(balanced("b", slo=1.5), view(g)).case is Case.DIRECT
-
-
-# -- helpers -----------------------------------------------------------------------------------
-
-def test_rollout_node_loads_use_the_planning_quantile():
-    a = make_job("a", rollout=100.0, rollout_max=150.0, sigma=0.2)
-    b = make_job("b", rollout=50.0, rollout_gpus=16)
-    g = Group(0, 2, 1, (isolated_group(0, a, CLUSTER).members[0],
-                        dataclasses.replace(isolated_group(0, b, CLUSTER).members[0], rollout_nodes=(0, 1))))
-    assert rollout_node_loads(g, 1.0) == [200.0, 50.0]
-
-
-def test_pin_into_prefers_the_given_node_order():
-    g = Group(0, 3, 1, ())
-    cand = pin_into(g, make_job("x", rollout_gpus=16), CLUSTER, 0, [2, 0, 1])
-    assert cand.member("x").rollout_nodes == (0, 2)
-
-
-def test_pin_into_adds_fresh_nodes_after_existing_ones():
-    g = Group(0, 2, 1, ())
-    cand = pin_into(g, make_job("x", rollout_gpus=16), CLUSTER, 1, [1, 0])
-    assert cand.n_rollout == 3
-    assert cand.member("x").rollout_nodes == (1, 2)
 
 
 def test_isolated_plan_uses_the_next_group_id():

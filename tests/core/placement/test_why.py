@@ -1,4 +1,4 @@
-"""Why an arrival got a group of its own (core/why.py): one reason per refused group.
+"""Why an arrival got a group of its own (core/placement/why.py): one reason per refused group.
 
 Each reason has a situation where it, and only it, keeps a job out of a group: the same job
 joins once that one obstacle is removed. Every check runs with the group index and without it
@@ -15,11 +15,10 @@ from hypothesis import strategies as st
 from rollmux.core.cluster_state import ClusterState
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Group, Member, isolated_group
-from rollmux.core.group_index import IndexedGroups
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import plan_group
-from rollmux.core.placement import Case, ClusterView, PlacementPlan, validate_plan
-from rollmux.core.why import REASON_NAMES, REFUSALS, PlacementWhy, Refusal, WhyTally
+from rollmux.core.placement import Case, ClusterView, PlacementPlan, RollMuxPlacement, validate_plan
+from rollmux.core.placement.index import IndexedGroups
+from rollmux.core.placement.why import REASON_NAMES, REFUSALS, PlacementWhy, Refusal, WhyTally
 from tests.factories import GROUPS, config, intra, make_cluster, make_job, make_policy, synthetic_trace
 
 CFG = intra()
@@ -218,7 +217,7 @@ def test_cluster_state_tallies_arrivals_only():
        slack=st.floats(10, 2000), size=st.integers(1, 5), prune=st.booleans())
 def test_the_index_refuses_exactly_where_it_may_not_take_the_job(seed, kt, train_gb, own_train, slack, size, prune):
     """`refusal_codes` is `may_take`'s filter (the policy uses one for the other), with a reason."""
-    from rollmux.core.group_index import JobNeeds
+    from rollmux.core.placement.index import JobNeeds
     d = IndexedGroups(CFG)
     policy = make_policy(CFG)
     for job in synthetic_trace(np.random.default_rng(seed), 25):

@@ -18,7 +18,8 @@ from factories import (
 from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import ClusterView
-from rollmux.core.regroup import dissolve_decision, migration_seconds, shrink
+from rollmux.core.repair.moves import migration_seconds
+from rollmux.core.repair.regroup import dissolve_decision, shrink
 from rollmux.sim.simulator import Simulation
 
 CLUSTER = make_cluster()

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.cluster_state import ClusterState
-from rollmux.core.colocate import colocated_group, colocated_phases
+from rollmux.core.colo_model import colocated_group, colocated_phases
 from rollmux.core.env import SimEnvironment
 from rollmux.core.placement import ClusterView
-from rollmux.core.regroup import dissolve_decision
+from rollmux.core.repair.regroup import dissolve_decision
 
 CLUSTER = make_cluster()
 CAPPED = make_cluster(max_rollout_nodes=1000, max_train_nodes=1000)

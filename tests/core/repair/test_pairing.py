@@ -1,4 +1,5 @@
-"""Co-located pairing (core/pairing.py): an arrival founds a group with a co-located job."""
+"""Co-located pairing (core/placement/options/paired.py, core/repair/pairing.py): an arrival founds a group
+with a co-located job."""
 
 from __future__ import annotations
 
@@ -6,21 +7,15 @@ from __future__ import annotations
 import pytest
 
 from rollmux.core.cluster_state import ClusterState
-from rollmux.core.colocate import iteration_cost
 from rollmux.core.env import SimEnvironment
-from rollmux.core.inter_group import isolated_plan
 from rollmux.core.intra_group import job_planning_times
-from rollmux.core.marginal import group_cost_per_period, plan_added_cost
-from rollmux.core.pairing import (
-    least_busy,
-    least_cycle,
-    pair_decision,
-    pair_saving,
-    saving_bound,
-)
-from rollmux.core.placement import Case, validate_plan
-from rollmux.core.regroup import colocated_saving, plan_moves
-from rollmux.core.policy import build_policy
+from rollmux.core.placement import Case, build_policy, validate_plan
+from rollmux.core.placement.options.isolated import isolated_plan
+from rollmux.core.placement.options.paired import least_busy, least_cycle, pair_saving
+from rollmux.core.placement.pricing import group_cost_per_period, iteration_cost, plan_added_cost
+from rollmux.core.repair.moves import plan_moves
+from rollmux.core.repair.pairing import pair_decision, saving_bound
+from rollmux.core.repair.regroup import colocated_saving
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import Simulation
 from tests.factories import GROUPS, SHIPPED, config, make_cluster, make_job

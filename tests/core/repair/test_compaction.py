@@ -1,4 +1,4 @@
-"""Rollout compaction (core/compaction.py): a group gives back an idle rollout node by narrowing."""
+"""Rollout compaction (core/repair/compaction.py): a group gives back an idle rollout node by narrowing."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from rollmux.core.cluster_state import ClusterState
-from rollmux.core.compaction import _may_pay, compact, compactions, narrowed
 from rollmux.core.elastic import rollout_factor
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Member
-from rollmux.core.inter_group import group_fits, period_budget
 from rollmux.core.intra_group import plan_group
-from rollmux.core.marginal import group_cost_per_period
 from rollmux.core.placement import Case, PlacementPlan
+from rollmux.core.placement.admission import group_fits, period_budget
+from rollmux.core.placement.pricing import group_cost_per_period
+from rollmux.core.repair.compaction import _may_pay, compact, compactions, narrowed
 from tests.factories import GROUPS, config, intra, make_cluster, make_group, make_job, make_policy
 
 CLUSTER = make_cluster()

@@ -1,4 +1,4 @@
-"""The group index (core/group_index.py) never changes a placement, only how many groups are tried."""
+"""The group index (core/placement/index.py) never changes a placement, only how many groups are tried."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from factories import intra, make_cluster, make_job, make_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.core.group_index import IndexedGroups
-from rollmux.core.inter_group import RollMuxPlacement, period_budget
-from rollmux.core.intra_group import job_planning_times, planning_times
-from rollmux.core.placement import ClusterView
-from rollmux.core.regroup import _with_plan
+from rollmux.core.intra_group import planning_times
+from rollmux.core.placement import ClusterView, RollMuxPlacement
+from rollmux.core.placement.candidates import candidates, index_pass
+from rollmux.core.placement.index import IndexedGroups
+from rollmux.core.placement.model import with_plan
+from rollmux.core.placement.newcomer import Newcomer
+from rollmux.core.placement.trial import try_join
 from rollmux.study.placement_bench import indexed_view
 
 CLUSTER = make_cluster(host_gb=400.0)  # small enough that training DRAM sometimes refuses
@@ -57,7 +59,7 @@ def _brute(view: ClusterView) -> ClusterView:
        draws=st.lists(st.tuples(st.integers(0, 40), st.floats(0.5, 2.5)), max_size=25),
        plan=st.sampled_from(["worst", "mean"]))
 def test_indexed_placement_equals_a_brute_force_scan(specs, probes, cap, size, prune, best_fit, draws, plan):
-    """Both SLO admissions (core/admission.py): the index's bounds hold for each."""
+    """Both SLO admissions (core/placement/admission.py): the index's bounds hold for each."""
     policy = make_policy(intra(plan=plan), prune_saturated=prune, best_fit=best_fit)
     groups = _groups(specs, policy, cap)
     base = indexed_view(groups, CLUSTER, size)
@@ -65,10 +67,10 @@ def test_indexed_placement_equals_a_brute_force_scan(specs, probes, cap, size, p
     assert view.index is not None and view.index.current
     for i, p in enumerate(probes):
         job = _job(i, p, "probe")
-        own = job_planning_times(job, policy.cfg)
-        slack_new = period_budget(job, view.progress)
-        fast = policy._candidates(job, view, slack_new, own)
-        slow = policy._candidates(job, _brute(view), slack_new, own)
+        rules = policy.rules
+        fast = candidates(rules, Newcomer(job, view, policy.cfg, rules.shapes, rules.cut_at_isolated), view, None)[0]
+        slow = candidates(rules, Newcomer(job, view, policy.cfg, rules.shapes, rules.cut_at_isolated), _brute(view),
+                          None)[0]
         # The index keeps the brute-force candidates in order, with the same budgets ...
         kept = [(g.group_id, s) for g, s, _ in fast]
         assert kept == [(g.group_id, s) for g, s, _ in slow if (g.group_id, s) in kept]
@@ -76,7 +78,7 @@ def test_indexed_placement_equals_a_brute_force_scan(specs, probes, cap, size, p
         k = CLUSTER.pools.rollout.nodes_for(job.rollout_gpus)
         for g, s, _ in slow:
             if (g.group_id, s) not in kept:
-                assert all(policy._try(g, job, n, s, view, policy.cfg.plan_quantile) is None for n in range(k + 1))
+                assert all(try_join(policy.cfg, g, job, view, k, 1.0, n, 0, s) is None for n in range(k + 1))
         assert policy.place(job, view) == policy.place(job, _brute(view))
         assert policy.place_joined(job, view) == policy.place_joined(job, _brute(view))
 
@@ -85,7 +87,7 @@ def test_indexed_placement_equals_a_brute_force_scan(specs, probes, cap, size, p
 @given(specs=st.lists(job_st, min_size=2, max_size=20), movers=st.lists(job_st, min_size=2, max_size=3),
        plan=st.sampled_from(["worst", "mean"]))
 def test_a_view_derived_by_tentative_plans_places_as_a_brute_force_scan(specs, movers, plan):
-    """regroup.py applies plans to a copy of the view's groups: changed groups are checked one by one."""
+    """The repair side applies plans to a copy of the view's groups: changed groups are checked one by one."""
     policy = make_policy(intra(plan=plan))
     groups = _groups(specs, policy, 5)
     fast = slow = indexed_view(groups, CLUSTER, 5)
@@ -94,7 +96,7 @@ def test_a_view_derived_by_tentative_plans_places_as_a_brute_force_scan(specs, m
         job = _job(i, p, "mover")
         a, b = policy.place(job, fast), policy.place(job, slow)
         assert a == b
-        fast, slow = _with_plan(fast, a), _with_plan(slow, b)
+        fast, slow = with_plan(fast, a), with_plan(slow, b)
         assert fast.index is not None
 
 
@@ -141,7 +143,7 @@ def test_an_index_built_for_another_planning_config_is_not_used():
     plan = policy.place(make_job("a"), indexed_view(groups, CLUSTER))
     groups[plan.group.group_id] = plan.group
     view = indexed_view(groups, CLUSTER)
-    assert policy._indexed(make_job("b"), view, 1e9, planning_times(make_job("b"), 0.9), 1, 1e9) is None
+    assert index_pass(policy.rules, make_job("b"), view, 1e9, planning_times(make_job("b"), 0.9), 1, 1e9, None) is None
 
 
 def _numbered_groups(n: int, dropped: set[int]) -> IndexedGroups:

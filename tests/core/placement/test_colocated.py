@@ -1,4 +1,4 @@
-"""The per-job co-located mode (core/colocate.py): option, SLO check, cost rule, validation."""
+"""The per-job co-located mode (core/placement/options/colocated.py): option, SLO check, cost rule, validation."""
 
 from __future__ import annotations
 
@@ -11,16 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.core.colo_model import colocated_iter_s
-from rollmux.core.colocate import (
-    choose,
-    colocated_option,
-    colocated_slo_ok,
-    iteration_cost,
-)
+from rollmux.core.placement.options.colocated import choose, colocated_option, colocated_slo_ok
+from rollmux.core.placement.pricing import iteration_cost
 from rollmux.core.group import Group, isolated_group
-from rollmux.core.inter_group import isolated_plan
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
+from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.sim.draws import rollout_draws, solo_seconds
 from tests.factories import intra, make_cluster, make_job, make_policy
 
@@ -154,7 +150,7 @@ def test_validate_plan_refuses_a_colocated_plan_into_an_existing_group():
 
 
 def test_the_co_located_option_is_planned_at_the_estimate_the_groups_are_planned_with():
-    from rollmux.core.admission import mean_rollout
+    from rollmux.core.period_sample import mean_rollout
     from rollmux.core.colo_model import colocated_iter_s
     job = make_job("a", rollout=100.0, train=100.0, sigma=0.1, rollout_max=150.0, slo=2.0)
     v = view()

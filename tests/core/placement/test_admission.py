@@ -1,4 +1,5 @@
-"""SLO admission by the mean (core/admission.py) against the worst case (IntraConfig.plan)."""
+"""SLO admission by the mean (core/placement/admission.py, on core/period_sample.py's sample) against the
+worst case (IntraConfig.plan)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ from factories import intra, make_cluster, make_group, make_job, make_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.core import admission
-from rollmux.core.admission import PeriodStats, admits, rollout_sample
+from rollmux.core import period_sample
+from rollmux.core.period_sample import PeriodStats, rollout_sample
 from rollmux.core.config import IntraConfig
-from rollmux.core.group_index import IndexedGroups
-from rollmux.core.inter_group import group_fits
 from rollmux.core.intra_group import (
     _without_migration,
     group_period_stats,
@@ -26,6 +25,8 @@ from rollmux.core.intra_group import (
     t_load,
 )
 from rollmux.core.placement import Case
+from rollmux.core.placement.admission import admits, group_fits
+from rollmux.core.placement.index import IndexedGroups
 from rollmux.study.placement_bench import indexed_view
 
 CLUSTER = make_cluster()
@@ -63,8 +64,8 @@ def test_mean_refuses_when_the_mean_does_not_fit():
 
 def test_same_inputs_same_decision():
     first = _place_pair(MEAN, 1.5)
-    admission._STATS.clear()
-    admission._SAMPLES.clear()  # recomputed from the seeds, not read back from a cache
+    period_sample._STATS.clear()
+    period_sample._SAMPLES.clear()  # recomputed from the seeds, not read back from a cache
     again = _place_pair(MEAN, 1.5)
     assert first == again and first.group.shape == again.group.shape
 
@@ -103,7 +104,7 @@ def test_a_member_near_its_end_is_held_to_the_per_iteration_spread():
 @given(n=st.integers(1, 4), nr=st.integers(1, 3), seed=st.integers(0, 10_000), tail=st.booleans(),
        elastic=st.booleans())
 def test_the_sampled_mean_is_at_least_the_closed_form_bound_of_the_sample_means(n, nr, seed, tail, elastic):
-    """What keeps the index sound in mean mode (core/group_index.py uses these bounds), elastic
+    """What keeps the index sound in mean mode (core/placement/index.py uses these bounds), elastic
     rollout factors (core/elastic.py) included."""
     rng = np.random.default_rng(seed)
     pairs = [(make_job(f"j{i}", rollout=float(rng.uniform(20, 200)), rollout_max=float(rng.uniform(200, 400)),

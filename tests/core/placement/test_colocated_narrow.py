@@ -11,17 +11,14 @@ import pytest
 from rollmux.core.colo_model import (
     colocated_factors,
     colocated_iter_s,
+    group_gpus,
     narrowed_gpus,
     verl_rollout_scale,
 )
-from rollmux.core.colocate import (
-    colocated_option,
-    colocated_slo_ok,
-    group_gpus,
-    iteration_cost,
-)
 from rollmux.core.elastic import nonscaling_share
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
+from rollmux.core.placement.options.colocated import colocated_option, colocated_slo_ok
+from rollmux.core.placement.pricing import iteration_cost
 from tests.factories import intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()

@@ -1,4 +1,4 @@
-"""Stretch pricing (core/marginal.py, core/shapes.py `_cheapest`): a join is charged the members'
+"""Stretch pricing (core/placement/pricing.py, `Cheapest`): a join is charged the members'
 stretch, and placement takes the valid option that adds least per iteration."""
 
 from __future__ import annotations
@@ -8,12 +8,11 @@ import dataclasses
 import pytest
 
 from rollmux.core.group import Group, isolated_group
-from rollmux.core.group_index import IndexedGroups
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import plan_group
-from rollmux.core.marginal import added_cost, group_cost_per_period, plan_added_cost
-from rollmux.core.placement import Case, ClusterView, validate_plan
-from rollmux.core.why import Refusal
+from rollmux.core.placement import Case, ClusterView, RollMuxPlacement, validate_plan
+from rollmux.core.placement.index import IndexedGroups
+from rollmux.core.placement.pricing import added_cost, group_cost_per_period, plan_added_cost
+from rollmux.core.placement.why import Refusal
 from tests.factories import intra, make_cluster, make_job, make_policy
 
 CFG = intra()
