@@ -139,7 +139,7 @@ def simulate(
                                                   help=_flag("Rollout quantile used for SLO admission with --plan worst; 1.0 = worst case.")),
     plan: Optional[str] = typer.Option(None, "--plan",
                                        help=_flag("SLO admission: worst (every rollout at its cap) or mean (each member's mean "
-                                                  "iteration time within its SLO with confidence, core/admission.py).")),
+                                                  "iteration time within its SLO with confidence, core/placement/admission.py).")),
     plan_z: Optional[float] = typer.Option(None, "--plan-z", min=0.0,
                                            help=_flag("--plan mean: one-sided normal quantile of the confidence term (3.09 ~ 99.9%).")),
     skip_unplaceable: bool = typer.Option(False, "--skip-unplaceable", help="Drop jobs no node can hold, with a warning."),
@@ -158,7 +158,7 @@ def simulate(
     static: bool = typer.Option(False, "--static", help="The paper's static groups: same as --no-shrink --no-regroup "
                                                        "--no-repair --no-compact."),
     train_scaling: Optional[bool] = typer.Option(None, "--train-scaling/--no-train-scaling",
-                                                 help=_flag("A job may join a group by adding the training nodes it lacks (core/shapes.py).")),
+                                                 help=_flag("A job may join a group by adding the training nodes it lacks (core/placement/options/train_scaling.py).")),
     elastic_rollout: Optional[bool] = typer.Option(None, "--elastic-rollout/--no-elastic-rollout",
                                                    help=_flag("A job may roll out on fewer or more rollout nodes than nominal (core/elastic.py).")),
     order: Optional[str] = typer.Option(None, "--order",
@@ -166,16 +166,16 @@ def simulate(
                                                    "more often per meta-iteration, core/slo_order.py).")),
     colocate: Optional[bool] = typer.Option(None, "--colocate/--no-colocate",
                                             help=_flag("An arrival may run co-located on training nodes (veRL mode) when that is "
-                                                       "cheaper at its SLO (core/colocate.py).")),
+                                                       "cheaper at its SLO (core/placement/options/colocated.py).")),
     colo_margin: Optional[float] = typer.Option(None, "--colo-margin", min=0.0,
                                                 help=_flag("Co-located only when below this share of the disaggregated "
-                                                           "cost (unset: 1 with --colo-pair, 0.75 without; core/colocate.py).")),
+                                                           "cost (unset: 1 with --colo-pair, 0.75 without; core/placement/options/colocated.py).")),
     colo_regroup: Optional[bool] = typer.Option(None, "--colo-regroup/--no-colo-regroup",
                                                 help=_flag("A co-located job may later move into a group (a priced migration) when "
-                                                           "that costs less per iteration (core/regroup.py).")),
+                                                           "that costs less per iteration (core/repair/regroup.py).")),
     colo_pair: Optional[bool] = typer.Option(None, "--colo-pair/--no-colo-pair",
                                              help=_flag("An arrival that would run co-located may found a group with a co-located "
-                                                        "job, which migrates into it (priced), when that saves more (core/pairing.py).")),
+                                                        "job, which migrates into it (priced), when that saves more (core/repair/pairing.py).")),
     colo_narrow: Optional[bool] = typer.Option(None, "--colo-narrow/--no-colo-narrow",
                                                help=_flag("With --elastic-rollout, a co-located job with more rollout than training "
                                                           "GPUs may run on its training GPUs' nodes, its rollout narrowed "
@@ -184,10 +184,10 @@ def simulate(
                                                help=_flag("Co-located phases run this many times as fast as calibrated (sensitivity).")),
     compact: Optional[bool] = typer.Option(None, "--compact/--no-compact",
                                            help=_flag("A group gives back an idle rollout node when the members pinned there can "
-                                                      "narrow onto their other nodes within their SLOs (core/compaction.py).")),
+                                                      "narrow onto their other nodes within their SLOs (core/repair/compaction.py).")),
     stretch_pricing: Optional[bool] = typer.Option(None, "--stretch-pricing/--no-stretch-pricing",
                                                    help=_flag("Place each job where it adds least per iteration, the members' stretch "
-                                                              "included (core/marginal.py); off: the first valid option in Δ order.")),
+                                                              "included (core/placement/pricing.py); off: the first valid option in Δ order.")),
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:
@@ -332,7 +332,7 @@ def serve(
     colo_pair: Optional[bool] = typer.Option(None, "--colo-pair/--no-colo-pair",
                                              help=_flag("With --colocate, an arrival may found a group with a co-located job, "
                                                         "which then migrates into it at its next iteration boundary "
-                                                        "(core/pairing.py).")),
+                                                        "(core/repair/pairing.py).")),
     elastic_rollout: Optional[bool] = typer.Option(None, "--elastic-rollout/--no-elastic-rollout",
                                                    help=_flag("A job may be placed on more or fewer rollout nodes than it "
                                                               "declares, and groups give back rollout nodes their members can "

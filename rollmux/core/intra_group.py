@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from rollmux.core.period_sample import PeriodStats, mean_rollout, period_stats
+from rollmux.core.slo_order import choose_slots
 from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.spec import JobSpec
@@ -373,8 +374,8 @@ def _plan(members: tuple[Member, ...], n_rollout: int, n_train: int, cfg: IntraC
         per = group_period_stats(members, n_rollout, n_train, cfg).mean
     slots: tuple[int, ...] = ()
     if cfg.order == "slo":  # a tight member may run more often (core/slo_order.py)
-        from rollmux.core.slo_order import choose_slots  # (it builds on this module)
-        slots, per = choose_slots(members, n_rollout, n_train, times, plan_cfg, per)
+        slots, per = choose_slots(members, times, plan_cfg, per,
+                                  lambda seq: period(members, n_rollout, n_train, times, plan_cfg, seq))
     shape = GroupShape(
         period_s=per,
         t_cycle_s=t_cycle(members, times),

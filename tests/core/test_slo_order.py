@@ -101,7 +101,7 @@ def test_choose_slots_never_worsens_the_worst_pressure():
     cfg = intra(migration=False)
     times = fixed_times(g)
     rr = period(g.members, 1, 1, times, cfg)
-    slots, per = choose_slots(g.members, 1, 1, times, cfg, rr)
+    slots, per = choose_slots(g.members, times, cfg, rr, lambda seq: period(g.members, 1, 1, times, cfg, seq))
     budgets = [fresh_budget(m.job) for m in g.members]
     worst = max(per / slots.count(j) / b for j, b in enumerate(budgets))
     assert worst < max(rr / b for b in budgets)

@@ -1,6 +1,6 @@
 """Pricing (DESIGN §5, §5a): what a placement costs, and which valid option the search keeps.
 
-`placement.pricing` picks one of two rules (`pricing_rule`):
+`placement.pricing` picks one of two rules (`pricing_rule`: `DeltaPricing` or `StretchPricing`):
 
 * **delta** (the paper's Algorithm 1): an option costs Δ, the $/h of the nodes it adds
   (direct packing is free). Options are tried in Δ order and the first valid one is kept,
@@ -182,27 +182,44 @@ class Cheapest:
         return best
 
 
-class Pricing:
-    """One pricing rule: what a plan costs per iteration of its job (the co-located mode
-    compares by it) and the search's rule for which valid option to keep."""
+class DeltaPricing:
+    """Δ pricing (the paper): a plan costs Δ x its job's planned iteration time per iteration;
+    the search keeps the first valid option (`FirstValid`)."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    name = "delta"
 
     def cost(self, plan: PlacementPlan, view: ClusterView) -> float:
-        """$ the plan adds per iteration of its job under this rule."""
-        return plan_added_cost(plan, view) if self.name == "stretch" else iteration_cost(plan)
+        """$ the plan adds per iteration of its job (`iteration_cost`)."""
+        return iteration_cost(plan)
 
     def rule(self, job: JobSpec, view: ClusterView, cfg: IntraConfig, why: Refusals | None, cands: list,
-             shortest: float, joined_only: bool, best_fit: str) -> FirstValid | Cheapest:
+             shortest: float, joined_only: bool, best_fit: str) -> FirstValid:
         """A fresh rule for one search (it keeps the search's state)."""
-        if self.name == "stretch":
-            return Cheapest(job, view, cfg, why, cands, shortest, joined_only)
         return FirstValid(best_fit, cands)
+
+
+class StretchPricing:
+    """Stretch pricing: a plan costs what it adds per iteration, the members' stretch included
+    (`plan_added_cost`); the search keeps the cheapest valid option (`Cheapest`)."""
+
+    name = "stretch"
+
+    def cost(self, plan: PlacementPlan, view: ClusterView) -> float:
+        """$ the plan adds per iteration of its job (`plan_added_cost`)."""
+        return plan_added_cost(plan, view)
+
+    def rule(self, job: JobSpec, view: ClusterView, cfg: IntraConfig, why: Refusals | None, cands: list,
+             shortest: float, joined_only: bool, best_fit: str) -> Cheapest:
+        """A fresh rule for one search (it keeps the search's state); `best_fit` is Δ pricing's."""
+        return Cheapest(job, view, cfg, why, cands, shortest, joined_only)
+
+
+Pricing = DeltaPricing | StretchPricing
+PRICING: dict[str, Pricing] = {"delta": DeltaPricing(), "stretch": StretchPricing()}
 
 
 def pricing_rule(name: str) -> Pricing:
     """The rule `placement.pricing` names: "delta" or "stretch"."""
-    if name not in ("delta", "stretch"):
+    if name not in PRICING:
         raise ValueError(f"placement.pricing: unknown rule {name!r}")
-    return Pricing(name)
+    return PRICING[name]
