@@ -63,6 +63,7 @@ def candidates(rules: SearchRules, nc: Newcomer, view: ClusterView,
     if pool is None:
         pool = [(g, NO_BOUND, NO_BOUND) for g in view.groups]  # no usable index: every group
     max_size, prune, loosest, slack_new = view.max_group_size, rules.prune_saturated, rules.loosest_budget, nc.slack_new
+    progress, least_r, owed = view.progress, nc.least.rollout, view.owed_s  # (owed: stalls still due, if any)
     cands, raw = [], []
     for g, fixed_lb, rollout_lb in pool:
         shape = g.shape
@@ -76,25 +77,22 @@ def candidates(rules: SearchRules, nc: Newcomer, view: ClusterView,
             if why is not None:
                 why.exact[g.group_id] = (Refusal.RESIDENCY, g)
             continue
-        slack = _budget(job, view, g, slack_new, loosest)
+        # The period budget the plan must meet there: the tightest of the job's (as it joins
+        # there, charged what the group owes) and the members'; `loosest` (Algorithm 1 under the
+        # SLO order, placement/rules.py): the loosest of the job's and the members', since some
+        # member runs once per meta-iteration and each member's own cycle is checked exactly.
+        slack = slack_new if loosest or not owed else joining_budget(job, view, g.group_id, slack_new)
+        for m in g.members:
+            b = period_budget(m.job, progress)
+            if (b > slack) if loosest else (b < slack):
+                slack = b
         if max(fixed_lb, shape.t_cycle_s if loosest else NO_BOUND) > slack * (1 + 1e-9) * (1 + MARGIN):
             if why is not None:
                 why.exact[g.group_id] = (None, g)
             continue  # over budget whatever the plan: the exact checks would refuse it
-        cands.append((g, slack, rollout_lb - nc.least.rollout))
+        cands.append((g, slack, rollout_lb - least_r))
         raw.append((fixed_lb, rollout_lb))
     return cands, raw
-
-
-def _budget(job: JobSpec, view: ClusterView, g: Group, slack_new: float, loosest: bool) -> float:
-    """The period budget the group's plan must meet with the job: the tightest of the job's (as
-    it joins there, `joining_budget`) and the members'; `loosest` (Algorithm 1 under the SLO
-    order, placement/rules.py): the loosest of the job's and the members', since some member
-    runs once per meta-iteration and each member's own cycle is checked exactly."""
-    budgets = [period_budget(m.job, view.progress) for m in g.members]
-    if loosest:
-        return max([slack_new] + budgets)
-    return min([joining_budget(job, view, g.group_id, slack_new)] + budgets)
 
 
 def index_pass(rules: SearchRules, job: JobSpec, view: ClusterView, slack_new: float, least: PhaseTimes,

@@ -1,7 +1,7 @@
 """What one search knows of the job it places (DESIGN §5): its shapes, their planned times and prices.
 
 Built once per search from the view and the search's rules; the option generators
-(placement/options/) read it to enumerate and price the job's options.
+(placement/options/) read it to enumerate and price the job's option shapes.
 """
 
 from __future__ import annotations
@@ -36,18 +36,18 @@ class Newcomer:
         self.free_r, self.free_t = view.free_rollout_nodes, view.free_train_nodes
         self.slack_new = period_budget(job, view.progress)  # a migrating job brings its past
         own = self.own = job_planning_times(job, cfg)  # (either plan: a factor scales each draw too)
-        self.counts = tuple(node_counts(self.k0, shapes.elastic_rollout, shapes.min_share, shapes.max_scale))
+        self.counts = node_counts(self.k0, shapes.elastic_rollout, shapes.min_share, shapes.max_scale)
         self.factor = {k: rollout_factor(job, self.k0, k) for k in self.counts}
         self.own_cycle = {k: own.rollout * f + own.train + own.sync for k, f in self.factor.items()}
         fastest = min(self.factor.values())
-        self.least = PhaseTimes(own.rollout * fastest, own.train, own.sync)
+        self.least = own if fastest == 1.0 else PhaseTimes(own.rollout * fastest, own.train, own.sync)
         self.shortest = own.train + own.sync + own.rollout * fastest
         self.iso_delta = self.k0 * self.pr + self.kt * self.pt if cut_at_isolated else None
 
-    def shaped(self, pos: int, k: int, fresh: range, new_t: int) -> list[tuple]:
-        """The options of candidate `pos` on `k` rollout nodes with each count in `fresh`
-        (ascending) of them new and `new_t` training nodes added, within the rollout pool's
-        cap and, with `iso_delta`, cheaper than the job's own nominal group."""
+    def shaped(self, k: int, fresh: range, new_t: int) -> list[tuple]:
+        """The joined shapes (placement/options/) on `k` rollout nodes with each count in `fresh`
+        (ascending) of them new and `new_t` training nodes added, within the rollout pool's cap
+        and, with `iso_delta`, cheaper than the job's own nominal group."""
         out = []
         free_r, iso, elastic = self.free_r, self.iso_delta, k != self.k0
         for new_r in fresh:
@@ -55,5 +55,5 @@ class Newcomer:
                 break
             delta = new_r * self.pr + new_t * self.pt
             if iso is None or delta < iso:
-                out.append((delta, new_t, elastic, -k, new_r, pos, k))
+                out.append((delta, new_t, elastic, -k, new_r))
         return out

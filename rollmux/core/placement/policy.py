@@ -58,7 +58,8 @@ class RollMuxPlacement(PlacementPolicy):
         """The cheapest valid placement for `job`; isolated if nothing else fits (the plan
         then says why each group refused it)."""
         why = Refusals(period_budget(job, view.progress), view.progress)
-        plan = search(self.rules, job, view, why, joined_only=False, stats=self.shape_stats)
+        stats = self.shape_stats if self.shapes.on else None  # (nominal shapes: nothing to count)
+        plan = search(self.rules, job, view, why, joined_only=False, stats=stats)
         if self.colocate:  # the co-located mode against the disaggregated answer
             pricing = self.rules.pricing
             return choose(job, view, plan, lambda: isolated_plan(job, view, self.cfg, why.result()),

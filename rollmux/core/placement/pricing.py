@@ -28,7 +28,7 @@ later host others (its option value).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterable
 
 from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group
@@ -111,7 +111,7 @@ class FirstValid:
         if fit > self.fit + 1e-12:
             self.best, self.fit, self.tier = plan, fit, option[:5]
 
-    def finish(self, options: list, rest: int, attempt: Attempt) -> PlacementPlan | None:
+    def finish(self, rest: Iterable[tuple], attempt: Attempt) -> PlacementPlan | None:
         """The kept plan (the search stops only once it has one, so every refusal is noted)."""
         return self.best
 
@@ -172,13 +172,13 @@ class Cheapest:
         if pos != ISOLATED:
             self.dearer[plan.group.group_id] = self.cands[pos][0]
 
-    def finish(self, options: list, rest: int, attempt: Attempt) -> PlacementPlan | None:
-        """The cheapest plan found; for a job left alone, every group's reason first (the
-        options the search passed over are gone through, placement/refusals.py `explain`)."""
+    def finish(self, rest: Iterable[tuple], attempt: Attempt) -> PlacementPlan | None:
+        """The cheapest plan found; for a job left alone, every group's reason first: `rest`, the
+        options the search stopped before (in headroom order: all of them, in Δ order), are gone
+        through (placement/refusals.py `explain`)."""
         why, best = self.why, self.best
         if why is not None and (best is None or best.case == Case.ISOLATED):
-            explain(why, options if self.headroom else options[rest:], self.cands, attempt, self.dearer,
-                    self.seen if self.headroom else None)
+            explain(why, rest, self.cands, attempt, self.dearer, self.seen if self.headroom else None)
         return best
 
 

@@ -8,7 +8,7 @@ exclusions here (`Refusals.pruned`). Both become reasons only if the job ends up
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class Refusals:
         return PlacementWhy(tuple(counts), by_index)
 
 
-def explain(why: Refusals, options: list, cands: list, attempt: Callable[..., PlacementPlan | None],
+def explain(why: Refusals, options: Iterable[tuple], cands: list, attempt: Callable[..., PlacementPlan | None],
             dearer: dict[int, Group], seen: Mapping[tuple, object] | None) -> None:
     """Every group's reason for a job left alone by a search that stopped early (stretch
     pricing's bounded search, placement/pricing.py `Cheapest`). The `options` it passed over

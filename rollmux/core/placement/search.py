@@ -4,10 +4,11 @@ For one job, in four steps:
 
 1. candidates: the groups no cheap check refuses (placement/candidates.py: the group index
    in bulk, then per group), each with the period budget the job would have to meet there;
-2. options: each candidate's options by case (placement/options/: direct packing, rollout
-   scaling, elastic rollout, training scaling) and, for an arrival, groups of its own on
-   fewer rollout nodes, in the one order (Δ, then shape; under stretch pricing with the mean
-   plan by closed-form headroom instead, placement/headroom.py);
+2. options: the job's shapes by case (placement/options/: direct packing, rollout scaling,
+   elastic rollout, training scaling) with the candidates that offer each and, for an
+   arrival, groups of its own on fewer rollout nodes, in the one order (Δ, then shape, then
+   view order: `ordered`, built lazily; under stretch pricing with the mean plan all of them
+   by closed-form headroom instead, placement/headroom.py);
 3. the loop: each option is tried (placement/trial.py) as the pricing rule says
    (placement/pricing.py): the first valid one (Δ) or the cheapest within a bounded search
    (stretch); every refusal is noted for `why` (placement/refusals.py);
@@ -20,7 +21,9 @@ direct packing and rollout scaling (placement/rules.py says which of its rules d
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from rollmux.core.group import Group
 from rollmux.core.placement.candidates import candidates
@@ -64,19 +67,30 @@ def search(rules: SearchRules, job: JobSpec, view: ClusterView, why: Refusals | 
     and a group of the job's own carries their reasons."""
     nc = Newcomer(job, view, rules.cfg, rules.shapes, rules.cut_at_isolated)
     cands, raw = candidates(rules, nc, view, why)
-    options = gather(nc, cands, joined_only)
+    if rules.shapes.train_scaling:
+        offers = [(g.n_rollout, train_scaling.added_nodes(g, nc)) for g, _, _ in cands]
+    else:  # (every candidate has the job's training nodes: placement/candidates.py)
+        offers = [(g.n_rollout, 0) for g, _, _ in cands]
+    shapes = tiers(nc, offers, joined_only)
+    if not shapes:
+        return None  # no option at all (every refusal is noted)
     trial = Trial(nc, view, rules.cfg, why, cands)
     rule = rules.pricing.rule(job, view, rules.cfg, why, cands, nc.shortest, joined_only, rules.best_fit)
-    order = by_headroom(options, cands, raw, rules.cfg, nc) if rule.headroom else options
-    rest = len(order)
-    for i, option in enumerate(order):  # the one loop
+    stream = ordered(shapes, offers)
+    if rule.headroom:  # every option, by headroom; one the search stops at is explained in Δ order
+        options = list(stream)
+        order, rest = by_headroom(options, cands, raw, rules.cfg, nc), options
+    else:  # lazily, in Δ order: what the search never reaches is never built
+        order, rest = stream, ()
+    for option in order:  # the one loop
         verdict = rule.verdict(option)
         if verdict == STOP:
-            rest = i
+            if not rule.headroom:
+                rest = chain((option,), stream)
             break
         if verdict != SKIP:
             rule.offer(option, trial(option, rule.tries))
-    plan = rule.finish(options, rest, trial)
+    plan = rule.finish(rest, trial)
     if plan is None:
         return None
     if why is not None and plan.case == Case.ISOLATED:  # a fewer-node group of its own: why
@@ -86,19 +100,31 @@ def search(rules: SearchRules, job: JobSpec, view: ClusterView, why: Refusals | 
     return plan
 
 
-def gather(nc: Newcomer, cands: list[tuple[Group, float, float]], joined_only: bool) -> list[tuple]:
-    """Every option of the search, in the one order: each candidate's by case (a group with
-    fewer training nodes than the job needs only by training scaling), then, for an arrival,
-    its own groups on fewer rollout nodes."""
-    options: list[tuple] = []
-    for pos, (g, _, _) in enumerate(cands):
-        if g.n_train < nc.kt:
-            options += train_scaling.options(g, pos, nc)
+def tiers(nc: Newcomer, offers: list[tuple[int, int]], joined_only: bool) -> list[tuple]:
+    """The search's tiers in the one order (placement/options/): the joined shapes of each case
+    the candidates call for (`offers`: per candidate, its rollout nodes and the training nodes
+    the job would add; a group that lacks training nodes offers only training scaling's) and,
+    for an arrival, the groups of the job's own on fewer rollout nodes (complete options,
+    after the joined ones at equal Δ and shape)."""
+    out: list[tuple] = [] if joined_only else isolated.fewer_node_options(nc)
+    for new_t in {t for _, t in offers}:
+        if new_t:
+            out += train_scaling.shapes(nc, new_t)
         else:
-            options += direct.options(g, pos, nc)
-            options += rollout_scaling.options(g, pos, nc)
-            options += elastic.options(g, pos, nc)
-    if not joined_only:
-        options += isolated.fewer_node_options(nc)
-    options.sort()
-    return options
+            out += direct.shapes(nc) + rollout_scaling.shapes(nc) + elastic.shapes(nc)
+    out.sort()
+    return out
+
+
+def ordered(shapes: list[tuple], offers: list[tuple[int, int]]) -> Iterator[tuple]:
+    """Every option of the search in the one order, lazily: each tier of `shapes` completed by
+    the candidates that offer it, in view order (a group of the job's own is complete)."""
+    for tier in shapes:
+        if len(tier) > 5:  # a group of the job's own
+            yield tier
+            continue
+        _, new_t, _, neg_k, new_r = tier
+        k, need = -neg_k, -neg_k - new_r  # (the existing rollout nodes the shape takes)
+        for pos, (n_rollout, added) in enumerate(offers):
+            if added == new_t and n_rollout >= need:
+                yield tier + (pos, k)

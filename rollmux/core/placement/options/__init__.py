@@ -14,13 +14,18 @@ nodes), the co-located mode (`colocated`, docs/decisions/colocation.md) and a ne
 founded with a co-located job that moves in (`paired`, docs/decisions/colocation-pair.md)
 complete them.
 
-A searched option is a plain tuple, ordered as the search tries options under Δ pricing:
+Each joined case yields the job's *shapes* of that case (placement/newcomer.py `shaped`), plain
+tuples ordered as the search tries them under Δ pricing:
 
-    (Δ $/h, added training nodes, elastic (k != nominal), -k, fresh rollout nodes,
-     candidate position (ISOLATED for a group of the job's own), k rollout nodes)
+    (Δ $/h, added training nodes, elastic (k != nominal), -k, fresh rollout nodes)
 
-so at equal Δ the nominal shape comes before elastic ones, more rollout nodes before fewer,
-and a group of the job's own after every joined option. Every option of a search is distinct.
+so at equal Δ the nominal shape comes before elastic ones and more rollout nodes before fewer.
+A candidate group offers a joined shape when it has at least k - fresh rollout nodes and the
+shape adds exactly the training nodes it lacks (`train_scaling.added_nodes`). An option is a
+shape completed by where it puts the job, shape + (candidate position, k); a group of the
+job's own is one already (position ISOLATED, after every joined option at equal Δ and shape).
+Every option of a search is distinct, and the search tries them in tuple order
+(placement/search.py `ordered`).
 """
 
 from __future__ import annotations

@@ -7,15 +7,14 @@ training keeps its time). Evidence: docs/decisions/elastic-rollout.md.
 
 from __future__ import annotations
 
-from rollmux.core.group import Group
 from rollmux.core.placement.newcomer import Newcomer
 
 
-def options(g: Group, pos: int, nc: Newcomer, new_t: int = 0) -> list[tuple]:
-    """The job on each allowed count k != `nc.k0` of candidate `g`'s rollout nodes, any number
-    of them fresh, plus `new_t` added training nodes: Δ = the price of every added node."""
+def shapes(nc: Newcomer, new_t: int = 0) -> list[tuple]:
+    """The job on each allowed count k != `nc.k0` of rollout nodes, any number of them fresh,
+    plus `new_t` added training nodes: Δ = the price of every added node."""
     out: list[tuple] = []
     for k in nc.counts:
         if k != nc.k0:
-            out += nc.shaped(pos, k, range(max(0, k - g.n_rollout), k + 1), new_t)
+            out += nc.shaped(k, range(0, k + 1), new_t)
     return out

@@ -41,8 +41,9 @@ def isolated_shape(group_id: int, job: JobSpec, cluster: ClusterSpec, nodes: int
 
 
 def fewer_node_options(nc: Newcomer) -> list[tuple]:
-    """A group of the job's own on each allowed count of rollout nodes below its nominal one
-    whose planned cycle meets the job's own budget: Δ = the new group's rate."""
+    """A group of the job's own on each allowed count k of rollout nodes below its nominal one
+    whose planned cycle meets the job's own budget: Δ = the new group's rate (a complete option,
+    its position ISOLATED)."""
     return [(k * nc.pr + nc.kt * nc.pt, 0, True, -k, k, ISOLATED, k)
             for k in nc.counts if k < nc.k0 and nc.own_cycle[k] <= nc.slack_new * (1 + 1e-9)]
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from rollmux.core.group import Group
 from rollmux.core.placement.newcomer import Newcomer
 
 
-def options(g: Group, pos: int, nc: Newcomer, new_t: int = 0) -> list[tuple]:
-    """The job on `nc.k0` rollout nodes of candidate `g`, 1 to k0 of them added (the rest
-    existing ones), plus `new_t` added training nodes: Δ = the price of every added node."""
-    return nc.shaped(pos, nc.k0, range(max(1, nc.k0 - g.n_rollout), nc.k0 + 1), new_t)
+def shapes(nc: Newcomer, new_t: int = 0) -> list[tuple]:
+    """The job on `nc.k0` rollout nodes, 1 to k0 of them added (the rest existing ones), plus
+    `new_t` added training nodes: Δ = the price of every added node."""
+    return nc.shaped(nc.k0, range(1, nc.k0 + 1), new_t)

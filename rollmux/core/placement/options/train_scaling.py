@@ -14,11 +14,14 @@ from rollmux.core.placement.newcomer import Newcomer
 from rollmux.core.placement.options import direct, elastic, rollout_scaling
 
 
-def options(g: Group, pos: int, nc: Newcomer) -> list[tuple]:
-    """Every rollout shape of the job in candidate `g` (direct, rollout-scaled, elastic) with
-    the training nodes it lacks added; none when those exceed the training pool's cap."""
-    new_t = nc.kt - g.n_train
+def added_nodes(g: Group, nc: Newcomer) -> int:
+    """The training nodes the job must add to join `g` (0: it has enough)."""
+    return max(0, nc.kt - g.n_train)
+
+
+def shapes(nc: Newcomer, new_t: int) -> list[tuple]:
+    """Every rollout shape of the job (direct, rollout-scaled, elastic) with `new_t` > 0 training
+    nodes added; none when those exceed the training pool's cap."""
     if nc.free_t is not None and new_t > nc.free_t:
         return []
-    return direct.options(g, pos, nc, new_t) + rollout_scaling.options(g, pos, nc, new_t) \
-        + elastic.options(g, pos, nc, new_t)
+    return direct.shapes(nc, new_t) + rollout_scaling.shapes(nc, new_t) + elastic.shapes(nc, new_t)
