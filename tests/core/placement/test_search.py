@@ -9,10 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rollmux.core.config import ShapesConfig
+from rollmux.core.elastic import node_counts
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, validate_plan
+from rollmux.core.placement.newcomer import Newcomer
+from rollmux.core.placement.options import ISOLATED
 from rollmux.core.placement.options.isolated import isolated_plan
+from rollmux.core.placement.search import ordered, tiers
 from tests.factories import intra, make_cluster, make_job, make_policy, synthetic_trace
 
 CLUSTER = make_cluster()
@@ -220,3 +225,41 @@ def test_a_newcomer_is_charged_the_migration_its_group_still_owes(elastic):
     # 1,000 s still owed there (a reserved move): 1000 / 21 s off each of its periods.
     plan = policy.place(job, dataclasses.replace(view, owed_s={0: 1000.0}))
     assert plan.group.group_id != 0 and plan.case == Case.ISOLATED
+
+
+# -- the one order -----------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(groups=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 3)), max_size=6),
+       rollout_gpus=st.sampled_from([8, 16, 24, 32]), train_gpus=st.sampled_from([8, 16, 24]),
+       elastic=st.booleans(), scaling=st.booleans(), cut=st.booleans(), joined_only=st.booleans(),
+       free_r=st.sampled_from([None, 0, 1, 2, 3]), free_t=st.sampled_from([None, 0, 1, 2]),
+       prices=st.sampled_from([(1.0, 2.85), (0.0, 2.85), (1.0, 0.0), (0.0, 0.0)]), slo=st.sampled_from([1.05, 2.0]))
+def test_the_lazy_order_is_every_option_sorted(groups, rollout_gpus, train_gpus, elastic, scaling, cut, joined_only,
+                                              free_r, free_t, prices, slo):
+    """`ordered(tiers(...))` gives exactly the options the case generators define, each once, in
+    tuple order: a candidate offers every shape on k nodes with at least k - fresh of its own
+    (and exactly the training nodes it lacks), within the caps and, with `cut`, below the
+    nominal isolated group's Δ; a group of the job's own follows at equal Δ and shape."""
+    cluster = make_cluster(rollout_price=prices[0], train_price=prices[1])
+    job = make_job("x", rollout_gpus=rollout_gpus, train_gpus=train_gpus, slo=slo, tail_frac=0.3)
+    v = ClusterView(cluster, (), free_r, free_t, 5, 0)
+    shapes = ShapesConfig(elastic_rollout=elastic, train_scaling=scaling)
+    nc = Newcomer(job, v, CFG, shapes, cut)
+    kt = nc.kt
+    offers = [(nr, max(0, kt - nt)) for nr, nt in groups if scaling or nt >= kt]  # (candidates: placement/candidates.py)
+    want = []
+    for pos, (n_rollout, new_t) in enumerate(offers):
+        if new_t and free_t is not None and new_t > free_t:
+            continue
+        for k in node_counts(nc.k0, elastic):
+            for new_r in range(max(0, k - n_rollout), k + 1):
+                if free_r is not None and new_r > free_r:
+                    break
+                delta = new_r * nc.pr + new_t * nc.pt
+                if not cut or delta < nc.iso_delta:
+                    want.append((delta, new_t, k != nc.k0, -k, new_r, pos, k))
+    if not joined_only:
+        want += [(k * nc.pr + kt * nc.pt, 0, True, -k, k, ISOLATED, k) for k in node_counts(nc.k0, elastic)
+                 if k < nc.k0 and nc.own_cycle[k] <= nc.slack_new * (1 + 1e-9)]
+    assert list(ordered(tiers(nc, offers, joined_only), offers)) == sorted(want)
