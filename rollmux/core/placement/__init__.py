@@ -7,12 +7,13 @@ policy (`policy.RollMuxPlacement`, built by `build_policy` from the configuratio
 * `options/`: one generator per case (direct packing, rollout scaling, elastic rollout,
   training scaling, isolated, co-located, paired);
 * `admission`: the one SLO admission test (shared with core/repair/);
-* `pricing`: Δ (the paper) or stretch, the rule for which valid option the search keeps;
+* `costs`, `pricing`: what a plan costs; Δ (the paper) or stretch, the rule for which valid
+  option the search keeps;
 * `candidates`, `trial`, `search`: the candidate filter, the check of one option and the one
   search loop; `index`: the group index behind the filter; `why`, `refusals`: the reasons an
   isolated plan gives; `joinable`: the cheap join test the repair side filters with.
 
-Imports run one way, bottom up: why, index, model, validate / admission, newcomer, pinning,
+Imports run one way, bottom up: why, index, model, validate, admission, costs, newcomer, pinning,
 options, refusals, pricing, rules, candidates, trial, headroom, search, joinable, policy,
 builder. The repair side (core/repair/) calls this package's public functions; it never
 imports the other way.

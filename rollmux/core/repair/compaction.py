@@ -8,7 +8,7 @@ its rollout slower by the elastic model's factor. Compaction drops one rollout n
 when every member pinned on it can narrow onto the others it already holds, and the narrowed
 group still passes the policy's own SLO admission test (core/placement/admission.py
 `group_fits`) with the members' progress so far, and when it costs less per planned
-meta-iteration (rate x period, as stretch pricing prices a join, core/placement/pricing.py):
+meta-iteration (rate x period, as stretch pricing prices a join, core/placement/costs.py):
 a narrowed rollout can stretch the period, and the whole group, its training node included,
 then holds its nodes longer for the same work. It repeats while a node can go.
 Evidence: docs/decisions/compaction.md.
@@ -29,7 +29,7 @@ from rollmux.core.group import Group, Member, residency_ok
 from rollmux.core.intra_group import group_planning_times, node_loads, plan_group, t_cycle, t_load
 from rollmux.core.config import IntraConfig
 from rollmux.core.placement.admission import group_fits, period_budget
-from rollmux.core.placement.pricing import group_cost_per_period
+from rollmux.core.placement.costs import group_cost_per_period
 from rollmux.core.spec import ClusterSpec
 
 

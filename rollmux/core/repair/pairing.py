@@ -1,4 +1,4 @@
-"""Co-located pairing, the mover side (beyond the paper): a running co-located job moves into an arrival's group.
+"""Co-located pairing, the mover side (beyond the paper, DESIGN §5a): a co-located job moves into a new group.
 
 When an arrival B would run co-located, the executor (core/cluster_state.py) asks
 `pair_decision` whether B should found a group of its own instead with a running co-located
@@ -29,7 +29,7 @@ from rollmux.core.placement.options.paired import (
     pair_saving,
     paired_seed,
 )
-from rollmux.core.placement.pricing import group_cost_per_period, iteration_cost
+from rollmux.core.placement.costs import group_cost_per_period, iteration_cost
 from rollmux.core.repair.moves import Regroup, migration_seconds, slice_rate
 from rollmux.core.repair.regroup import dissolve_decision
 from rollmux.core.spec import ClusterSpec, JobSpec

@@ -28,7 +28,7 @@ from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, Member
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.placement.options.isolated import isolated_plan
-from rollmux.core.placement.pricing import group_cost_per_period, iteration_cost, plan_added_cost
+from rollmux.core.placement.costs import group_cost_per_period, iteration_cost, plan_added_cost
 from rollmux.core.repair.moves import Regroup, migration_seconds, plan_moves, slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -68,7 +68,7 @@ def colocated_stake(group: Group, progress: Mapping[str, tuple[int, float]], clu
 def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: IntraConfig) -> float:
     """$ a co-located job saves over its remaining iterations by running in `plan`'s group
     instead: what its own nodes cost per co-located iteration less what the join adds per
-    iteration, the members' stretch included (placement/pricing.py), while the group's other
+    iteration, the members' stretch included (core/placement/costs.py), while the group's other
     members still run; once the last of them has left (in as many of its iterations as they
     have left), it pays for a group of its own per iteration (its `isolated_plan`; conservative: the
     group may be filled again). Its $/h alone would not do: a co-located iteration is faster

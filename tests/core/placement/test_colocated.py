@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rollmux.core.colo_model import colocated_iter_s
 from rollmux.core.placement.options.colocated import choose, colocated_option, colocated_slo_ok
-from rollmux.core.placement.pricing import iteration_cost
+from rollmux.core.placement.costs import iteration_cost
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan

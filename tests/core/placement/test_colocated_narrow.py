@@ -18,7 +18,7 @@ from rollmux.core.colo_model import (
 from rollmux.core.elastic import nonscaling_share
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
 from rollmux.core.placement.options.colocated import colocated_option, colocated_slo_ok
-from rollmux.core.placement.pricing import iteration_cost
+from rollmux.core.placement.costs import iteration_cost
 from tests.factories import intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()

@@ -11,7 +11,7 @@ from rollmux.core.group import Group, isolated_group
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, RollMuxPlacement, validate_plan
 from rollmux.core.placement.index import IndexedGroups
-from rollmux.core.placement.pricing import added_cost, group_cost_per_period, plan_added_cost
+from rollmux.core.placement.costs import added_cost, group_cost_per_period, plan_added_cost
 from rollmux.core.placement.why import Refusal
 from tests.factories import intra, make_cluster, make_job, make_policy
 

@@ -12,7 +12,7 @@ from rollmux.core.group import Member
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, PlacementPlan
 from rollmux.core.placement.admission import group_fits, period_budget
-from rollmux.core.placement.pricing import group_cost_per_period
+from rollmux.core.placement.costs import group_cost_per_period
 from rollmux.core.repair.compaction import _may_pay, compact, compactions, narrowed
 from tests.factories import GROUPS, config, intra, make_cluster, make_group, make_job, make_policy
 

@@ -12,7 +12,7 @@ from rollmux.core.intra_group import job_planning_times
 from rollmux.core.placement import Case, build_policy, validate_plan
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.placement.options.paired import least_busy, least_cycle, pair_saving
-from rollmux.core.placement.pricing import group_cost_per_period, iteration_cost, plan_added_cost
+from rollmux.core.placement.costs import group_cost_per_period, iteration_cost, plan_added_cost
 from rollmux.core.repair.moves import plan_moves
 from rollmux.core.repair.pairing import pair_decision, saving_bound
 from rollmux.core.repair.regroup import colocated_saving

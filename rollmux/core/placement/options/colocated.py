@@ -1,4 +1,4 @@
-"""The co-located option (beyond the paper): the job alone on training nodes, the veRL mode.
+"""The co-located option (beyond the paper; DESIGN §6 veRL): the job alone on training nodes.
 
 A co-located job runs rollout and training time-shared on its own G = max(rollout_gpus,
 train_gpus) training-pool (H800) GPUs, with no inter-pool sync; its phase times come from
@@ -23,7 +23,7 @@ group, `choose` sets the co-located option against it:
   its training nodes fit the pool's cap, its rollout and training host state fit one
   training node together (both phases' state stay resident there), and its co-located
   iteration time meets its SLO (`colocated_slo_ok`);
-* chosen when it costs less per iteration than the disaggregated answer (placement/pricing.py:
+* chosen when it costs less per iteration than the disaggregated answer (placement/costs.py:
   `iteration_cost` under Δ pricing, `plan_added_cost` under stretch pricing).
 
 Like for like. A group placement's Δ is the $/h it adds while the job runs and the job runs
@@ -49,7 +49,7 @@ from rollmux.core.colo_model import colocated_group, colocated_iter_s, colocated
 from rollmux.core.config import IntraConfig
 from rollmux.core.intra_group import job_planning_times
 from rollmux.core.placement.model import Case, ClusterView, PlacementPlan
-from rollmux.core.placement.pricing import iteration_cost
+from rollmux.core.placement.costs import iteration_cost
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 
@@ -111,7 +111,8 @@ def choose(job: JobSpec, view: ClusterView, disagg: PlacementPlan | None,
     `disagg`: the cheapest valid group placement (None: no group takes the job);
     `isolated()`: the isolated plan, asked only when no group does. A co-located plan
     is taken when its `cost` per iteration (`iteration_cost`, or with stretch pricing
-    placement/pricing.py's `plan_added_cost`, which also charges the members' stretch) is below `margin` x the other's.
+    placement/costs.py's `plan_added_cost`, which also charges the members' stretch) is below
+    `margin` x the other's.
     `narrow`: the co-located option may run on a narrowed G' (elastic rollout, core/colo_model.py)."""
     other = disagg
     if other is not None and cost(other) <= 0:

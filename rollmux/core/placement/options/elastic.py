@@ -1,4 +1,4 @@
-"""Elastic rollout (beyond Algorithm 1): the job rolls out on another count of rollout nodes.
+"""Elastic rollout (beyond Algorithm 1, DESIGN §5): the job rolls out on another count of rollout nodes.
 
 With `shapes.elastic_rollout` a job may join a group on fewer or more rollout nodes than it
 declares, its rollout time scaled by core/elastic.py's model (the member's `rollout_factor`;

@@ -1,4 +1,4 @@
-"""The paired option (beyond the paper): an arrival founds a group with a co-located job that moves in.
+"""The paired option (beyond the paper, DESIGN §5a): an arrival founds a group with a co-located job that moves in.
 
 With narrowed co-location most arrivals run co-located (placement/options/colocated.py):
 alone, each job's own H800 nodes cost less per iteration than a group of its own. But two
@@ -37,7 +37,7 @@ from rollmux.core.elastic import nonscaling_share
 from rollmux.core.group import Group
 from rollmux.core.intra_group import job_planning_times
 from rollmux.core.placement.model import Case, ClusterView, PlacementPlan, with_plan
-from rollmux.core.placement.pricing import group_cost_per_period
+from rollmux.core.placement.costs import group_cost_per_period
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 # Co-located jobs an arrival prices a pairing with, at most (each a placement search).

@@ -1,4 +1,4 @@
-"""Training scaling (beyond Algorithm 1): the job joins a group by adding the training nodes it lacks.
+"""Training scaling (beyond Algorithm 1, DESIGN §3, §5): the job joins a group by adding the training nodes it lacks.
 
 Algorithm 1 lets a job join only a group with at least its training nodes (DESIGN §3). With
 `shapes.train_scaling` a job that needs more joins by adding the missing ones: the group's
