@@ -37,9 +37,14 @@ class Newcomer:
         self.slack_new = period_budget(job, view.progress)  # a migrating job brings its past
         own = self.own = job_planning_times(job, cfg)  # (either plan: a factor scales each draw too)
         self.counts = node_counts(self.k0, shapes.elastic_rollout, shapes.min_share, shapes.max_scale)
-        self.factor = {k: rollout_factor(job, self.k0, k) for k in self.counts}
-        self.own_cycle = {k: own.rollout * f + own.train + own.sync for k, f in self.factor.items()}
-        fastest = min(self.factor.values())
+        if shapes.elastic_rollout:
+            self.factor = {k: rollout_factor(job, self.k0, k) for k in self.counts}
+            self.own_cycle = {k: own.rollout * f + own.train + own.sync for k, f in self.factor.items()}
+            fastest = min(self.factor.values())
+        else:  # its nominal count alone, at factor 1 (as `rollout_factor` gives it)
+            fastest = 1.0
+            self.factor = {self.k0: fastest}
+            self.own_cycle = {self.k0: own.rollout * fastest + own.train + own.sync}
         self.least = own if fastest == 1.0 else PhaseTimes(own.rollout * fastest, own.train, own.sync)
         self.shortest = own.train + own.sync + own.rollout * fastest
         self.iso_delta = self.k0 * self.pr + self.kt * self.pt if cut_at_isolated else None

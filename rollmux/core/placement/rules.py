@@ -34,6 +34,7 @@ class SearchRules:
     best_fit: str = ""           # "", "util" or "slo" (module docstring)
     loosest_budget: bool = False
     cut_at_isolated: bool = True
+    algorithm1: bool = False     # nominal shapes and Δ pricing: the search's fast path (placement/search.py)
 
     @classmethod
     def of(cls, intra: IntraConfig, config: SchedulerConfig) -> "SearchRules":
@@ -42,4 +43,4 @@ class SearchRules:
         nominal = not config.shapes.on and search.pricing == "delta"
         return cls(intra, config.shapes, pricing_rule(search.pricing), search.prune_saturated,
                    best_fit=search.best_fit if nominal else "", loosest_budget=nominal and intra.order == "slo",
-                   cut_at_isolated=not nominal)
+                   cut_at_isolated=not nominal, algorithm1=nominal)

@@ -14,10 +14,14 @@ from rollmux.core.elastic import node_counts
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, validate_plan
+from rollmux.core.placement.admission import period_budget
+from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.placement.newcomer import Newcomer
 from rollmux.core.placement.options import ISOLATED
 from rollmux.core.placement.options.isolated import isolated_plan
-from rollmux.core.placement.search import ordered, tiers
+from rollmux.core.placement.refusals import Refusals
+from rollmux.core.placement.search import ordered, search, tiers
+from rollmux.study.placement_bench import indexed_view
 from tests.factories import intra, make_cluster, make_job, make_policy, synthetic_trace
 
 CLUSTER = make_cluster()
@@ -263,3 +267,32 @@ def test_the_lazy_order_is_every_option_sorted(groups, rollout_gpus, train_gpus,
         want += [(k * nc.pr + kt * nc.pt, 0, True, -k, k, ISOLATED, k) for k in node_counts(nc.k0, elastic)
                  if k < nc.k0 and nc.own_cycle[k] <= nc.slack_new * (1 + 1e-9)]
     assert list(ordered(tiers(nc, offers, joined_only), offers)) == sorted(want)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 30), cap=st.integers(2, 5), prune=st.booleans(),
+       best_fit=st.sampled_from(["", "util", "slo"]), plan=st.sampled_from(["worst", "mean"]),
+       free_rollout=st.sampled_from([None, 0, 1, 3]), indexed=st.booleans())
+def test_algorithm1s_fast_path_equals_the_general_loop(seed, n, cap, prune, best_fit, plan, free_rollout, indexed):
+    """Under Algorithm 1's rules the search takes its fast path (core/placement/search.py
+    `algorithm1`); the general loop must give the same plans and the same reasons."""
+    policy = make_policy(intra(plan=plan), prune_saturated=prune, best_fit=best_fit)
+    fast = policy.rules
+    assert fast.algorithm1
+    general = dataclasses.replace(fast, algorithm1=False)
+    jobs = synthetic_trace(np.random.default_rng(seed), n + 4)
+    groups = IndexedGroups(policy.cfg)
+    for job in jobs[:n]:
+        placed = policy.place(job, indexed_view(groups, CLUSTER, cap))
+        groups[placed.group.group_id] = placed.group
+    v = dataclasses.replace(indexed_view(groups, CLUSTER, cap), free_rollout_nodes=free_rollout)
+    if not indexed:
+        v = dataclasses.replace(v, index=None)
+    for job in jobs[n:]:
+        for joined_only in (False, True):
+            whys = [None if joined_only else Refusals(period_budget(job, v.progress), v.progress) for _ in "ab"]
+            a = search(fast, job, v, whys[0], joined_only)
+            b = search(general, job, v, whys[1], joined_only)
+            assert a == b
+            if not joined_only:
+                assert whys[0].result() == whys[1].result()
