@@ -1,4 +1,4 @@
-"""The per-job co-located (veRL) mode measured alone (core/colocate.py).
+"""The per-job co-located (veRL) mode measured alone (core/placement/options/colocated.py).
 
 Usage: .venv/bin/python benchmarks/colocate.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
                                                [--modes paper,catalog] [--margins 0.8,1.0] [--regroup] [--wide]

@@ -1,4 +1,4 @@
-"""Rollout compaction measured alone (core/compaction.py): a group gives back an idle rollout node.
+"""Rollout compaction measured alone (core/repair/compaction.py): a group gives back an idle rollout node.
 
 Usage: .venv/bin/python benchmarks/compaction.py [--traces-spec 2869ce:11,b436b2:12,e13805:13,7f04ca:23]
                                                  [--modes paper,catalog] [--every 600,1800,3600] [--drift]

@@ -1,4 +1,4 @@
-"""Training scaling and elastic rollout parallelism measured alone (core/shapes.py).
+"""Training scaling and elastic rollout parallelism measured alone (core/placement/options/).
 
 Usage: .venv/bin/python benchmarks/flexible_shapes.py [--traces-spec 2869ce:11,b436b2:12,e13805:13]
                                                       [--modes paper,catalog] [--drift] [--json OUT]
@@ -10,7 +10,7 @@ training scaling alone, with elastic rollout alone, and with both. Every run is 
 profile (DESIGN §10) otherwise (priced migrations, regrouping, drift repair, admission by the
 mean, the co-located mode, stretch pricing), its policy built by `build_policy`. Per run it prints gain over Solo-D, SLO attainment, cost over the busy-time bound (b: at
 nominal shapes; e: every job at its cheapest elastic shape, core/elastic.py) and
-migrations, then the isolated placements by reason (core/why.py) and what the shapes chose
+migrations, then the isolated placements by reason (core/placement/why.py) and what the shapes chose
 (joined with added training nodes, on fewer or more rollout nodes, isolated on fewer).
 --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life);
 the busy-time bound stays the declared (undrifted) trace's, so cost / bound is higher there.

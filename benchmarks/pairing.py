@@ -1,4 +1,4 @@
-"""Co-located pairing (core/pairing.py), measured side by side with the shipped run without it.
+"""Co-located pairing (core/repair/pairing.py), measured side by side with the shipped run without it.
 
 Usage: .venv/bin/python benchmarks/pairing.py [--traces-spec 2869ce:11,b436b2:12,...] [--modes paper,catalog]
                                               [--margins 0.75,1] [--drift]

@@ -11,7 +11,7 @@ tasks (a private local Ray by default). Per run: gain over Solo-D, SLO attainmen
 bound, migrations, and the isolated placements' reasons (placements_why).
 --no-elastic: nominal rollout shapes in both modes (elastic rollout, on by default, acts under
 both plans: the mean plan's sampled schedule scales each draw by the member's factor,
-core/shapes.py, core/admission.py). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
+core/placement/options/, core/placement/admission.py). --drift: 30% of each trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
 --stress N: instead, the N stress traces of benchmarks/slo_stress.py (30 heavy-load jobs each,
 SLO ~ U(1, 1.5), long-tail migration on for half of them) under both modes, with the `groups`
 profile's search (nominal shapes, no co-located jobs, Δ pricing); prints every miss and each

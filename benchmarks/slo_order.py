@@ -11,7 +11,7 @@ admission (the SLO order plans with it, so round robin is compared at the same a
 Algorithm 1's search (nominal shapes, no co-located jobs, Δ pricing), with priced migrations,
 regrouping and drift repair; Solo-D plans with it too. Per run it prints gain over Solo-D, SLO
 attainment, cost over the busy-time bound and migrations, then the isolated placements by
-reason (core/why.py: member_slo is the one the SLO order targets). --drift: 30% of each
+reason (core/placement/why.py: member_slo is the one the SLO order targets). --drift: 30% of each
 trace's jobs drift (rollout and training x1.5-2.5 after 20-60% of their life).
 """
 

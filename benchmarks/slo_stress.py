@@ -28,8 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from factories import synthetic_trace  # noqa: E402
 
 from rollmux.core.config import ConfigError, SchedulerConfig  # noqa: E402
-from rollmux.core.spec import ClusterSpec, default_cluster  # noqa: E402
-from rollmux.sim.simulator import simulate  # noqa: E402
+from rollmux.core.spec import (  # noqa: E402
+    ClusterSpec,
+    default_cluster,  # noqa: E402
+)
+from rollmux.sim.simulator import simulate  # noqa: E402  # noqa: E402
 
 SHIPPED = SchedulerConfig.profile("shipped")
 ON_OFF = {True: "on", False: "off"}
@@ -47,20 +50,20 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--order", choices=("rr", "slo"), default=SHIPPED.intra_group.order,
                     help="order inside a group (intra_group.order, core/slo_order.py)")
     ap.add_argument("--plan", choices=("worst", "mean"), default=SHIPPED.admission.plan,
-                    help="SLO admission (admission.plan, core/admission.py)")
+                    help="SLO admission (admission.plan, core/placement/admission.py)")
     helps = {"elastic_rollout": "a job may roll out on fewer/more rollout nodes (core/elastic.py)",
-             "train_scaling": "a job may join a group by adding training nodes (core/shapes.py)",
-             "colocate": "an arrival may run co-located on training nodes (core/colocate.py)",
+             "train_scaling": "a job may join a group by adding training nodes (core/placement/options/)",
+             "colocate": "an arrival may run co-located on training nodes (core/placement/options/colocated.py)",
              "colo_narrow": "with --elastic-rollout: a co-located 16:8 job may run on one training node",
-             "colo_pair": "an arrival may found a group with a co-located job (core/pairing.py)",
-             "compact": "rollout compaction (core/compaction.py)"}
+             "colo_pair": "an arrival may found a group with a co-located job (core/repair/pairing.py)",
+             "compact": "rollout compaction (core/repair/compaction.py)"}
     for name, setting in SWITCHES.items():
         default = _setting(SHIPPED, setting)
         ap.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction, default=default,
                         help=f"{helps[name]}; {setting}, {ON_OFF[default]} in the shipped profile")
     ap.add_argument("--stretch-pricing", action=argparse.BooleanOptionalAction,
                     default=SHIPPED.placement.pricing == "stretch",
-                    help="take the option that adds least per iteration (placement.pricing, core/marginal.py)")
+                    help="take the option that adds least per iteration (placement.pricing, core/placement/pricing.py)")
     ap.add_argument("--compact-every", type=float, default=SHIPPED.compaction.every_s,
                     help="seconds between a group's compaction tries (compaction.every_s)")
     args = ap.parse_args()

@@ -1,4 +1,4 @@
-"""Stretch pricing (core/marginal.py) against Δ pricing, side by side on Philly-driven traces.
+"""Stretch pricing (core/placement/pricing.py) against Δ pricing, side by side on Philly-driven traces.
 
 Usage: .venv/bin/python benchmarks/stretch.py [--traces-spec 2869ce:11,b436b2:12,...]
                                               [--modes paper,catalog] [--speeds 1.0,0.8]

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group, Member
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import PhaseTimes
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec, default_cluster
 
 SHIPPED = SchedulerConfig()                    # what `rollmux simulate` and `rollmux serve` run

@@ -49,7 +49,7 @@ def test_simulate_json_has_exactly_the_documented_keys(small_results):
     for name, doc in small_results["policies"].items():
         expected = POLICY_KEYS | ({"placements", "decision_ms"} if name != "verl" else set())
         expected |= {"migrations", "compactions"} if name == "rollmux" else set()  # the one that regroups
-        # ... and the one that says why it isolated jobs (core/why.py)
+        # ... and the one that says why it isolated jobs (core/placement/why.py)
         expected |= {"isolated_placements", "placements_why", "refusals_why"} if name == "rollmux" else set()
         assert set(doc) == expected, name
         if "migrations" in doc:

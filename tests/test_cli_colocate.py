@@ -1,4 +1,4 @@
-"""`rollmux simulate --colocate` end to end on a small Philly-driven trace (core/colocate.py)."""
+"""`rollmux simulate --colocate` end to end on a small Philly-driven trace (core/placement/options/colocated.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rollmux.cli import app
 from rollmux.workload import find_traces_dir
 
 runner = CliRunner()
-# Regrouping alone: no pairing (core/pairing.py), at the margin the mode had without it.
+# Regrouping alone: no pairing (core/repair/pairing.py), at the margin the mode had without it.
 ALONE = ("--no-colo-pair", "--colo-margin", "0.75")
 
 

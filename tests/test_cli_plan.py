@@ -1,4 +1,4 @@
-"""`rollmux simulate --plan worst|mean` (core/admission.py) end to end on a small trace."""
+"""`rollmux simulate --plan worst|mean` (core/placement/admission.py) end to end on a small trace."""
 
 from __future__ import annotations
 

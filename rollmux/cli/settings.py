@@ -18,7 +18,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--migration": ("intra_group.migration", "Long-tail migration at run time."),
     "--plan-quantile": ("admission.quantile", "Rollout quantile planned with --plan worst; 1.0 = worst case."),
     "--plan": ("admission.plan", "SLO admission: worst (every rollout at its cap) or mean (each member's mean "
-                                 "iteration time within its SLO with confidence, core/admission.py)."),
+                                 "iteration time within its SLO with confidence, core/placement/admission.py)."),
     "--plan-z": ("admission.z", "--plan mean: one-sided normal quantile of the confidence term (3.09 ~ 99.9%)."),
     "--shrink": ("regroup.shrink", "Release nodes a group no longer needs when members leave."),
     "--regroup": ("regroup.enabled", "Dissolve a group whose remaining members fit elsewhere for less."),

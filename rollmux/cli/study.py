@@ -7,13 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollmux.cli.app import app, bench_app, err, fail, out, workload_app, write_json
 from rollmux.core.trace_io import dump_jobs

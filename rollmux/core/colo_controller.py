@@ -1,4 +1,4 @@
-"""Permits of a co-located job (core/colocate.py): every phase on its own training nodes.
+"""Permits of a co-located job (core/placement/options/colocated.py): every phase on its own training nodes.
 
 A co-located job shares its nodes with nobody and runs its phases one after another, so
 its permits are granted at once: `init`, `rollout` and `train` on all its training nodes

@@ -41,7 +41,9 @@ cluster. `speed` is the sensitivity knob: co-located phases run `speed` times
 as fast as calibrated (0.8 = 25% slower, 1.2 = 17% faster).
 
 Pure arithmetic over specs: the veRL baseline (sim/baselines.py), Gavel+'s kind choice
-(sim/gavel_alloc.py) and RollMux's per-job co-located mode (core/colocate.py) all use it.
+(sim/gavel_alloc.py) and RollMux's per-job co-located mode (core/placement/options/colocated.py)
+all use it. A co-located placement is a one-member group with no rollout nodes
+(`colocated_group`); the executors run its iterations by `colocated_phases`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import functools
 import math
 
 from rollmux.core.elastic import MIN_SHARE, nonscaling_share
+from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
 
@@ -147,3 +150,31 @@ def colocated_iter_s(job: JobSpec, cluster: ClusterSpec, rollout: float, speed: 
     """Co-located iteration time (on `gpus`, default G) for a (disaggregated) rollout of `rollout` seconds."""
     return (rollout * verl_rollout_scale(job, cluster, speed, gpus)
             + job.train_time(rollout) * verl_train_scale(job, speed) + 2 * cluster.warm_switch_s)
+
+
+def colocated_group(group_id: int, job: JobSpec, cluster: ClusterSpec, planned_s: float,
+                    gpus: int | None = None) -> Group:
+    """The co-located job's own placement: no rollout nodes, pinned to all its training nodes
+    (those `gpus` need, default the veRL model's G); its shape is its planned co-located iteration time."""
+    nt = colocated_nodes(job, cluster, gpus)
+    return Group(group_id, 0, nt, (Member(job, (), tuple(range(nt))),),
+                 GroupShape(period_s=planned_s, t_cycle_s=planned_s, t_load_s=planned_s))
+
+
+def is_colocated(group: Group) -> bool:
+    """True for a co-located job's own placement (`colocated_group`): no rollout nodes."""
+    return group.n_rollout == 0
+
+
+def group_gpus(group: Group, cluster: ClusterSpec) -> int:
+    """The GPUs a co-located placement runs its job on: G, or a narrowed G' (fewer nodes)."""
+    return placement_gpus(group.members[0].job, cluster, group.n_train)
+
+
+def colocated_phases(job: JobSpec, cluster: ClusterSpec, rollout: float, train: float,
+                     speed: float = 1.0, gpus: int | None = None) -> tuple[float, float, float]:
+    """(rollout, training, switches) seconds of one co-located iteration on `gpus` (default the
+    veRL model's G) whose disaggregated phases would take `rollout` and `train` seconds (drift
+    already applied to both)."""
+    return (rollout * verl_rollout_scale(job, cluster, speed, gpus), train * verl_train_scale(job, speed),
+            2 * cluster.warm_switch_s)

@@ -25,7 +25,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-# Co-located only when below this share of the disaggregated cost (core/colocate.py): the
+# Co-located only when below this share of the disaggregated cost (placement/options/colocated.py): the
 # margin keeps arrivals that would seed a group out of co-location when nothing pairs them.
 COLO_MARGIN = 0.75
 # With co-located pairing a group is founded when a pairing pays for it: no margin needed.
@@ -41,7 +41,7 @@ class _Section(BaseModel):
 
 
 class AdmissionConfig(_Section):
-    """SLO admission (DESIGN §5, core/admission.py): how a group's period is estimated."""
+    """SLO admission (DESIGN §5, core/placement/admission.py): how a group's period is estimated."""
 
     # "worst": every rollout at `quantile` of its distribution (1.0: the cap, the paper);
     # "mean": each member's mean iteration time within its budget with confidence `z`, from
@@ -58,7 +58,7 @@ class PlacementConfig(_Section):
 
     max_group_size: int = Field(5, ge=1)
     # "delta": the first valid option in Δ order (the paper); "stretch": the valid option that
-    # adds least per iteration, the members' stretch included (core/marginal.py).
+    # adds least per iteration, the members' stretch included (core/placement/pricing.py).
     pricing: Literal["delta", "stretch"] = "stretch"
     batch_order: bool = True         # jobs arriving together are placed shortest cycle first
     prune_saturated: bool = False    # the paper's pruning of saturated and full groups
@@ -66,7 +66,7 @@ class PlacementConfig(_Section):
 
 
 class ShapesConfig(_Section):
-    """Group shapes beyond Algorithm 1 (core/shapes.py, core/elastic.py)."""
+    """Group shapes beyond Algorithm 1 (core/placement/options/, core/elastic.py)."""
 
     train_scaling: bool = False      # a job may join a group by adding the training nodes it lacks
     elastic_rollout: bool = True     # a job may roll out on fewer or more rollout nodes than nominal
@@ -80,7 +80,7 @@ class ShapesConfig(_Section):
 
 
 class ColocationConfig(_Section):
-    """The per-job co-located mode, veRL style (core/colocate.py, core/pairing.py)."""
+    """The per-job co-located mode, veRL style (core/placement/options/colocated.py and paired.py)."""
 
     enabled: bool = True             # an arrival may run co-located on training nodes
     speed: float = Field(1.0, gt=0)  # co-located phases run this many times as fast as calibrated
@@ -98,7 +98,7 @@ class ColocationConfig(_Section):
 
 
 class RegroupConfig(_Section):
-    """The repair side beyond the paper's static groups (DESIGN §5a, core/regroup.py)."""
+    """The repair side beyond the paper's static groups (DESIGN §5a, core/repair/)."""
 
     enabled: bool = True             # dissolve a group whose members fit elsewhere for less
     shrink: bool = True              # release nodes no remaining member needs
@@ -109,7 +109,7 @@ class RegroupConfig(_Section):
 
 
 class CompactionConfig(_Section):
-    """Rollout compaction (core/compaction.py; acts through elastic rollout)."""
+    """Rollout compaction (core/repair/compaction.py; acts through elastic rollout)."""
 
     enabled: bool = True
     every_s: float = Field(1800.0, ge=0)  # at most one try per group per this many seconds

@@ -1,4 +1,4 @@
-"""Rollout time vs rollout nodes: the model behind elastic rollout parallelism (core/shapes.py).
+"""Rollout time vs rollout nodes: the model behind elastic rollout (core/placement/options/elastic.py).
 
 A rollout's batch is split evenly over its data-parallel engines; decoding is memory-bandwidth
 bound (workload/perf.py: each decode step reads the weight shard and the KV cache of every live

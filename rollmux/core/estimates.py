@@ -87,8 +87,8 @@ def measured_spec(job: JobSpec, rollout_scale: float, train_scale: float) -> Job
     d = job.rollout_s
     dist = RolloutDist(median=d.median * rollout_scale, sigma=d.sigma, max=d.max * rollout_scale)
     fields = {**dict(job), "rollout_s": dist, "train_s": job.train_s * train_scale}
-    # Same work: as many iterations as declared, each at the measured solo time. (A fresh
-    # model: model_copy would carry the original's cached solo time and iteration count.)
+    # Same work: as many iterations as declared, each at the measured solo time (a fresh
+    # model, validated like a declared profile).
     probe = JobSpec(**fields)
     spec = JobSpec(**{**fields, "duration_s": job.iterations * probe.solo_iter_s})
     if spec.iterations != job.iterations:

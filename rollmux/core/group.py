@@ -20,7 +20,7 @@ class Member:
     job: JobSpec
     rollout_nodes: tuple[int, ...]
     train_nodes: tuple[int, ...]
-    # Its rollout time over the profile's (core/shapes.py): 1.0 on its nominal rollout nodes;
+    # Its rollout time over the profile's (core/elastic.py): 1.0 on its nominal rollout nodes;
     # elastic rollout parallelism pins it to fewer (> 1) or more (< 1) nodes.
     rollout_factor: float = 1.0
 

@@ -21,9 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
-from rollmux.core.admission import PeriodStats, mean_rollout, period_stats
 from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, GroupShape, Member
+from rollmux.core.period_sample import PeriodStats, mean_rollout, period_stats
+from rollmux.core.slo_order import choose_slots
 from rollmux.core.spec import JobSpec
 
 
@@ -58,7 +59,7 @@ def planning_times(job: JobSpec, quantile: float) -> PhaseTimes:
 
 def job_planning_times(job: JobSpec, cfg: "IntraConfig") -> PhaseTimes:
     """Phase durations the configuration plans `job` with: its rollout at plan_quantile
-    ("worst") or the mean of its seeded planning sample ("mean", core/admission.py)."""
+    ("worst") or the mean of its seeded planning sample ("mean", core/period_sample.py)."""
     if cfg.plan == "worst":
         return planning_times(job, cfg.plan_quantile)
     r = mean_rollout(job, cfg.plan_chains, cfg.plan_length)
@@ -87,7 +88,7 @@ def group_planning_times(members: Sequence[Member], cfg: "IntraConfig") -> list[
 
 def group_period_stats(members: Sequence[Member], n_rollout: int, n_train: int,
                        cfg: "IntraConfig") -> PeriodStats:
-    """The sampled period of the members in this cyclic order (core/admission.py), rollouts
+    """The sampled period of the members in this cyclic order (core/period_sample.py), rollouts
     scaled and lengthened as in `group_planning_times` (elastic factor, straggler overhead)."""
     shared = _shared_rollout_nodes(members)
     over = [cfg.migration_overhead_s if tail_share(m.job, any(i in shared for i in m.rollout_nodes), cfg) > 0
@@ -337,7 +338,7 @@ def _without_migration(cfg: IntraConfig) -> IntraConfig:
 
 # plan_group's answers by composition: a pure function of (members, node counts, config,
 # reorder), asked again and again for the same candidate (every departure re-tries the same
-# moves into unchanged groups: 72% repeats on a 2,500-job trace under --plan mean).
+# moves into unchanged groups; docs/decisions/admission-by-mean.md counts the repeats).
 _PLANS: dict[tuple, tuple[tuple[Member, ...], GroupShape]] = {}
 _PLANS_MAX = 100_000  # entries (~0.7 KB each for two members); cleared whole when full
 
@@ -369,12 +370,12 @@ def _plan(members: tuple[Member, ...], n_rollout: int, n_train: int, cfg: IntraC
         order, per = tuple(range(len(members))), period(members, n_rollout, n_train, times, plan_cfg)
     members = tuple(members[i] for i in order)
     times = [times[i] for i in order]
-    if cfg.plan == "mean":  # the sampled mean period in the chosen order (core/admission.py)
+    if cfg.plan == "mean":  # the sampled mean period in the chosen order (core/period_sample.py)
         per = group_period_stats(members, n_rollout, n_train, cfg).mean
     slots: tuple[int, ...] = ()
     if cfg.order == "slo":  # a tight member may run more often (core/slo_order.py)
-        from rollmux.core.slo_order import choose_slots  # (it builds on this module)
-        slots, per = choose_slots(members, n_rollout, n_train, times, plan_cfg, per)
+        slots, per = choose_slots(members, times, plan_cfg, per,
+                                  lambda seq: period(members, n_rollout, n_train, times, plan_cfg, seq))
     shape = GroupShape(
         period_s=per,
         t_cycle_s=t_cycle(members, times),

@@ -42,15 +42,15 @@ from pydantic import (
     field_validator,
 )
 
-from rollmux.core.colocate import is_colocated
+from rollmux.core.colo_model import is_colocated
 from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import PlacementPlan
-from rollmux.core.regroup import Move, Regroup
+from rollmux.core.placement.why import PlacementWhy
+from rollmux.core.repair.moves import Move, Regroup
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.vocabulary import TERMINAL, Case, JobStatus, Phase
-from rollmux.core.why import PlacementWhy
 
 # -- the JSON forms of the scheduler's frozen values -------------------------------------------
 # A placement is journaled as its outcome (the group after the plan), never re-decided: the
@@ -70,7 +70,7 @@ def group_to_dict(group: Group) -> dict:
                          # elastic rollout (core/elastic.py) only: records without it read 1.0
                          **({"rollout_factor": m.rollout_factor} if m.rollout_factor != 1.0 else {})}
                         for m in group.members],
-            # A co-located job's own placement (core/colocate.py): its shape is its planned
+            # A co-located job's own placement (core/placement/options/colocated.py): its shape is its planned
             # co-located iteration, which no group schedule recomputes.
             **({"colocated_period_s": group.shape.period_s} if is_colocated(group) and group.shape else {})}
 
@@ -304,7 +304,7 @@ class Movers(_Record):
 
     @classmethod
     def of_regroup(cls, r: Regroup) -> Movers:
-        """The record of a regrouping decision (core/regroup.py)."""
+        """The record of a regrouping decision (core/repair/regroup.py)."""
         return cls(group_id=r.group_id, dissolve=r.dissolve, moves=r.moves)
 
 

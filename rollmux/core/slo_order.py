@@ -1,4 +1,4 @@
-"""SLO-aware order inside a group (issue 14, item 3): weighted round robin by SLO pressure.
+"""SLO-aware order inside a group (DESIGN §4; docs/decisions/slo-order.md): weighted round robin by SLO pressure.
 
 Under plain round robin (`IntraConfig.order == "rr"`) every member runs once per
 meta-iteration, so every member's iteration time is the group's period, and the
@@ -12,12 +12,12 @@ while the loose members (rate 1) run once per P and absorb the slack.
 
 Definitions (planning durations, `group_planning_times`, no migration credit):
 
-* A member's budget b_j is `inter_group.period_budget` of a fresh job,
+* A member's budget b_j is `period_budget` (core/placement/admission.py) of a fresh job,
   slo * solo_iter_s * iterations / (iterations + 1). Rates depend only on the
   group (members, order, static budgets), never on progress, so every replan of
   the same group (a departure, the live plane's journal) gives the same rates.
   Admission then checks each member's own planned iteration time against its
-  progress-aware budget (`inter_group.group_fits`).
+  progress-aware budget (core/placement/admission.py `group_fits`).
 * Its slack s_j = b_j - c_j, c_j its planned own cycle (rollout + train + sync):
   what its budget leaves beyond running alone. s_j <= 0: no order can help it.
 * Its pressure is p_j = (P / rates[j]) / b_j; it misses its budget when p_j > 1.
@@ -46,19 +46,18 @@ which no cyclic order can fix) or that shares a loaded node with loose members.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Protocol, Sequence
 
-from rollmux.core.group import Member
-from rollmux.core.intra_group import PhaseTimes, period
 from rollmux.core.config import IntraConfig
+from rollmux.core.group import Member
 from rollmux.core.spec import JobSpec
 
 ORDERS = ("rr", "slo")
 
 
 def fresh_budget(job: JobSpec) -> float:
-    """A fresh job's period budget (inter_group.period_budget with no progress)."""
-    return job.slo * job.solo_iter_s * job.iterations / (job.iterations + 1)
+    """A fresh job's period budget (core/placement/admission.py `period_budget` with no progress)."""
+    return job.slo_budget_s / (job.iterations + 1)
 
 
 def spread(rates: Sequence[int]) -> tuple[int, ...]:
@@ -77,10 +76,20 @@ def spread(rates: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(j) for j in seq if j is not None)
 
 
-def choose_slots(members: Sequence[Member], n_rollout: int, n_train: int, times: Sequence[PhaseTimes],
-                 cfg: IntraConfig, rr_period: float) -> tuple[tuple[int, ...], float]:
+class Cycle(Protocol):
+    """A member's planned phase seconds (core/intra_group.py `PhaseTimes`)."""
+
+    rollout: float
+    train: float
+    sync: float
+
+
+def choose_slots(members: Sequence[Member], times: Sequence[Cycle], cfg: IntraConfig, rr_period: float,
+                 period_of: Callable[[tuple[int, ...]], float]) -> tuple[tuple[int, ...], float]:
     """The SLO order's slots of one meta-iteration (module docstring) and its period; () and
-    `rr_period` (round robin) when round robin fits every budget or nothing beats it."""
+    `rr_period` (round robin) when round robin fits every budget or nothing beats it.
+    `period_of(slots)`: the group's exact planned period in that sequence (the planner's
+    schedule, core/intra_group.py, which calls this module: it is passed in, not imported)."""
     n = len(members)
     if n < 2:
         return (), rr_period
@@ -98,7 +107,7 @@ def choose_slots(members: Sequence[Member], n_rollout: int, n_train: int, times:
             break
         rates[j] += 1
         slots = spread(rates)
-        per = period(members, n_rollout, n_train, times, cfg, slots)
+        per = period_of(slots)
         worst = max(per / r / b for r, b in zip(rates, budgets))
         if worst < best_worst - 1e-12:
             best, best_worst = (slots, per), worst

@@ -7,7 +7,9 @@ the simulator, the baselines and the live plane agree on one arithmetic.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from functools import cached_property
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -98,6 +100,16 @@ class JobSpec(_Strict):
     weights_gb: float | None = Field(default=None, gt=0)  # one model copy sent per weight sync
     drift: Drift | None = None
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> "JobSpec":
+        """A copy; with `update`, its derived values (solo time, iterations, SLO budget) recomputed."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            # pydantic copies the instance dict, where cached_property keeps its values: an
+            # updated slo or rollout profile would otherwise keep the original's derived times.
+            for name in _DERIVED:
+                copied.__dict__.pop(name, None)
+        return copied
+
     @cached_property
     def mean_rollout_s(self) -> float:
         """E[rollout] of one iteration."""
@@ -131,6 +143,9 @@ class JobSpec(_Strict):
     def slo_budget_s(self) -> float:
         """The SLO's budget for the job's whole work: `slo_iter_s` over all its iterations."""
         return self.slo_iter_s * self.iterations
+
+
+_DERIVED = tuple(n for n, v in vars(JobSpec).items() if isinstance(v, cached_property))
 
 
 class PoolSpec(_Strict):

@@ -37,9 +37,9 @@ class Case(StrEnum):
     DIRECT = "direct_packing"
     SCALING = "rollout_scaling"
     ISOLATED = "isolated"
-    TRAIN_SCALING = "train_scaling"  # joined by adding training nodes (core/shapes.py)
-    COLOCATED = "colocated"  # the job alone on training nodes, veRL mode (core/colocate.py)
-    PAIRED = "paired"  # a new group founded with a co-located job that moves in (core/pairing.py)
+    TRAIN_SCALING = "train_scaling"  # joined by adding training nodes (core/placement/options/train_scaling.py)
+    COLOCATED = "colocated"  # the job alone on training nodes, veRL mode (core/placement/options/colocated.py)
+    PAIRED = "paired"  # a new group founded with a co-located job that moves in (core/placement/options/paired.py)
 
 
 class JobStatus(StrEnum):

@@ -28,7 +28,7 @@ from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import Environment
 from rollmux.core.group import Group, Member
 from rollmux.core.lifecycle import IllegalTransition, set_status
-from rollmux.core.policy import build_policy
+from rollmux.core.placement import build_policy
 from rollmux.core.records import (
     Compact,
     Grant,
@@ -81,7 +81,7 @@ class LiveJob:
     profile: dict[str, float] = field(default_factory=dict)  # phase -> EWMA of measured run seconds
     reason: str | None = None
     case: str | None = None           # how its latest placement was found (a core/vocabulary.py Case)
-    why: str | None = None            # isolated: why no group took it (core/why.py's reason)
+    why: str | None = None            # isolated: why no group took it (core/placement/why.py's reason)
     last_run: dict[str, float] = field(default_factory=dict)      # phase -> its last measured run seconds
     host_measured: dict[str, float] = field(default_factory=dict)  # pool -> most host GB per node measured
     last_factor: float = 1.0          # the elastic factor its last rollout ran at (core/elastic.py)
@@ -107,7 +107,7 @@ class LiveState:
 
     def __init__(self, env: Environment, cluster: ClusterSpec, cfg: SchedulerConfig) -> None:
         self.cfg = cfg
-        # The policy `rollmux simulate` runs with the same config (core/policy.py). With the
+        # The policy `rollmux simulate` runs with the same config (core/placement/builder.py). With the
         # co-located mode a job may be told to run co-located: its permits name its training
         # nodes for every phase (core/colo_controller.py), and the job must honour a rollout
         # permit on pool "train" (the veRL way). With elastic rollout a job may be placed on more

@@ -15,7 +15,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
-from rollmux.core.colocate import colocated_phases, group_gpus
+from rollmux.core.colo_model import colocated_phases, group_gpus
 from rollmux.core.records import Grant, Memory, Observe, Release, Tail
 from rollmux.core.vocabulary import Phase, Pool
 from rollmux.live.refusals import Conflict, ServiceError

@@ -343,7 +343,7 @@ class SchedulerCore(Access, Supervision, Permits, InProcessApi):
                 continue
             # A job placed again is planned with what was measured of it (times, host memory).
             spec, progress = self.state.planning_spec(jid), self.state.progress(time.time())
-            # With `colo_pair` an arrival may found a group with a co-located job (core/pairing.py):
+            # With `colo_pair` an arrival may found a group with a co-located job (core/repair/pairing.py):
             # its `place` record, then the mover's `movers`, as the simulator applies them.
             records = self.state.cluster.decide(spec, progress, arrival=job.epoch == 0)
             if not records:

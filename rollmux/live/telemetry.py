@@ -48,14 +48,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 import rollmux
+from rollmux.core.placement.why import REASON_NAMES
 from rollmux.core.vocabulary import Case, JobStatus, Phase, Pool
-from rollmux.core.why import REASON_NAMES
 
 log = logging.getLogger("rollmux.telemetry")
 
 # The cases the live plane admits by (it refuses training scaling), as plain label strings.
 ADMISSION_CASES = tuple(c.value for c in (Case.DIRECT, Case.SCALING, Case.ISOLATED, Case.COLOCATED, Case.PAIRED))
-ISOLATION_REASONS = REASON_NAMES  # core/why.py's fixed set, in its attribution order
+ISOLATION_REASONS = REASON_NAMES  # core/placement/why.py's fixed set, in its attribution order
 REFUSAL_REASONS = ("no_token", "bad_token", "forbidden", "bad_request", "not_found", "conflict", "gone", "too_large",
                    "unavailable")
 OTHER_REASON = "other"

@@ -72,7 +72,7 @@ def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> di
                "elastic": {m.job_id: {"rollout_nodes": list(m.rollout_nodes), "rollout_factor": m.rollout_factor}
                            for m in g.members if m.rollout_factor != 1.0}}
               for g in islice(cs.groups.values(), offset, offset + limit)]
-    # Co-located jobs (core/colocate.py): each on its own training nodes, every phase there.
+    # Co-located jobs (core/placement/options/colocated.py): each on its own training nodes, every phase there.
     colocated = [{"group_id": g.group_id, "job_id": g.members[0].job_id, "train_nodes": g.n_train,
                   "period_s": g.shape.period_s if g.shape else None}
                  for g in islice(cs.colocated.values(), offset, offset + limit)]
@@ -83,11 +83,11 @@ def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> di
             "colocated_total": len(cs.colocated)}
     why = cs.why.to_json()
     return {"now": now, "page": page, "groups": groups, "colocated": colocated, "jobs": jobs, "pools": _pools(core),
-            # Why admitted jobs got a group of their own (core/why.py): one reason per isolated
+            # Why admitted jobs got a group of their own (core/placement/why.py): one reason per isolated
             # admission, and the groups each reason refused, over the service's life.
             "isolated_placements": cs.why.isolated, "placements_why": why["placements"],
             "refusals_why": why["groups"],
-            # Rollout nodes groups gave back by compaction (elastic rollout only, core/compaction.py).
+            # Rollout nodes groups gave back by compaction (elastic rollout only, core/repair/compaction.py).
             "rollout_nodes_compacted": cs.compacted,
             "cost_per_hour": cs.ledger.rate_per_hour(), "timeline": timeline,
             "grants": core.state.grants, "refused": core.refused_count,

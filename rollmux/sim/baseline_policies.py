@@ -26,11 +26,12 @@ from typing import Sequence
 
 import numpy as np
 
-from rollmux.core.group import Group, Member
-from rollmux.core.inter_group import isolated_plan, joined_plan, pin_into, rollout_node_loads
-from rollmux.core.intra_group import plan_group
 from rollmux.core.config import IntraConfig
+from rollmux.core.group import Group, Member
+from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlacementPolicy
+from rollmux.core.placement.options.isolated import isolated_plan
+from rollmux.core.placement.pinning import joined_plan, pin_into, rollout_node_loads
 from rollmux.core.spec import JobSpec
 
 Option = tuple[Group, Group, int]  # (group as it is, group with the job pinned in, rollout nodes added)

@@ -1,4 +1,4 @@
-"""The simulator's side of the co-located execution mode (core/colocate.py).
+"""The simulator's side of the co-located execution mode (core/placement/options/colocated.py).
 
 A co-located job needs no permits: it time-shares its own training nodes with nobody, so
 each iteration is one event. Its phase times are the veRL model's (core/colo_model.py) on
@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Callable, Protocol
 
 from rollmux.core.accounting import Ledger
-from rollmux.core.state import ClusterState
-from rollmux.core.colocate import colocated_phases, group_gpus
+from rollmux.core.colo_model import colocated_phases, group_gpus
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import SimEnvironment
 from rollmux.core.spec import ClusterSpec
+from rollmux.core.state import ClusterState
 from rollmux.sim.draws import drift_scales
 from rollmux.sim.runs import JobRun
 

@@ -80,10 +80,10 @@ class PolicyResult:
     cost_timeline: list[tuple[float, float]] = field(default_factory=list)
     # Group policies that move jobs between groups: {"count", "stall_hours", "cost_usd"}.
     migrations: dict[str, float] | None = None
-    # Policies that explain isolated placements (core/why.py): WhyTally.to_json(), i.e.
+    # Policies that explain isolated placements (core/placement/why.py): WhyTally.to_json(), i.e.
     # {"placements": {reason: isolated placements}, "groups": {reason: groups refused}}.
     placements_why: dict[str, dict[str, int]] | None = None
-    # Rollout nodes given back by rollout compaction (core/compaction.py); None: not a policy that compacts.
+    # Rollout nodes given back by rollout compaction (core/repair/compaction.py); None: not a policy that compacts.
     compactions: int | None = None
 
     @classmethod
@@ -116,9 +116,9 @@ class PolicyResult:
         if self.placements is None:
             return None
         total = sum(self.placements.values()) or 1
-        # Co-located placements (core/colocate.py) are listed where the mode was on (the executor
-        # then counts them, if only as 0), training scaling (core/shapes.py) and pairings
-        # (core/pairing.py) where they placed a job, so a run without them keeps its JSON.
+        # Co-located placements (core/placement/options/colocated.py) are listed where the mode was on (the executor
+        # then counts them, if only as 0), training scaling (core/placement/options/) and pairings
+        # (core/repair/pairing.py) where they placed a job, so a run without them keeps its JSON.
         return {c.value: self.placements.get(c.value, 0) / total for c in Case
                 if c not in (Case.COLOCATED, Case.TRAIN_SCALING, Case.PAIRED) or c.value in self.placements}
 

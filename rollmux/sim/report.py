@@ -37,7 +37,7 @@ def _moves(r: PolicyResult) -> str:
 
 
 def why_lines(cmp: Comparison) -> list[str]:
-    """One line per policy that explains its isolated placements (core/why.py): placements per
+    """One line per policy that explains its isolated placements (core/placement/why.py): placements per
     reason (each placement's nearest miss), then groups refused per reason; zero counts left out."""
     lines = []
     for name, r in cmp.results.items():
@@ -77,11 +77,11 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
         p = j.get("placements")
         places = "-" if p is None else " / ".join(f"{100 * p[k]:.0f}%" for k in
                                                   ("direct_packing", "rollout_scaling", "isolated"))
-        if p is not None and "colocated" in p:  # the co-located mode was on (core/colocate.py)
+        if p is not None and "colocated" in p:  # the co-located mode was on (core/placement/options/colocated.py)
             places += f" + {100 * p['colocated']:.0f}% colo"
-        if p is not None and "paired" in p:  # arrivals that founded a group with a co-located job (core/pairing.py)
+        if p is not None and "paired" in p:  # arrivals that founded a group with a co-located job (core/repair/pairing.py)
             places += f" + {100 * p['paired']:.0f}% paired"
-        if p is not None and "train_scaling" in p:  # joined by adding training nodes (core/shapes.py)
+        if p is not None and "train_scaling" in p:  # joined by adding training nodes (core/placement/options/)
             places += f" + {100 * p['train_scaling']:.0f}% train-scaled"
         t.add_row(name, f"{r.cost_usd:,.0f}", f"{r.cost_per_hour:,.1f}",
                   f"{cmp.gain_vs_solo(name, solo_cost):.2f}x", _pct(r.slo_attainment),

@@ -26,10 +26,9 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.grant import Grant
 from rollmux.core.group_controller import ROLLOUT, TRAIN
 from rollmux.core.intra_group import head_finish
-from rollmux.core.placement import PlacementPolicy
-from rollmux.core.policy import build_policy
+from rollmux.core.placement import PlacementPolicy, build_policy
 from rollmux.core.records import Leave, MoveOut
-from rollmux.core.regroup import slice_rate
+from rollmux.core.repair.moves import slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.state import ClusterState
 from rollmux.core.vocabulary import JobStatus, Pool

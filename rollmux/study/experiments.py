@@ -28,28 +28,11 @@ from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.metrics import PolicyResult
-from rollmux.study import (
-    baseline_sensitivity,
-    capacity,
-    drift,
-    link,
-    mechanisms,
-    migration,
-    placements_why,
-    residency,
-)
+from rollmux.study import baseline_sensitivity, capacity, drift, link, mechanisms, migration, placements_why, residency
 from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollmux study` imports it here)
 
 # Part A lives in study/part_a.py; its names are re-exported here.
-from rollmux.study.part_a import (  # noqa: F401
-    SLOS,
-    SMALL_POLICIES,
-    WORKLOADS,
-    SmallCell,
-    rate_at_start,
-    small_cell,
-    study_cells,
-)
+from rollmux.study.part_a import SLOS, SMALL_POLICIES, WORKLOADS, SmallCell, rate_at_start, small_cell, study_cells  # noqa: F401
 from rollmux.study.report import write_report
 from rollmux.study.sections import label, policy_run, profile
 from rollmux.study.sweep import OnDone, Pmap, serial_map

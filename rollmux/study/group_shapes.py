@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rollmux.core.colocate import is_colocated
+from rollmux.core.colo_model import is_colocated
 from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group
 from rollmux.core.intra_group import group_planning_times, job_planning_times, node_loads

@@ -1,18 +1,18 @@
 """Study section: the mechanisms beyond the paper, each measured on its own (the ablation rows).
 
 Six mechanisms can let more arrivals share, or run cheaper, than Algorithm 1 with
-worst-case admission: admission by the SLO's own terms (`admission.plan`, core/admission.py),
+worst-case admission: admission by the SLO's own terms (`admission.plan`, core/placement/admission.py),
 the SLO-aware order inside a group (`intra_group.order`, core/slo_order.py), training scaling
-and elastic rollout parallelism (`shapes.*`, core/shapes.py, core/elastic.py), the per-job
-co-located mode (`colocation.enabled`, core/colocate.py) and stretch pricing
-(`placement.pricing`, core/marginal.py: a join is charged the members' stretch and placement
+and elastic rollout parallelism (`shapes.*`, core/placement/options/, core/elastic.py), the per-job
+co-located mode (`colocation.enabled`, core/placement/options/colocated.py) and stretch pricing
+(`placement.pricing`, core/placement/pricing.py: a join is charged the members' stretch and placement
 takes the option that adds least). Four more settings act through these: a co-located job
-may later move into a group (`colocation.regroup`, core/regroup.py), a group may give back
+may later move into a group (`colocation.regroup`, core/repair/regroup.py), a group may give back
 an idle rollout node by narrowing the members pinned there (`compaction.enabled`,
-core/compaction.py, through elastic rollout), a co-located job may run on its training GPUs'
+core/repair/compaction.py, through elastic rollout), a co-located job may run on its training GPUs'
 nodes with its rollout narrowed (`colocation.narrow`, core/colo_model.py, through both the
 co-located mode and elastic rollout), and an arrival may found a group with a co-located job
-that moves in (`colocation.pair`, core/pairing.py; the co-located margin follows it,
+that moves in (`colocation.pair`, core/repair/pairing.py; the co-located margin follows it,
 `ColocationConfig.effective_margin`); each one's "only" row turns the settings it needs on
 too. Every row is a configuration (DESIGN §10) run on the study's Philly-driven traces (paper
 and catalog profiles) and on the same traces with 30% of the jobs drifting (moderate

@@ -28,7 +28,7 @@ import numpy as np
 
 from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group
-from rollmux.core.policy import build_policy
+from rollmux.core.placement import build_policy
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.study.offline_optimum_groups import cheapest_group, group_budget, group_valid, pins_ok
 from rollmux.study.placement_bench import build_state

@@ -10,7 +10,7 @@ so every group RollMux builds is valid here (see rollmux.study.offline_optimum):
   largest of those (a RollMux group's founder fixes n_train, joiners need no more);
 - the planned period (intra_group.plan_group: worst-case planning durations,
   best cyclic order) <= min over members of period_budget(job, {}) -- the budget
-  of a job with no progress, with the same relative tolerance as inter_group;
+  of a job with no progress, with the same relative tolerance as placement admission;
 - a single job is always valid: isolated provisioning is RollMux's fallback
   (it checks neither SLO nor residency there; unplaceable jobs are the caller's
   business, the CLI rejects them).
@@ -22,13 +22,13 @@ import itertools
 import math
 from typing import Sequence
 
-from rollmux.core.group import Group, Member, isolated_group, residency_ok
-from rollmux.core.inter_group import period_budget
-from rollmux.core.intra_group import group_planning_times, plan_group, planning_times, t_cycle, t_load
 from rollmux.core.config import IntraConfig
+from rollmux.core.group import Group, Member, isolated_group, residency_ok
+from rollmux.core.intra_group import group_planning_times, plan_group, planning_times, t_cycle, t_load
+from rollmux.core.placement.admission import period_budget
 from rollmux.core.spec import ClusterSpec, JobSpec
 
-TOL = 1e-9  # relative tolerance of SLO comparisons, as in inter_group
+TOL = 1e-9  # relative tolerance of SLO comparisons, as in placement admission
 
 # -- validity -------------------------------------------------------------------------------------
 

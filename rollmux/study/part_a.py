@@ -27,8 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rollmux.core.config import SchedulerConfig
-from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.policy import build_policy
+from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, build_policy
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.baseline_policies import FixedPartition, GreedyPlacement, RandomPlacement
 from rollmux.sim.gavel import simulate_gavel

@@ -8,9 +8,8 @@ import numpy as np
 
 from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group
-from rollmux.core.group_index import IndexedGroups
-from rollmux.core.placement import Case, ClusterView, PlacementPolicy, validate_plan
-from rollmux.core.policy import build_policy
+from rollmux.core.placement import Case, ClusterView, PlacementPolicy, build_policy, validate_plan
+from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 
 
@@ -18,9 +17,9 @@ def build_state(jobs: list[JobSpec], policy: PlacementPolicy, cluster: ClusterSp
                 max_group_size: int = 5, intra: IntraConfig | None = None) -> dict[int, Group]:
     """Place `jobs` one after another (no departures) and return the resulting groups.
 
-    The groups are kept indexed (core/group_index.py) with `intra` (default: the policy's
+    The groups are kept indexed (core/placement/index.py) with `intra` (default: the policy's
     own planner view, `policy.cfg`), as the cluster state keeps them; a co-located job
-    (core/colocate.py) joins no group, as in the cluster state."""
+    (core/placement/options/colocated.py) joins no group, as in the cluster state."""
     groups = IndexedGroups(intra if intra is not None else policy.cfg)
     for job in jobs:
         view = indexed_view(groups, cluster, max_group_size)

@@ -3,7 +3,7 @@
 RollMux runs on the study's Philly-driven traces (paper and catalog profiles; at the study's
 default sizes the catalog one is the embedded default trace that `rollmux simulate` runs).
 For every arrival it isolates, the policy says why each existing group refused it
-(core/why.py); the section tabulates one reason per isolated placement (its nearest miss) and
+(core/placement/why.py); the section tabulates one reason per isolated placement (its nearest miss) and
 the groups each reason refused. Rows, each a configuration (DESIGN §10) its label names: the
 `groups` profile (nominal shapes, no co-located jobs) planning at the worst case and at the
 median rollout (`admission.quantile=0.5`), then the `shipped` profile (admission by the mean,
@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollmux.core.config import SchedulerConfig
+from rollmux.core.placement.why import REASON_NAMES
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.core.why import REASON_NAMES
 from rollmux.study.config import StudyConfig
 from rollmux.study.sections import MODES, pct, philly_jobs, profile, regenerate, run_config, simulate_command
 from rollmux.study.sweep import Pmap
@@ -60,7 +60,7 @@ def render(data: dict) -> str:
         "## Why arrivals get a group of their own",
         "",
         "For every arrival RollMux places in a new group, each existing group was refused for one "
-        "reason (`rollmux/core/why.py`): the group is full (`group_size`), has too few training nodes "
+        "reason (`rollmux/core/placement/why.py`): the group is full (`group_size`), has too few training nodes "
         "(`train_shape`), a shared training node's host DRAM cannot hold the job (`residency`), or the "
         "period with the job would break the tightest period budget, the newcomer's own "
         "(`newcomer_slo`) or a member's (`member_slo`), or, with stretch pricing, it would take the job "

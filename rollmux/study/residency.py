@@ -34,10 +34,11 @@ from typing import Any
 
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.group import Group
-from rollmux.core.inter_group import RollMuxPlacement, period_budget, pin_into, rollout_node_loads
 from rollmux.core.intra_group import planning_times
-from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.policy import build_policy
+from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy, RollMuxPlacement, build_policy
+from rollmux.core.placement.admission import period_budget
+from rollmux.core.placement.pinning import pin_into, rollout_node_loads
+from rollmux.core.placement.trial import try_join
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.sim.simulator import simulate
 from rollmux.study.config import StudyConfig
@@ -122,14 +123,14 @@ class ResidencyProbe(PlacementPolicy):
         if own.rollout + own.train + own.sync > slack:
             return "ineligible"
         news = [n for n in range(k + 1) if view.free_rollout_nodes is None or n <= view.free_rollout_nodes]
-        if any(self.policy._try(g, job, n, slack, view, q) is not None for n in news):
+        if any(try_join(self.cfg, g, job, view, k, 1.0, n, 0, slack) is not None for n in news):
             return "accepted"
         loads = rollout_node_loads(g, q)
         order = sorted(range(g.n_rollout), key=lambda n: (loads[n], n))
         # Residency mattered only where it changed the pinning (or forbade it).
         mattered = [n for n in news
                     if _pins(pin_into(g, job, view.cluster, n, order)) != _pins(pin_into(g, job, unl.cluster, n, order))]
-        if any(self.policy._try(g, job, n, slack, unl, q) is not None for n in mattered):
+        if any(try_join(self.cfg, g, job, unl, k, 1.0, n, 0, slack) is not None for n in mattered):
             return "residency"
         return "other"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from factories import GROUPS, config, intra, make_cluster, make_job, make_policy
 
-from rollmux.core.state import ClusterState
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Member
 from rollmux.core.records import Movers
-from rollmux.core.regroup import Move, migration_seconds, plan_moves
+from rollmux.core.repair.moves import Move, migration_seconds, plan_moves
+from rollmux.core.state import ClusterState
 
 CLUSTER = make_cluster()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollmux.core.colo_controller import ColocatedController
-from rollmux.core.colocate import colocated_group
+from rollmux.core.colo_model import colocated_group
 from rollmux.core.env import SimEnvironment
 from tests.factories import intra, make_cluster, make_job
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from rollmux.core.env import SimEnvironment
 from rollmux.core import records as rec
+from rollmux.core.env import SimEnvironment
 from rollmux.core.records import KINDS, config_from, config_record, parse
-from rollmux.core.regroup import Move
+from rollmux.core.repair.moves import Move
 from rollmux.core.state import ClusterState
 from rollmux.core.vocabulary import Case, JobStatus, Phase
 from rollmux.live.live_state import LiveState, ReplayError

@@ -93,7 +93,7 @@ def test_choose_slots_never_worsens_the_worst_pressure():
     cfg = intra(migration=False)
     times = fixed_times(g)
     rr = period(g.members, 1, 1, times, cfg)
-    slots, per = choose_slots(g.members, 1, 1, times, cfg, rr)
+    slots, per = choose_slots(g.members, times, cfg, rr, lambda seq: period(g.members, 1, 1, times, cfg, seq))
     budgets = [fresh_budget(m.job) for m in g.members]
     worst = max(per / slots.count(j) / b for j, b in enumerate(budgets))
     assert worst < max(rr / b for b in budgets)
@@ -146,8 +146,8 @@ def test_admission_packs_a_tight_newcomer_directly_only_under_the_slo_order():
     """Round robin needs a new rollout node for the tight job (a shared one would run it at
     the loose members' pace); the SLO order packs it onto the shared node at rate 2, and the
     plan passes the written invariants and every member's own budget."""
-    from rollmux.core.inter_group import group_fits
     from rollmux.core.placement import Case, ClusterView, validate_plan
+    from rollmux.core.placement.admission import group_fits
     from tests.factories import make_cluster
 
     full = tight_and_loose()

@@ -199,3 +199,13 @@ def test_cluster_rejects_negative_switch_cost():
 def test_host_gb_rejects_negative():
     with pytest.raises(ValidationError):
         HostGB(rollout=-1.0, train=0.0)
+
+
+def test_a_copy_with_a_new_slo_or_profile_recomputes_its_derived_times():
+    job = make_job("c", rollout=100.0, train=100.0, slo=2.0, duration=4000.0)
+    assert (job.solo_iter_s, job.iterations, job.slo_iter_s, job.slo_budget_s)  # computed and cached
+    roomy = job.model_copy(update={"slo": 3.0})
+    assert roomy.slo_iter_s == 3.0 * job.solo_iter_s and roomy.slo_budget_s == roomy.slo_iter_s * job.iterations
+    slower = job.model_copy(update={"train_s": 300.0})
+    assert slower.solo_iter_s == make_job("d", rollout=100.0, train=300.0, slo=2.0, duration=4000.0).solo_iter_s
+    assert slower.iterations < job.iterations

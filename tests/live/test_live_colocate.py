@@ -1,4 +1,4 @@
-"""The live plane runs the co-located mode (core/colocate.py) when its config asks: every phase
+"""The live plane runs the co-located mode (core/placement/options/colocated.py) when its config asks: every phase
 of a co-located job on its own training nodes (core/colo_controller.py); off by default."""
 
 from __future__ import annotations

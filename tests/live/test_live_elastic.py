@@ -1,4 +1,4 @@
-"""The live plane runs elastic rollout (core/elastic.py) and rollout compaction (core/compaction.py)
+"""The live plane runs elastic rollout (core/elastic.py) and rollout compaction (core/repair/compaction.py)
 when its config asks (`rollmux serve --elastic-rollout`); off by default."""
 
 from __future__ import annotations

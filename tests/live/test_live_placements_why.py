@@ -7,8 +7,8 @@ import httpx
 from factories import make_job
 from prometheus_client.parser import text_string_to_metric_families
 
+from rollmux.core.placement.why import REASON_NAMES
 from rollmux.core.spec import default_cluster
-from rollmux.core.why import REASON_NAMES
 from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
 from rollmux.live.status_view import summary_line

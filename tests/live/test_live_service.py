@@ -306,6 +306,6 @@ def test_a_lost_reply_is_answered_with_the_permit_already_held(core):
 
 
 def test_a_job_past_its_declared_iterations_does_not_break_placement():
-    from rollmux.core.inter_group import period_budget
+    from rollmux.core.placement.admission import period_budget
     job = make_job("a", rollout=1, train=1, sync=0, duration=10)
     assert period_budget(job, {"a": (job.iterations + 5, 100.0)}) < 0  # over budget, but defined

@@ -1,10 +1,10 @@
-"""The live plane honours stretch pricing (core/marginal.py) as its config says (the groups profile prices by Δ)."""
+"""The live plane honours stretch pricing (core/placement/pricing.py) as its config says (the groups profile prices by Δ)."""
 
 from __future__ import annotations
 
 from rollmux.core.env import SimEnvironment
 from rollmux.core.placement import Case
-from rollmux.core.why import Refusal
+from rollmux.core.placement.why import Refusal
 from rollmux.live.live_state import LiveState
 from tests.factories import GROUPS, config, make_cluster, make_job
 

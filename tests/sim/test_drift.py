@@ -57,7 +57,7 @@ def test_the_scheduler_never_reads_the_drift_field():
 @pytest.mark.parametrize("plan", ["worst", "mean"])
 def test_repair_is_the_safety_net_of_either_admission(plan):
     """Noisy rollouts (sigma 0.2, capped at 1.5x the median), admitted by the mean or the worst
-    case (core/admission.py): the drifted member is moved out and both meet their SLOs."""
+    case (core/placement/admission.py): the drifted member is moved out and both meet their SLOs."""
     jobs = [j.model_copy(update={"rollout_s": j.rollout_s.model_copy(
         update={"sigma": 0.2, "max": 1.5 * j.rollout_s.median})})
         for j in _pair(Drift(after_s=1300.0, rollout_scale=3.0, train_scale=3.0))]

@@ -1,4 +1,4 @@
-"""The simulator executing co-located jobs (core/colocate.py, sim/colocated.py)."""
+"""The simulator executing co-located jobs (core/placement/options/colocated.py, sim/colocated.py)."""
 
 from __future__ import annotations
 

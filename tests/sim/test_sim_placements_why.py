@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rollmux.cli import app
+from rollmux.core.placement.why import REASON_NAMES
 from rollmux.core.trace_io import dump_jobs
-from rollmux.core.why import REASON_NAMES
 from tests.factories import synthetic_trace
 
 runner = CliRunner()

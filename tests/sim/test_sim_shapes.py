@@ -1,4 +1,4 @@
-"""The simulator runs flexible group shapes (core/shapes.py) as planned: elastic draws, added nodes."""
+"""The simulator runs flexible group shapes (core/placement/options/) as planned: elastic draws, added nodes."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_with_both_switches_off_the_run_is_unchanged():
 
 
 def test_the_shape_enumeration_with_only_nominal_options_places_as_algorithm_1():
-    # One training node each: training scaling has nothing to add, so core/shapes.py tries
+    # One training node each: training scaling has nothing to add, so core/placement/options/ tries
     # exactly Algorithm 1's candidates, in its order (groups, new rollout nodes, regrouping).
     jobs = [make_job(f"j{i}", rollout=50.0 + 25 * (i % 5), train=40.0 + 30 * (i % 3), rollout_gpus=8 * (1 + i % 2),
                      arrival=40.0 * i, duration=4_000.0 + 900 * (i % 4), sigma=0.1,
@@ -84,7 +84,7 @@ def test_stress_seed_6_meets_every_slo_with_elastic_rollout():
 
 def test_compaction_gives_back_a_rollout_node_the_members_can_spare_and_every_slo_holds():
     # Two training-heavy 16-GPU jobs and a third: once they run, a group narrows a member
-    # onto fewer rollout nodes (core/compaction.py) and pays for one node fewer. (Without the
+    # onto fewer rollout nodes (core/repair/compaction.py) and pays for one node fewer. (Without the
     # co-located mode, which would run each of them alone on one training node.)
     def job(job_id, rollout, train, duration, arrival):
         return make_job(job_id, rollout=rollout, train=train, slo=1.4, rollout_gpus=16, sigma=0.1,

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rollmux.core.inter_group import RollMuxPlacement
 from rollmux.core.intra_group import plan_group
+from rollmux.core.placement import RollMuxPlacement
 from rollmux.errors import InputError
 from rollmux.sim.baseline_policies import GreedyPlacement, RandomPlacement, SoloPlacement
 from rollmux.sim.baselines import solo_d_cost

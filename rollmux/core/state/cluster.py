@@ -24,9 +24,7 @@ from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate
 from rollmux.core.group import Group
 from rollmux.core.group_controller import GroupController
-from rollmux.core.group_index import IndexedGroups, IndexSnapshot
 from rollmux.core.intra_group import plan_group
-from rollmux.core.pairing import Pairing, pair_decision
 from rollmux.core.placement import (
     ClusterView,
     Colocating,
@@ -38,14 +36,17 @@ from rollmux.core.placement import (
     Shaped,
     validate_plan,
 )
+from rollmux.core.placement.index import IndexedGroups, IndexSnapshot
+from rollmux.core.placement.why import WhyTally
 from rollmux.core.records import Compact, Leave, MoveOut, Movers, MoversV1, Place
-from rollmux.core.regroup import Move, OwedProgress, owed_by_members, shrink
+from rollmux.core.repair.moves import Move, OwedProgress, owed_by_members
+from rollmux.core.repair.pairing import Pairing, pair_decision
+from rollmux.core.repair.regroup import shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.state.departures import Departures
 from rollmux.core.state.drift import DriftRepair
 from rollmux.core.state.shared import Progress, measured
 from rollmux.core.vocabulary import Case, Pool
-from rollmux.core.why import WhyTally
 from rollmux.errors import InputError
 
 Decision = Place | Movers | MoversV1 | Compact | MoveOut | Leave  # what `apply` carries out
@@ -78,14 +79,14 @@ class ClusterState:
         self.env, self.cluster, self.policy, self.cfg = env, cluster, policy, cfg
         self.intra = cfg.intra_for(cluster)  # the group planner's view (core/config.py)
         check_same_admission(policy, self.intra)
-        # The policy's optional capabilities (core/placement.py), asked once.
+        # The policy's optional capabilities (core/placement/model.py), asked once.
         self.regroups = isinstance(policy, Regrouping)
         self.join_bounds = policy if isinstance(policy, JoinBounds) else None
         self.explains = isinstance(policy, Explaining) and policy.explains
         # Rollout compaction is on and the policy may narrow rollouts (elastic rollout).
         self.compacts = cfg.compaction.enabled and isinstance(policy, Shaped) and policy.shapes.elastic_rollout
         self.ledger = Ledger(cluster)
-        # Every write to the groups also updates their placement index (core/group_index.py).
+        # Every write to the groups also updates their placement index (core/placement/index.py).
         self.groups: dict[int, Group] = IndexedGroups(self.intra)
         self._view_groups: tuple = (None, (), None)  # (key, groups, index snapshot) of the last view
         # A co-located job's controller grants its permits on its own training nodes (the live
@@ -94,7 +95,7 @@ class ClusterState:
         self.group_of: dict[str, int] = {}  # placed job -> the group it runs in (not a slot reserved for it)
         self.dissolving: set[int] = set()
         self.cases: dict[str, int] = {}
-        self.why = WhyTally()  # why isolated arrivals joined no group (plans that say: core/why.py)
+        self.why = WhyTally()  # why isolated arrivals joined no group (plans that say: core/placement/why.py)
         # Migrants with a reserved slot, not yet arrived: job -> (target group, move).
         self.arriving: dict[str, Move] = {}
         # Migrants that arrived but are not through their first iteration there: their
@@ -106,7 +107,7 @@ class ClusterState:
         self.estimates: dict[str, PhaseEstimate] = {}
         self.planned: dict[str, JobSpec] = {}  # measured profiles that replaced declared ones
         self.next_gid = 0
-        # Co-located jobs' own placements (core/colocate.py), apart from the groups: never a
+        # Co-located jobs' own placements (core/placement/options/colocated.py), apart from the groups: never a
         # candidate, never re-planned; with `colo_regroup` a consolidation pass may move one
         # into a group (as it dissolves a lone group). A policy with the mode on counts them.
         self.colocated: dict[int, Group] = {}
@@ -180,7 +181,7 @@ class ClusterState:
         return (Place.of(plan, arrival),)
 
     def pair(self, job: JobSpec, plan: PlacementPlan, progress: Progress) -> Pairing | None:
-        """With `colo_pair`, the validated pairing (core/pairing.py) of an arrival the policy
+        """With `colo_pair`, the validated pairing (core/repair/pairing.py) of an arrival the policy
         placed co-located (`plan`) with a co-located job not already moving; None otherwise.
         Its time counts towards the arrival's decision."""
         if not (self.cfg.colocation.pair and plan.case == Case.COLOCATED and self.colocated):

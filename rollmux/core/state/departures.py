@@ -2,7 +2,7 @@
 
 When a job leaves, what is left of its group may fit elsewhere for less than it costs on
 its own nodes; and the room it freed may let small groups elsewhere (co-located jobs too,
-with `colo_regroup`) join others. Each move is priced against its migration (core/regroup.py,
+with `colo_regroup`) join others. Each move is priced against its migration (core/repair/regroup.py,
 docs/decisions/regroup.md) and made only when it pays, with hysteresis: a group still waiting
 for a migrant is not moved again.
 
@@ -20,9 +20,9 @@ from typing import Callable
 import numpy as np
 
 from rollmux.core.group import Group
-from rollmux.core.group_index import IndexedGroups
+from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.records import Movers
-from rollmux.core.regroup import colocated_stake, dissolve_decision
+from rollmux.core.repair.regroup import colocated_stake, dissolve_decision
 from rollmux.core.state.shared import Held, Progress
 
 # Co-located jobs a departure's consolidation pass tries to move into groups, at most.
@@ -117,7 +117,7 @@ class Departures:
     def _fewer_colocated(self, small: list[Group], progress: Progress) -> list[Group]:
         """At most COLO_TRIES co-located candidates, those whose own nodes would cost most over
         their remaining iterations first: each try is a full placement search, and co-located
-        jobs outnumber the room a departure frees (on a 10,000-job trace, most of its time)."""
+        jobs outnumber the room a departure frees (docs/decisions/colocation-regroup.md)."""
         colocated = self.state.colocated
         colo = [g for g in small if g.group_id in colocated]
         if len(colo) <= COLO_TRIES:

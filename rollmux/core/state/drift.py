@@ -5,7 +5,7 @@ job's estimate (core/estimates.py); when they move its measured profile by more 
 from what its group was planned with, the group is re-planned with measured times, and if
 that plan breaks a member's SLO budget, members are evicted (slowest first) until it does
 not (docs/decisions/drift-repair.md). Else the group may give back idle rollout nodes its
-members can do without (core/compaction.py, docs/decisions/compaction.md).
+members can do without (core/repair/compaction.py, docs/decisions/compaction.md).
 
 What the repair decides is a record (core/records.py): each eviction a `Movers`, each node
 given back a `Compact`, handed to `commit` before the next decision is made. The simulator
@@ -18,15 +18,15 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from rollmux.core.colo_model import colocated_iter_s
-from rollmux.core.colocate import colocated_group, colocated_phases, group_gpus
-from rollmux.core.compaction import compactions, narrowed
+from rollmux.core.colo_model import colocated_group, colocated_iter_s, colocated_phases, group_gpus
 from rollmux.core.estimates import PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
-from rollmux.core.inter_group import group_fits
 from rollmux.core.intra_group import job_planning_times, plan_group
+from rollmux.core.placement.admission import group_fits
 from rollmux.core.records import Compact, Movers
-from rollmux.core.regroup import migration_seconds, plan_moves, shrink
+from rollmux.core.repair.compaction import compactions, narrowed
+from rollmux.core.repair.moves import migration_seconds, plan_moves
+from rollmux.core.repair.regroup import shrink
 from rollmux.core.spec import JobSpec
 from rollmux.core.state.shared import Held, Progress, measured
 from rollmux.core.vocabulary import Pool
@@ -81,7 +81,7 @@ class DriftRepair:
 
     def apply_compaction(self, r: Compact) -> None:
         """Carry out a compaction: the group without rollout node `node`, its members there
-        narrowed and the group re-planned exactly as the decision did (core/compaction.py
+        narrowed and the group re-planned exactly as the decision did (core/repair/compaction.py
         `narrowed`), that node released and the rest renumbered."""
         st = self.state
         g = st.groups.get(r.group_id)

@@ -23,9 +23,9 @@ from rollmux.core.env import Environment
 from rollmux.core.estimates import PhaseEstimate
 from rollmux.core.group import Group
 from rollmux.core.group_controller import GroupController
-from rollmux.core.group_index import progress_rows
 from rollmux.core.placement import ClusterView, JoinBounds, PlacementPolicy, ProgressView
-from rollmux.core.regroup import Move
+from rollmux.core.placement.index import progress_rows
+from rollmux.core.repair.moves import Move
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 Progress = Mapping[str, tuple[int, float]]  # job_id -> (iterations done, seconds since start)

@@ -33,7 +33,7 @@ def config():
     try:
         from rollmux.core.config import SchedulerConfig  # sectioned (config record version 3)
     except ImportError:  # flat (version 2)
-        from rollmux.core.cluster_state import SchedulerConfig
+        from rollmux.core.config import SchedulerConfig
         return SchedulerConfig(repair=True, elastic_rollout=True, compact=True, compact_every_s=0.0)
     return SchedulerConfig.profile("groups").with_overrides(
         {"regroup.repair": True, "shapes.elastic_rollout": True, "compaction.enabled": True,

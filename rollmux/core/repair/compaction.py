@@ -1,0 +1,103 @@
+"""Rollout compaction (DESIGN §5a): a group gives back a rollout node, its members there narrowed.
+
+A group's members bank time: admission plans them conservatively (the mean plan's confidence
+bound, worst-case switches), so most run ahead of their SLO budget, and a departure leaves the
+rest more room than they were admitted with. Elastic rollout parallelism (core/elastic.py) turns
+that slack into node-hours: a member pinned on several rollout nodes may roll out on fewer,
+its rollout slower by the elastic model's factor. Compaction drops one rollout node of a group
+when every member pinned on it can narrow onto the others it already holds, and the narrowed
+group still passes the policy's own SLO admission test (core/placement/admission.py
+`group_fits`) with the members' progress so far, and when it costs less per planned
+meta-iteration (rate x period, as stretch pricing prices a join, core/placement/costs.py):
+a narrowed rollout can stretch the period, and the whole group, its training node included,
+then holds its nodes longer for the same work. It repeats while a node can go.
+Evidence: docs/decisions/compaction.md.
+
+Nothing moves: a narrowed member's state is already resident on the nodes it keeps (no cold
+start, no migration); its cost is its longer rollout, which the plan and the admission test
+include. A node is dropped only while idle (no phase, no migrated tail, no init waiting on it),
+so no running rollout loses a node; a member pinned on it then is not rolling out, and its next
+rollout permit covers the nodes it keeps. The controller renumbers the rest (as after `shrink`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterator, Mapping
+
+from rollmux.core.config import IntraConfig
+from rollmux.core.elastic import allowed_factor
+from rollmux.core.group import Group, Member, residency_ok
+from rollmux.core.intra_group import group_planning_times, node_loads, plan_group, t_cycle, t_load
+from rollmux.core.placement.admission import group_fits, period_budget
+from rollmux.core.placement.costs import group_cost_per_period
+from rollmux.core.spec import ClusterSpec
+
+
+def narrowed(group: Group, drop: int, cluster: ClusterSpec) -> Group | None:
+    """`group` without rollout node `drop` (the rest renumbered), each member pinned there
+    narrowed onto its other nodes at the elastic factor of its new count; None when a member
+    holds that node alone or its count leaves the elastic range (unplanned)."""
+    remap = {old: new for new, old in enumerate(n for n in range(group.n_rollout) if n != drop)}
+    members = []
+    for m in group.members:
+        nodes = m.rollout_nodes
+        factor = m.rollout_factor
+        if drop in nodes:
+            nodes = tuple(n for n in nodes if n != drop)
+            factor = allowed_factor(m.job, cluster, len(nodes)) if nodes else None
+            if factor is None:
+                return None
+        members.append(Member(m.job, tuple(remap[n] for n in nodes), m.train_nodes, factor))
+    return Group(group.group_id, group.n_rollout - 1, group.n_train, tuple(members))
+
+
+def drop_order(group: Group, cfg: IntraConfig, idle: Container[int]) -> list[int]:
+    """The idle rollout nodes a compaction may drop, least planned load first (the narrowing
+    that slows its members least is tried first)."""
+    times = group_planning_times(group.members, cfg)
+    loads = node_loads(group.members, group.n_rollout, group.n_train, times)[0]
+    return sorted((n for n in range(group.n_rollout) if n in idle), key=lambda n: (loads[n], n))
+
+
+def compact(group: Group, cluster: ClusterSpec, cfg: IntraConfig, progress: Mapping[str, tuple[int, float]],
+            idle: Container[int]) -> tuple[Group, int] | None:
+    """The planned group with one idle rollout node fewer that still meets every member's SLO
+    budget, and the node it drops (an index of `group`); None if no node can go."""
+    if group.n_rollout < 2:
+        return None
+    before = group_cost_per_period(group, cluster)
+    least_budget = min(period_budget(m.job, progress) for m in group.members)
+    for drop in drop_order(group, cfg, idle):
+        cand = narrowed(group, drop, cluster)
+        if cand is None or not residency_ok(cand, cluster) or not _may_pay(cand, cluster, cfg, before, least_budget):
+            continue
+        cand = plan_group(cand, cfg, reorder=False)  # (the turn order stays: no transient)
+        if group_cost_per_period(cand, cluster) < before and group_fits(cand, progress, cfg):
+            return cand, drop
+    return None
+
+
+def _may_pay(cand: Group, cluster: ClusterSpec, cfg: IntraConfig, before: float, least_budget: float) -> bool:
+    """A closed-form necessary check before the planned one (a sampled schedule under the mean
+    plan): the period is at least max(T_cycle, T_load) at the planning times (the schedule is
+    monotone and convex in its durations, so its sampled mean is too), so that bound must cost
+    less per period than the group now and, in round robin, fit the tightest member's budget."""
+    times = group_planning_times(cand.members, cfg)
+    bound = max(t_cycle(cand.members, times), t_load(cand.members, cand.n_rollout, cand.n_train, times,
+                                                      cfg.warm_switch_s))
+    if cand.cost_per_hour(cluster) * bound / 3600 >= before:
+        return False
+    return cfg.order != "rr" or bound <= least_budget * (1 + 1e-9)
+
+
+def compactions(group: Group, cluster: ClusterSpec, cfg: IntraConfig, progress: Mapping[str, tuple[int, float]],
+                idle: set[int]) -> Iterator[tuple[Group, int]]:
+    """Successive compactions of `group` (each from the previous one's group), while a node
+    can go: (group after, dropped node as an index of the group before)."""
+    while True:
+        step = compact(group, cluster, cfg, progress, idle)
+        if step is None:
+            return
+        group, drop = step
+        idle = {n - (n > drop) for n in idle if n != drop}
+        yield step
