@@ -25,7 +25,7 @@ from rollmux.core.group import Group
 from rollmux.core.group_controller import CONTROLLED, INIT, ROLLOUT, SYNC, TRAIN
 from rollmux.core.vocabulary import Pool
 
-COLOCATED_POOL = Pool.TRAIN  # where a co-located job's rollout permit sends it
+COLOCATED_POOL = Pool.TRAIN.value  # where a co-located job's rollout permit sends it
 
 
 class ColocatedController:

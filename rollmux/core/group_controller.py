@@ -34,7 +34,7 @@ from rollmux.core.intra_group import tail_share
 from rollmux.core.vocabulary import Phase
 
 # (bound once: the permit checks are the simulator's hottest code; a phase's pool has its name)
-ROLLOUT, TRAIN, INIT, SYNC = Phase.ROLLOUT, Phase.TRAIN, Phase.INIT, Phase.SYNC
+ROLLOUT, TRAIN, INIT, SYNC = (p.value for p in (Phase.ROLLOUT, Phase.TRAIN, Phase.INIT, Phase.SYNC))  # (vocabulary.py)
 CONTROLLED = tuple(p.value for p in Phase)  # phases a controller grants: init, rollout, train, sync
 
 

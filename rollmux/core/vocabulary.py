@@ -5,9 +5,10 @@ one of these `StrEnum`s. A member *is* its string (`Phase.ROLLOUT == "rollout"`,
 so it keys the same dicts, and JSON, f-strings and metric labels see its value: the outputs
 stay what they were when these were string constants.
 
-Hot loops (a group controller's permit checks, the simulator's phase events) bind the members
-they use to module names once (`ROLLOUT = Phase.ROLLOUT`): attribute access on an enum class
-costs more than a global lookup.
+Hot loops (a group controller's permit checks, the simulator's phase events) bind the members'
+values to module names once (`ROLLOUT = Phase.ROLLOUT.value`, a plain `str` equal to the
+member): attribute access on an enum class costs more than a global lookup, and CPython's fast
+paths for comparing strings and for dicts keyed by strings skip `str` subclasses.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from rollmux.sim.link import SharedLink
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 from rollmux.sim.runs import JobRun, RunProgress
 
-ROLLOUT_POOL, TRAIN_POOL = Pool.ROLLOUT, Pool.TRAIN  # (bound once: booked on every phase)
+ROLLOUT_POOL, TRAIN_POOL = Pool.ROLLOUT.value, Pool.TRAIN.value  # (booked on every phase: vocabulary.py)
 
 
 class SimulationStalled(RuntimeError):

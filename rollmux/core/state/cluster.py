@@ -51,7 +51,7 @@ from rollmux.errors import InputError
 
 Decision = Place | Movers | MoversV1 | Compact | MoveOut | Leave  # what `apply` carries out
 Commit = Callable[[Decision], object]
-ROLLOUT, TRAIN = Pool.ROLLOUT, Pool.TRAIN
+ROLLOUT, TRAIN = Pool.ROLLOUT.value, Pool.TRAIN.value  # (vocabulary.py)
 
 # The IntraConfig fields that decide SLO admission: the policy admits a job by them and this
 # executor re-plans and repairs groups by them (`group_fits`), so the two must agree.
