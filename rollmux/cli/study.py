@@ -39,6 +39,29 @@ def workload_philly(
         fail(exc)
 
 
+@workload_app.command("paper-trace")
+def workload_paper_trace(
+    output: Path = typer.Option(..., "-o", "--out", help="Where to write the JSONL trace."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the SLO draws."),
+    slo: tuple[float, float] = typer.Option((1.0, 2.0), "--slo", help="SLO range LO HI: each job's SLO ~ U(LO, HI)."),
+    sigma: Optional[float] = typer.Option(None, "--sigma",
+                                          help="Rollout spread (lognormal sigma) of every job (default: modelled by cap)."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help="Trace folder (default: $ROLLMUX_TRACES or ../shared/traces)."),
+) -> None:
+    """The paper's production trace (paper/wild.trace) with its measured profiles, as a JSONL trace."""
+    from rollmux.workload import find_traces_dir
+    from rollmux.workload.paper_trace import paper_trace_jobs
+    try:
+        job_list = paper_trace_jobs(find_traces_dir(traces) / "paper", seed, slo, sigma)
+        try:
+            dump_jobs(job_list, output)
+        except OSError as exc:
+            raise InputError(str(output), f"cannot write ({exc.strerror})") from None
+        out.print(f"wrote {len(job_list)} jobs to {output}")
+    except InputError as exc:
+        fail(exc)
+
+
 @app.command()
 def optimal(
     jobs: Path = typer.Option(..., "--jobs", help="Job set (JSONL); all jobs are placed at once."),
