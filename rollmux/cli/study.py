@@ -10,6 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollmux.cli.app import app, bench_app, err, fail, out, workload_app, write_json
+from rollmux.core.spec import JobSpec
 from rollmux.core.trace_io import dump_jobs
 from rollmux.errors import InputError
 
@@ -29,12 +30,7 @@ def workload_philly(
     try:
         if mode not in ("paper", "catalog"):
             raise InputError("--mode", f"unknown mode {mode!r}; choose paper or catalog")
-        job_list = synthesize_philly(find_traces_dir(traces), vc, n_jobs, days, mode, seed)
-        try:
-            dump_jobs(job_list, output)
-        except OSError as exc:
-            raise InputError(str(output), f"cannot write ({exc.strerror})") from None
-        out.print(f"wrote {len(job_list)} jobs to {output}")
+        _write_trace(synthesize_philly(find_traces_dir(traces), vc, n_jobs, days, mode, seed), output)
     except InputError as exc:
         fail(exc)
 
@@ -52,14 +48,18 @@ def workload_paper_trace(
     from rollmux.workload import find_traces_dir
     from rollmux.workload.paper_trace import paper_trace_jobs
     try:
-        job_list = paper_trace_jobs(find_traces_dir(traces) / "paper", seed, slo, sigma)
-        try:
-            dump_jobs(job_list, output)
-        except OSError as exc:
-            raise InputError(str(output), f"cannot write ({exc.strerror})") from None
-        out.print(f"wrote {len(job_list)} jobs to {output}")
+        _write_trace(paper_trace_jobs(find_traces_dir(traces) / "paper", seed, slo, sigma), output)
     except InputError as exc:
         fail(exc)
+
+
+def _write_trace(job_list: list[JobSpec], output: Path) -> None:
+    """Write `job_list` as a JSONL trace and say so; InputError naming `output` if it cannot be written."""
+    try:
+        dump_jobs(job_list, output)
+    except OSError as exc:
+        raise InputError(str(output), f"cannot write ({exc.strerror})") from None
+    out.print(f"wrote {len(job_list)} jobs to {output}")
 
 
 @app.command()
