@@ -28,6 +28,12 @@ checks 1%). The catalog gives both anchor jobs G = rollout_gpus (16 H800 for
 16 H20), so the measured factors are read as per-GPU-set factors; a job with
 rollout_gpus < G rolls out on all G GPUs, proportionally faster.
 
+Measured. A job whose profile carries its co-located phase times (`JobSpec.colocated`, e.g. the
+authors' sixteen measured pairs on the paper's trace, workload/paper_trace.py) uses those: k_r and
+k_t are the ratios of its measured co-located means to its disaggregated means, and the model
+above is not consulted. The measured times are taken on its G GPUs; every other factor (a
+narrowed G', hw, speed) applies on top as it does to the model.
+
 Narrowed (elastic rollout, core/elastic.py): a job with more rollout than training GPUs may
 run co-located on fewer GPUs than its rollout declares, G' = its training GPUs' whole nodes,
 when G' >= rollout_gpus * MIN_SHARE (the elastic range: at most half the data-parallel
@@ -75,7 +81,12 @@ def _anchors() -> tuple[tuple[float, float, float], tuple[float, float, float]]:
 
 
 def colocated_factors(job: JobSpec) -> tuple[float, float]:
-    """Calibrated (k_r, k_t): co-located / disaggregated phase time at the job's phase balance."""
+    """(k_r, k_t): co-located / disaggregated phase time. Measured where the job carries its
+    co-located profile (`JobSpec.colocated`: the ratios of the measured means), else the
+    calibrated model at the job's phase balance."""
+    measured = job.colocated
+    if measured is not None:
+        return measured.rollout_s / job.mean_rollout_s, measured.train_s / job.mean_train_s
     return _factors(job.rollout_s.median, job.train_s)
 
 

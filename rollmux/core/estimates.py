@@ -87,6 +87,9 @@ def measured_spec(job: JobSpec, rollout_scale: float, train_scale: float) -> Job
     d = job.rollout_s
     dist = RolloutDist(median=d.median * rollout_scale, sigma=d.sigma, max=d.max * rollout_scale)
     fields = {**dict(job), "rollout_s": dist, "train_s": job.train_s * train_scale}
+    if job.colocated is not None:  # a drift slows both modes alike: the measured ratios hold
+        fields["colocated"] = job.colocated.model_copy(update={"rollout_s": job.colocated.rollout_s * rollout_scale,
+                                                               "train_s": job.colocated.train_s * train_scale})
     # Same work: as many iterations as declared, each at the measured solo time (a fresh
     # model, validated like a declared profile).
     probe = JobSpec(**fields)

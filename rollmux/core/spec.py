@@ -82,6 +82,14 @@ class Drift(_Strict):
     train_scale: float = Field(gt=0)
 
 
+class ColocatedProfile(_Strict):
+    """Measured mean seconds per iteration when the job runs every phase co-located (veRL mode)
+    on its training-type GPU set (core/colo_model.py `colocated_gpus`)."""
+
+    rollout_s: float = Field(gt=0)
+    train_s: float = Field(gt=0)
+
+
 class JobSpec(_Strict):
     """One RL post-training job's profile, as written in the trace (DESIGN §2)."""
 
@@ -99,6 +107,8 @@ class JobSpec(_Strict):
     host_gb: HostGB
     weights_gb: float | None = Field(default=None, gt=0)  # one model copy sent per weight sync
     drift: Drift | None = None
+    # Measured co-located phase times; None: the co-located model estimates them (colo_model.py).
+    colocated: ColocatedProfile | None = None
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> "JobSpec":
         """A copy; with `update`, its derived values (solo time, iterations, SLO budget) recomputed."""

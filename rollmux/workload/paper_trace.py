@@ -4,7 +4,8 @@ What each job's numbers rest on:
 
 * measured (the authors' files): its arrival and its wall time in the trace, its model size and
   response cap, and its mean rollout and training seconds per iteration run disaggregated
-  (`profile.json` `disagg`: rollout on H20, training on H800);
+  (`profile.json` `disagg`: rollout on H20, training on H800) and co-located (`colo`: every
+  phase on the H800s), the latter as `JobSpec.colocated`;
 * as the authors' simulator reads them: one rollout node and one training node of 8 GPUs a job,
   32B jobs two of each (`NODES_PER_POOL`);
 * modelled (workload/perf.py, workload/catalog.py, for the Qwen model of that size): the rollout's
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rollmux.core.spec import HostGB, JobSpec, RolloutDist
+from rollmux.core.spec import ColocatedProfile, HostGB, JobSpec, RolloutDist
 from rollmux.errors import InputError
 from rollmux.workload.catalog import label, recipe, rollout_sigma, tail_frac
 from rollmux.workload.perf import GPUS_PER_NODE, host_gb, rollout_times, sync_time
@@ -104,17 +105,20 @@ def _job(path: Path, job: str, seen: dict[str, tuple[datetime, str, int]]) -> Tr
     return TraceJob(job, kind, arrival, departure)
 
 
-def read_profile(path: Path) -> dict[str, tuple[float, float]]:
-    """TYPE -> measured (rollout s, train s) per iteration, disaggregated; InputError naming the field."""
+def read_profile(path: Path, mode: str = "disagg", required: bool = True) -> dict[str, tuple[float, float]]:
+    """TYPE -> measured (rollout s, train s) per iteration in `mode` (disagg or colo; an absent
+    table is empty unless `required`); InputError naming the field."""
     try:
         doc = json.loads(_read(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}", f"not JSON ({exc.msg})") from None
-    table = doc.get("disagg") if isinstance(doc, dict) else None
+    table = doc.get(mode) if isinstance(doc, dict) else None
+    if table is None and not required and isinstance(doc, dict):
+        return {}
     if not isinstance(table, dict):
-        raise InputError(f"{path}: disagg", "missing: an object TYPE -> {generate, train}")
-    return {kind: tuple(_seconds(path, f"disagg.{kind}.{phase}", (row or {}).get(phase) if isinstance(row, dict)
-                                 else None) for phase in ("generate", "train"))
+        raise InputError(f"{path}: {mode}", "missing: an object TYPE -> {generate, train}")
+    return {kind: tuple(_seconds(path, f"{mode}.{kind}.{phase}", row.get(phase) if isinstance(row, dict) else None)
+                        for phase in ("generate", "train"))
             for kind, row in table.items()}
 
 
@@ -140,14 +144,18 @@ def paper_trace_jobs(folder: Path, seed: int = 0, slo: tuple[float, float] = SLO
     if sigma is not None and not (math.isfinite(sigma) and 0.0 <= sigma <= 3.0):
         raise InputError("--sigma", f"needs a number in [0, 3]; got {sigma}")
     trace, measured = read_trace(folder / TRACE), read_profile(folder / PROFILE)
+    colocated = read_profile(folder / PROFILE, "colo", required=False)
     rng = np.random.default_rng(seed)
     start = trace[0].arrival
     jobs = []
     for t in trace:
         if t.kind not in measured:
             raise InputError(f"{folder / PROFILE}: disagg.{t.kind}", f"no measured profile for {t.job_id}'s type")
-        jobs.append(_spec(t, measured[t.kind], (t.arrival - start).total_seconds(),
-                          float(rng.uniform(lo, hi)), sigma))
+        spec = _spec(t, measured[t.kind], (t.arrival - start).total_seconds(), float(rng.uniform(lo, hi)), sigma)
+        if t.kind in colocated:
+            spec = spec.model_copy(update={"colocated": ColocatedProfile(rollout_s=colocated[t.kind][0],
+                                                                         train_s=colocated[t.kind][1])})
+        jobs.append(spec)
     return jobs
 
 

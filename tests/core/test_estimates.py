@@ -46,3 +46,13 @@ def test_measured_spec_keeps_the_work_and_scales_the_times():
     assert (spec.rollout_s.median, spec.rollout_s.max, spec.train_s) == (150.0, 210.0, 100.0)
     assert spec.train_time(150.0) == pytest.approx(2.0 * job.train_time(100.0))
     assert measured_spec(job, 1.0, 1.0) is job
+
+
+def test_a_drifted_spec_keeps_its_measured_colocated_ratios():
+    from rollmux.core.colo_model import colocated_factors
+    from rollmux.core.spec import ColocatedProfile
+    job = make_job("a", rollout=150.0, train=100.0, sigma=0.2, rollout_max=400.0)
+    job = job.model_copy(update={"colocated": ColocatedProfile(rollout_s=180.0, train_s=70.0)})
+    drifted = measured_spec(job, 1.5, 2.0)
+    assert drifted.colocated.rollout_s == pytest.approx(270.0) and drifted.colocated.train_s == pytest.approx(140.0)
+    assert colocated_factors(drifted) == pytest.approx(colocated_factors(job))

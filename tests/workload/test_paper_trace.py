@@ -30,6 +30,13 @@ def test_every_job_of_the_trace_runs_its_measured_means_for_its_wall_time():
         assert j.duration_s == (t.departure - t.arrival).total_seconds()
 
 
+def test_every_job_carries_its_types_measured_colocated_times():
+    colo = read_profile(PAPER / PROFILE, "colo")
+    kinds = {t.job_id: t.kind for t in read_trace(PAPER / TRACE)}
+    for j in paper_trace_jobs(PAPER):
+        assert (j.colocated.rollout_s, j.colocated.train_s) == colo[kinds[j.job_id]]
+
+
 def test_32b_jobs_get_two_nodes_per_pool_and_the_others_one():
     kinds = {t.job_id: t.kind for t in read_trace(PAPER / TRACE)}
     for j in paper_trace_jobs(PAPER):
