@@ -34,6 +34,7 @@ import numpy as np
 from rollmux.core.spec import ColocatedProfile, HostGB, JobSpec, RolloutDist
 from rollmux.errors import InputError
 from rollmux.workload.catalog import label, recipe, rollout_sigma, tail_frac
+from rollmux.workload.paper import check_seed
 from rollmux.workload.perf import GPUS_PER_NODE, host_gb, rollout_times, sync_time
 
 TRACE, PROFILE = "wild.trace", "profile.json"
@@ -108,10 +109,17 @@ def _job(path: Path, job: str, seen: dict[str, tuple[datetime, str, int]]) -> Tr
 def read_profile(path: Path, mode: str = "disagg", required: bool = True) -> dict[str, tuple[float, float]]:
     """TYPE -> measured (rollout s, train s) per iteration in `mode` (disagg or colo; an absent
     table is empty unless `required`); InputError naming the field."""
+    return _table(path, _load(path), mode, required)
+
+
+def _load(path: Path) -> object:
     try:
-        doc = json.loads(_read(path))
+        return json.loads(_read(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}", f"not JSON ({exc.msg})") from None
+
+
+def _table(path: Path, doc: object, mode: str, required: bool) -> dict[str, tuple[float, float]]:
     table = doc.get(mode) if isinstance(doc, dict) else None
     if table is None and not required and isinstance(doc, dict):
         return {}
@@ -143,24 +151,22 @@ def paper_trace_jobs(folder: Path, seed: int = 0, slo: tuple[float, float] = SLO
         raise InputError("--slo", f"needs 1 <= LO <= HI, finite; got {lo} {hi}")
     if sigma is not None and not (math.isfinite(sigma) and 0.0 <= sigma <= 3.0):
         raise InputError("--sigma", f"needs a number in [0, 3]; got {sigma}")
-    trace, measured = read_trace(folder / TRACE), read_profile(folder / PROFILE)
-    colocated = read_profile(folder / PROFILE, "colo", required=False)
+    check_seed(seed)
+    trace, doc = read_trace(folder / TRACE), _load(folder / PROFILE)
+    measured, colocated = _table(folder / PROFILE, doc, "disagg", True), _table(folder / PROFILE, doc, "colo", False)
     rng = np.random.default_rng(seed)
     start = trace[0].arrival
     jobs = []
     for t in trace:
         if t.kind not in measured:
             raise InputError(f"{folder / PROFILE}: disagg.{t.kind}", f"no measured profile for {t.job_id}'s type")
-        spec = _spec(t, measured[t.kind], (t.arrival - start).total_seconds(), float(rng.uniform(lo, hi)), sigma)
-        if t.kind in colocated:
-            spec = spec.model_copy(update={"colocated": ColocatedProfile(rollout_s=colocated[t.kind][0],
-                                                                         train_s=colocated[t.kind][1])})
-        jobs.append(spec)
+        jobs.append(_spec(t, measured[t.kind], colocated.get(t.kind), (t.arrival - start).total_seconds(),
+                          float(rng.uniform(lo, hi)), sigma))
     return jobs
 
 
-def _spec(t: TraceJob, measured: tuple[float, float], arrival_s: float, slo: float,
-          sigma: float | None) -> JobSpec:
+def _spec(t: TraceJob, measured: tuple[float, float], colocated: tuple[float, float] | None, arrival_s: float,
+          slo: float, sigma: float | None) -> JobSpec:
     m = _TYPE.fullmatch(t.kind)
     size, cap = m["size"], int(m["cap"]) * 1024
     gpus = GPUS_PER_NODE * NODES_PER_POOL.get(size, 1)
@@ -178,4 +184,5 @@ def _spec(t: TraceJob, measured: tuple[float, float], arrival_s: float, slo: flo
         model=label(MODELS[size], cap, False), rollout_gpus=gpus, train_gpus=gpus,
         rollout_s=RolloutDist(median=median, sigma=spread, max=median * unit.max),
         tail_frac=tail_frac(cap, False), train_s=train * median / rollout, sync_s=sync_time(r),
-        host_gb=HostGB(rollout=host_rollout, train=host_train), weights_gb=r.arch.weight_bytes / 1e9)
+        host_gb=HostGB(rollout=host_rollout, train=host_train), weights_gb=r.arch.weight_bytes / 1e9,
+        colocated=None if colocated is None else ColocatedProfile(rollout_s=colocated[0], train_s=colocated[1]))

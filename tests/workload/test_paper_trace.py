@@ -111,6 +111,11 @@ def test_the_command_writes_a_trace_that_loads(tmp_path):
     assert [j.slo for j in jobs] == [j.slo for j in paper_trace_jobs(PAPER, seed=1, slo=(1.0, 1.5))]
 
 
+def test_the_command_refuses_a_negative_seed_in_one_line(tmp_path):
+    res = CliRunner().invoke(app, ["workload", "paper-trace", "--out", str(tmp_path / "x.jsonl"), "--seed", "-1"])
+    assert res.exit_code == 2 and "seed" in res.output and "Traceback" not in res.output
+
+
 def test_the_command_refuses_an_inverted_slo_range_in_one_line(tmp_path):
     res = CliRunner().invoke(app, ["workload", "paper-trace", "--out", str(tmp_path / "x.jsonl"), "--slo", "2", "1"])
     assert res.exit_code == 2 and "--slo" in res.output and "Traceback" not in res.output
