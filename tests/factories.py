@@ -15,7 +15,7 @@ from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import PhaseTimes
 from rollmux.core.placement import RollMuxPlacement
-from rollmux.core.spec import ClusterSpec, JobSpec, Pools, PoolSpec, default_cluster
+from rollmux.core.spec import ClusterSpec, ColocatedProfile, JobSpec, Pools, PoolSpec, default_cluster
 
 SHIPPED = SchedulerConfig()                    # what `rollmux simulate` and `rollmux serve` run
 PAPER = SchedulerConfig.profile("paper")      # the published system: Algorithm 1, static groups
@@ -70,15 +70,29 @@ def make_job(job_id: str = "j0", *, rollout: float = 100.0, train: float = 100.0
              sync: float = 5.0, sigma: float = 0.0, rollout_max: float | None = None,
              arrival: float = 0.0, duration: float = 100_000.0, slo: float = 2.0,
              rollout_gpus: int = 8, train_gpus: int = 8, tail_frac: float = 0.0,
-             host_rollout: float = 10.0, host_train: float = 10.0, **extra) -> JobSpec:
-    """A JobSpec; `rollout` is the median, `rollout_max` defaults to the median."""
-    return JobSpec(
+             host_rollout: float = 10.0, host_train: float = 10.0,
+             colo: tuple[float, float] | None = None, **extra) -> JobSpec:
+    """A JobSpec; `rollout` is the median, `rollout_max` defaults to the median; `colo` = (k_r, k_t):
+    a measured co-located profile that many times its mean phase times."""
+    job = JobSpec(
         job_id=job_id, arrival_s=arrival, duration_s=duration, slo=slo,
         rollout_gpus=rollout_gpus, train_gpus=train_gpus,
         rollout_s={"median": rollout, "sigma": sigma,
                    "max": rollout if rollout_max is None else rollout_max},
         tail_frac=tail_frac, train_s=train, sync_s=sync,
         host_gb={"rollout": host_rollout, "train": host_train}, **extra)
+    if colo is None:
+        return job
+    return job.model_copy(update={"colocated": ColocatedProfile(rollout_s=colo[0] * job.mean_rollout_s,
+                                                                train_s=colo[1] * job.mean_train_s)})
+
+
+# Co-located / disaggregated phase ratios for tests about the mechanics, not the model: a
+# rollout-heavy job co-location speeds up (the authors' 8B-32k pair), a balanced one that gains a
+# little on both phases, a train-heavy one whose training gains (the authors' 32B-8k rollout).
+ROLLOUT_HEAVY_COLO = (607.5 / 888.0, 1.0)
+BALANCED_COLO = (0.878, 0.839)
+TRAIN_HEAVY_COLO = (277.0 / 268.0, 271.0 / 362.0)
 
 
 def job_record(job_id: str = "j0", **overrides) -> dict:

@@ -8,31 +8,15 @@ whole nodes for billing. Each iteration:
   + two warm offload/onload switches (rollout -> train -> rollout) from host memory;
 no cross-cluster sync (weights are resharded in place; folded into the switches).
 
-Calibration (k_r, k_t). The paper measured two jobs both ways (DESIGN §7,
-seconds per iteration, disaggregated H20+H800 -> co-located H800):
-  8B-32k  rollout 888 -> 608 (k_r = 608/888 = 0.685), train 560 -> 560 (k_t = 1.000)
-  32B-8k  rollout 268 -> 277 (k_r = 277/268 = 1.034), train 362 -> 271 (k_t = 271/362 = 0.749)
-Co-located rollout on H800 beat the H20 rollout by a third for the long-cap,
-rollout-heavy job, and co-located training beat the training cluster by a
-quarter for the train-heavy job: far from the HBM-bandwidth ratio (H800 3.35 vs
-H20 4.0 TB/s, i.e. rollouts 1.19x slower) used before. Two pairs
-cannot separate the features that differ between them (model size, response
-cap, phase balance), so the factors are interpolated over the one feature every
-profile has, the phase balance rho = rollout_s.median / train_s
-(8B-32k: 888/560 = 1.586; 32B-8k: 268/362 = 0.740): log k is linear in log rho
-between the two anchors and constant beyond them. E.g. a balanced job (rho = 1)
-gets w = ln(1/0.740) / ln(1.586/0.740) = 0.395 of the way to the 8B anchor:
-k_r = 1.034^0.605 * 0.685^0.395 = 0.878 and k_t = 0.749^0.605 * 1.0^0.395 = 0.839.
-The anchors reproduce the paper's pairs exactly (tests/sim/test_baselines.py
-checks 1%). The catalog gives both anchor jobs G = rollout_gpus (16 H800 for
-16 H20), so the measured factors are read as per-GPU-set factors; a job with
-rollout_gpus < G rolls out on all G GPUs, proportionally faster.
-
-Measured. A job whose profile carries its co-located phase times (`JobSpec.colocated`, e.g. the
-authors' sixteen measured pairs on the paper's trace, workload/paper_trace.py) uses those: k_r and
-k_t are the ratios of its measured co-located means to its disaggregated means, and the model
-above is not consulted. The measured times are taken on its G GPUs; every other factor (a
-narrowed G', hw, speed) applies on top as it does to the model.
+Factors (k_r, k_t). Measured where the job carries its co-located profile (`JobSpec.colocated`,
+e.g. the authors' sixteen measured pairs on the paper's trace, workload/paper_trace.py, or a
+`rollmux profile --colocated` run): k_r and k_t are the ratios of its measured co-located means to
+its disaggregated means. Otherwise core/colo_fit.py: the measured ratios of the job's type where
+its `model` names one the authors timed (e.g. qwen2.5-7b-8k: k_r = 159.6/133.8 = 1.193,
+k_t = 98.2/112.8 = 0.871, co-location 4.5% slower per iteration), else the fit on all sixteen
+pairs (size, cap, phase balance), never more optimistic than the measured pairs around the job.
+The measured times are taken on the job's G GPUs (the authors' jobs: 8 H800 for 8 H20); every
+other factor (a narrowed G', hw, speed) applies on top.
 
 Narrowed (elastic rollout, core/elastic.py): a job with more rollout than training GPUs may
 run co-located on fewer GPUs than its rollout declares, G' = its training GPUs' whole nodes,
@@ -54,49 +38,26 @@ all use it. A co-located placement is a one-member group with no rollout nodes
 
 from __future__ import annotations
 
-import functools
 import math
 
+from rollmux.core.colo_fit import modelled_factors
 from rollmux.core.elastic import MIN_SHARE, nonscaling_share
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
 
-# The paper's co-located pairs (DESIGN §7): name -> ((disagg rollout, disagg train),
-# (co-located rollout, co-located train)), seconds per iteration.
-PAPER_COLOCATED_PAIRS: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
-    "qwen3-8b-32k": ((888.0, 560.0), (608.0, 560.0)),
-    "qwen2.5-32b-8k": ((268.0, 362.0), (277.0, 271.0)),
-}
 # The paper's hardware: H20 (rollout) and H800 (train) HBM bandwidth, TB/s.
 _PAPER_BW_RATIO = 4.0 / 3.35
 
 
-@functools.cache
-def _anchors() -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-    """(log rho, log k_r, log k_t) of the train-heavier and the rollout-heavier anchor."""
-    pts = sorted((math.log(d[0] / d[1]), math.log(c[0] / d[0]), math.log(c[1] / d[1]))
-                 for d, c in PAPER_COLOCATED_PAIRS.values())
-    return pts[0], pts[-1]
-
-
 def colocated_factors(job: JobSpec) -> tuple[float, float]:
     """(k_r, k_t): co-located / disaggregated phase time. Measured where the job carries its
-    co-located profile (`JobSpec.colocated`: the ratios of the measured means), else the
-    calibrated model at the job's phase balance."""
+    co-located profile (`JobSpec.colocated`: the ratios of the measured means), else its type's
+    measured pair or the fit on the sixteen pairs (core/colo_fit.py)."""
     measured = job.colocated
     if measured is not None:
         return measured.rollout_s / job.mean_rollout_s, measured.train_s / job.mean_train_s
-    return _factors(job.rollout_s.median, job.train_s)
-
-
-@functools.lru_cache(maxsize=65536)
-def _factors(median: float, train_s: float) -> tuple[float, float]:
-    # Cached: the simulator asks once per co-located iteration, with a few distinct profiles.
-    lo, hi = _anchors()
-    x = math.log(median / train_s)
-    w = min(1.0, max(0.0, (x - lo[0]) / (hi[0] - lo[0])))
-    return (math.exp(lo[1] + w * (hi[1] - lo[1])), math.exp(lo[2] + w * (hi[2] - lo[2])))
+    return modelled_factors(job.model, job.rollout_s.median / job.train_s)
 
 
 def check_colo_speed(speed: float) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from rollmux.core.accounting import Ledger
 from rollmux.core.colo_model import (  # noqa: F401  (re-exported: the model's names, as before)
-    PAPER_COLOCATED_PAIRS,
     check_colo_speed,
     colocated_factors,
     colocated_iter_s,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rollmux.core.spec import HostGB, JobSpec, RolloutDist
+from rollmux.core.colo_fit import measured_factors
+from rollmux.core.spec import ColocatedProfile, HostGB, JobSpec, RolloutDist
 
 # A job shorter than this many solo iterations is not a post-training run; its
 # lifetime is stretched to this many iterations (documented in docs/workload.md).
@@ -35,7 +36,8 @@ def job_id(prefix: str, index: int, n_jobs: int) -> str:
 
 
 def make_job(jid: str, arrival_s: float, lifetime_s: float, slo: float, p: Profile) -> JobSpec:
-    """A JobSpec with readable rounding; duration_s covers at least MIN_ITERATIONS iterations."""
+    """A JobSpec with readable rounding; duration_s covers at least MIN_ITERATIONS iterations; a job
+    of a type the authors timed both ways carries their measured co-located ratios (`colocated`)."""
     # Rounding is monotone, so max >= median survives it; the trace stays short and diffable.
     body = dict(
         job_id=jid, arrival_s=round(float(arrival_s), 1), duration_s=1.0,
@@ -48,7 +50,12 @@ def make_job(jid: str, arrival_s: float, lifetime_s: float, slo: float, p: Profi
     )
     if p.weights_gb is not None:
         body["weights_gb"] = round(p.weights_gb, 1)
-    solo = JobSpec(**body).solo_iter_s
+    spec = JobSpec(**body)
+    measured = measured_factors(p.model)
+    if measured is not None:
+        # The authors' measured co-located / disaggregated ratios of this type, on this job's times.
+        body["colocated"] = ColocatedProfile(rollout_s=round(measured[0] * spec.mean_rollout_s, 1),
+                                             train_s=round(measured[1] * spec.mean_train_s, 1))
     # Round up to whole seconds so the floor holds after rounding.
-    body["duration_s"] = float(max(round(lifetime_s), -(-MIN_ITERATIONS * solo // 1)))
+    body["duration_s"] = float(max(round(lifetime_s), -(-MIN_ITERATIONS * spec.solo_iter_s // 1)))
     return JobSpec(**body)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import math
+from importlib.resources import files
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rollmux.core.colo_fit import pairs
 from rollmux.core.spec import default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baselines import (
-    PAPER_COLOCATED_PAIRS,
     busy_time_bound,
     colocated_factors,
     simulate_verl,
@@ -62,52 +64,40 @@ def test_busy_time_bound_never_exceeds_solo_d(seed):
     assert busy_time_bound(jobs, CLUSTER) <= solo_d_cost(jobs, CLUSTER) * 1.01
 
 
-@pytest.mark.parametrize("name", sorted(PAPER_COLOCATED_PAIRS))
-def test_calibration_reproduces_the_papers_colocated_pairs(name):
-    # Within 1%: the anchors are the pairs themselves (DESIGN §7).
-    (d_r, d_t), (c_r, c_t) = PAPER_COLOCATED_PAIRS[name]
-    job = make_job(name, rollout=d_r, train=d_t, rollout_gpus=16, train_gpus=16)
-    assert d_r * verl_rollout_scale(job, CLUSTER) == pytest.approx(c_r, rel=0.01)
-    assert d_t * verl_train_scale(job) == pytest.approx(c_t, rel=0.01)
+@pytest.mark.parametrize("kind", [p.kind for p in pairs()])
+def test_a_job_of_a_measured_type_runs_its_measured_colocated_times(kind):
+    size, cap = kind.split("_")
+    doc = json.loads((files("rollmux.data") / "colocated_pairs.json").read_text())
+    (d_r, d_t), (c_r, c_t) = ((doc[m][kind]["generate"], doc[m][kind]["train"]) for m in ("disagg", "colo"))
+    job = make_job(kind, rollout=d_r, train=d_t, model=f"qwen-{size.lower()}-{cap}")
+    assert d_r * verl_rollout_scale(job, CLUSTER) == pytest.approx(c_r, rel=1e-9)
+    assert d_t * verl_train_scale(job) == pytest.approx(c_t, rel=1e-9)
 
 
-@pytest.mark.parametrize("model, cap, paper", [("qwen3-8b", 32768, (608.0, 560.0)),
-                                               ("qwen2.5-32b", 8192, (277.0, 271.0))])
-def test_catalog_recipes_of_the_paper_jobs_land_within_10_percent_of_its_colocated_times(model, cap, paper):
-    # The catalog's performance model gives these two jobs slightly different phase balances
-    # than the paper (8B-32k 790/622 s, 32B-8k 274/322 s); the interpolation absorbs it.
+@pytest.mark.parametrize("model, cap, measured", [("qwen3-8b", 32768, (607.5 / 888.0, 559.5 / 559.5)),
+                                                  ("qwen2.5-32b", 8192, (277.0 / 267.6, 1.0))])
+def test_catalog_jobs_of_a_measured_type_carry_its_measured_ratios(model, cap, measured):
     job = make_job_from_profile("x", 0.0, 1e5, 1.5, recipe_profile(recipe(model, cap)))
-    colo_r = job.rollout_s.median * verl_rollout_scale(job, CLUSTER)
-    colo_t = job.train_s * verl_train_scale(job)
-    assert colo_r == pytest.approx(paper[0], rel=0.10)
-    assert colo_t == pytest.approx(paper[1], rel=0.10)
+    assert job.colocated is not None
+    # Rounded to 0.1 s in the trace.
+    assert colocated_factors(job) == pytest.approx(measured, rel=2e-3)
 
 
-def test_factors_interpolate_log_linearly_between_the_anchors():
-    # rho = 1: w = ln(1/0.7403) / ln(1.5857/0.7403) = 0.3948 toward the 8B anchor.
-    w = math.log(362 / 268) / math.log((888 / 560) / (268 / 362))
-    k_r, k_t = colocated_factors(make_job("b", rollout=100.0, train=100.0))
-    assert k_r == pytest.approx((277 / 268) ** (1 - w) * (608 / 888) ** w, rel=1e-12)
-    assert k_t == pytest.approx((271 / 362) ** (1 - w), rel=1e-12)
-    assert 0.87 < k_r < 0.88 and 0.83 < k_t < 0.84
-
-
-def test_factors_are_constant_beyond_the_anchors():
-    assert colocated_factors(make_job("r", rollout=1000.0, train=10.0)) == pytest.approx((608 / 888, 1.0))
-    assert colocated_factors(make_job("t", rollout=10.0, train=1000.0)) == pytest.approx((277 / 268, 271 / 362))
+def test_multi_turn_catalog_jobs_carry_no_measured_pair():
+    assert make_job_from_profile("x", 0.0, 1e5, 1.5, recipe_profile(recipe("qwen3-8b", 32768, True))).colocated is None
 
 
 def test_verl_rollout_scale_counts_the_extra_colocated_gpus():
-    wide = make_job("a", rollout=888.0, train=560.0, rollout_gpus=8, train_gpus=16)
-    assert verl_rollout_scale(wide, CLUSTER) == pytest.approx(8 / 16 * 608 / 888)
+    wide = make_job("a", rollout=888.0, train=560.0, rollout_gpus=8, train_gpus=16, model="qwen3-8b-32k")
+    assert verl_rollout_scale(wide, CLUSTER) == pytest.approx(8 / 16 * 607.5 / 888)
 
 
 def test_verl_rollout_scale_follows_other_hardware_by_bandwidth():
-    job = make_job("a", rollout=888.0, train=560.0)
+    job = make_job("a", rollout=888.0, train=560.0, model="qwen3-8b-32k")
     a100 = default_cluster().model_copy(update={"pools": default_cluster().pools.model_copy(
         update={"train": default_cluster().pools.train.model_copy(update={"gpu": "A100"})})})
     # A100 2.0 TB/s instead of H800's 3.35: rollouts 3.35/2.0 slower than the calibration.
-    assert verl_rollout_scale(job, a100) == pytest.approx(608 / 888 * 3.35 / 2.0)
+    assert verl_rollout_scale(job, a100) == pytest.approx(607.5 / 888 * 3.35 / 2.0)
 
 
 @pytest.mark.parametrize("speed", [0.8, 1.2])
@@ -130,10 +120,10 @@ def test_bad_speed_is_a_clear_error(speed):
 
 
 HAND_JOB = make_job("v", rollout=100.0, rollout_max=120.0, sigma=0.0, train=50.0, sync=10.0,
-                    duration=1600.0, arrival=500.0, rollout_gpus=16, train_gpus=8)
-# 10 iterations on max(16, 8) = 16 H800s (2 nodes). rho = 100/50 = 2 lies beyond the 8B-32k
-# anchor (1.586): rollout 100 s x 608/888, training 50 s x 1.0, two 2 s switches, no sync.
-HAND_LIFETIME = 10 * (100.0 * 608 / 888 + 50.0 + 2 * 2.0)
+                    duration=1600.0, arrival=500.0, rollout_gpus=16, train_gpus=8, model="qwen3-8b-32k")
+# 10 iterations on max(16, 8) = 16 H800s (2 nodes), at the measured 8B-32k ratios: rollout
+# 100 s x 607.5/888, training 50 s x 559.5/559.5, two 2 s switches, no sync.
+HAND_LIFETIME = 10 * (100.0 * 607.5 / 888 + 50.0 + 2 * 2.0)
 
 
 def test_verl_cost_matches_the_documented_model():
@@ -156,7 +146,7 @@ def test_verl_holds_only_training_nodes():
 
 def test_verl_idle_share_counts_unused_training_gpus():
     res = simulate_verl([HAND_JOB], CLUSTER)
-    busy = 16 * 10 * 100.0 * 608 / 888 + 8 * 10 * 50.0 + 16 * 10 * 4.0
+    busy = 16 * 10 * 100.0 * 607.5 / 888 + 8 * 10 * 50.0 + 16 * 10 * 4.0
     assert res.idle_share["train"] == pytest.approx(1 - busy / (16 * HAND_LIFETIME))
 
 

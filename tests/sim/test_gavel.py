@@ -12,7 +12,7 @@ from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import simulate_verl, solo_d_cost
 from rollmux.sim.gavel import GavelSimulation, packed_period_s, simulate_gavel
 from rollmux.sim.simulator import simulate
-from tests.factories import GROUPS, WORST, make_cluster, make_job, synthetic_trace
+from tests.factories import BALANCED_COLO, GROUPS, ROLLOUT_HEAVY_COLO, WORST, make_cluster, make_job, synthetic_trace
 
 CLUSTER = make_cluster()  # uncapped, warm switch 2 s
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -199,13 +199,14 @@ def rollout_heavy(job_id: str = "h", **kw):
     """A 1+1-node job, rollout 100 s / train 50 s: co-located at 608/888 of its rollout
     (122.5 s on one $22.8/h H800 node) beats 160 s on a $30.8/h H20 + H800 pair."""
     kw.setdefault("duration", 1600.0)
-    return make_job(job_id, rollout=100.0, train=50.0, sync=10.0, **kw)
+    return make_job(job_id, rollout=100.0, train=50.0, sync=10.0, colo=ROLLOUT_HEAVY_COLO, **kw)
 
 
 def wide_rollout(job_id: str = "w", **kw):
     """24 H20 + 8 H800, balanced: co-located needs 3 H800 nodes ($68.4/h x 175.8 s) against
     3 H20 + 1 H800 ($46.8/h x 205 s): disaggregated is cheaper."""
-    return make_job(job_id, rollout=100.0, train=100.0, sync=5.0, rollout_gpus=24, train_gpus=8, **kw)
+    return make_job(job_id, rollout=100.0, train=100.0, sync=5.0, rollout_gpus=24, train_gpus=8,
+                    colo=BALANCED_COLO, **kw)
 
 
 def test_a_job_cheaper_co_located_holds_no_rollout_node():
@@ -233,7 +234,7 @@ def test_a_job_cheaper_disaggregated_stays_on_h20():
 def test_the_slo_decides_whether_a_slower_co_location_is_allowed(slo, kind):
     # At colo_speed 0.8 the balanced 1+1 job co-located takes (87.85 + 83.93) / 0.8 + 4 = 218.7 s
     # against 205 s solo (6.7% slower) but costs 22.8 x 218.7 < 30.8 x 205.
-    job = make_job("b", rollout=100.0, train=100.0, sync=5.0, slo=slo)
+    job = make_job("b", rollout=100.0, train=100.0, sync=5.0, slo=slo, colo=BALANCED_COLO)
     sim = GavelSimulation([job], CLUSTER, packed=False, colo_speed=0.8)
     sim.run()
     assert sim.kind_counts[kind] == 1

@@ -9,7 +9,7 @@ from rollmux.core.colo_model import colocated_iter_s
 from rollmux.sim.baselines import simulate_verl
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import Simulation, simulate
-from tests.factories import SHIPPED, config, make_cluster, make_job, make_policy, synthetic_trace
+from tests.factories import ROLLOUT_HEAVY_COLO, SHIPPED, config, make_cluster, make_job, make_policy, synthetic_trace
 
 CLUSTER = make_cluster()
 ON = SHIPPED  # (the co-located mode is on in the shipped profile)
@@ -17,7 +17,8 @@ ON = SHIPPED  # (the co-located mode is on in the shipped profile)
 
 def rollout_heavy(job_id: str, arrival: float = 0.0, **kw):
     return make_job(job_id, rollout=888.0, train=560.0, sync=10.0, sigma=0.2, rollout_max=1800.0,
-                    rollout_gpus=16, train_gpus=16, arrival=arrival, duration=30_000.0, **kw)
+                    rollout_gpus=16, train_gpus=16, arrival=arrival, duration=30_000.0,
+                    colo=ROLLOUT_HEAVY_COLO, **kw)
 
 
 def test_a_colocated_job_runs_exactly_as_the_verl_baseline_runs_it():

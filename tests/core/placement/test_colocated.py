@@ -18,7 +18,7 @@ from rollmux.core.placement.costs import iteration_cost
 from rollmux.core.placement.options.colocated import choose, colocated_option, colocated_slo_ok
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.sim.draws import rollout_draws, solo_seconds
-from tests.factories import intra, make_cluster, make_job, make_policy
+from tests.factories import ROLLOUT_HEAVY_COLO, intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
 CFG = intra()
@@ -32,7 +32,8 @@ def view(*groups: Group, free_train=None, progress=None) -> ClusterView:
 
 def rollout_heavy(job_id: str = "a", **kw):
     """The paper's 8B-32k shape: co-located it rolls out a third faster on the same 16 GPUs."""
-    return make_job(job_id, rollout=888.0, train=560.0, sync=10.0, rollout_gpus=16, train_gpus=16, **kw)
+    return make_job(job_id, rollout=888.0, train=560.0, sync=10.0, rollout_gpus=16, train_gpus=16,
+                    colo=ROLLOUT_HEAVY_COLO, **kw)
 
 
 def place(job, v: ClusterView, **kw):

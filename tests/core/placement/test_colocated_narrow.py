@@ -13,7 +13,7 @@ from rollmux.core.elastic import nonscaling_share
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
 from rollmux.core.placement.costs import iteration_cost
 from rollmux.core.placement.options.colocated import colocated_option, colocated_slo_ok
-from tests.factories import intra, make_cluster, make_job, make_policy
+from tests.factories import ROLLOUT_HEAVY_COLO, TRAIN_HEAVY_COLO, intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
 CFG = intra()
@@ -27,7 +27,8 @@ def view() -> ClusterView:
 def wide(job_id: str = "a", slo: float = 1.5):
     """A train-heavy 16:8 job: co-located on one H800 node its rollout is slower, its iteration
     still within its SLO, and it holds half the nodes."""
-    return make_job(job_id, rollout=100.0, train=300.0, rollout_gpus=16, train_gpus=8, tail_frac=0.1, slo=slo)
+    return make_job(job_id, rollout=100.0, train=300.0, rollout_gpus=16, train_gpus=8, tail_frac=0.1, slo=slo,
+                    colo=TRAIN_HEAVY_COLO)
 
 
 @pytest.mark.parametrize("rollout_gpus, train_gpus, narrowed", [
@@ -60,7 +61,8 @@ def test_with_narrowing_the_option_holds_one_node_and_is_cheaper_per_iteration()
 
 def test_a_narrowing_that_breaks_the_slo_is_not_taken():
     # rollout-heavy and tight: on its 16 H800 GPUs it runs faster than solo, on 8 its rollout is 1.2x
-    job = make_job("r", rollout=300.0, train=100.0, rollout_gpus=16, train_gpus=8, tail_frac=0.1, slo=1.05)
+    job = make_job("r", rollout=300.0, train=100.0, rollout_gpus=16, train_gpus=8, tail_frac=0.1, slo=1.05,
+                   colo=ROLLOUT_HEAVY_COLO)
     assert colocated_slo_ok(job, CLUSTER) and not colocated_slo_ok(job, CLUSTER, gpus=8)
     assert colocated_option(job, view(), CFG, narrow=True).group.n_train == 2
 

@@ -18,7 +18,7 @@ from rollmux.core.repair.regroup import colocated_saving
 from rollmux.core.state import ClusterState
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import Simulation
-from tests.factories import GROUPS, SHIPPED, config, make_cluster, make_job
+from tests.factories import BALANCED_COLO, GROUPS, SHIPPED, config, make_cluster, make_job
 
 CLUSTER = make_cluster()
 ON = SHIPPED
@@ -34,7 +34,8 @@ def _policy_plan(st: ClusterState, job, progress):
 def balanced(job_id: str, arrival: float = 0.0, duration: float = 100_000.0, slo: float = 1.5):
     """An 8:8 job whose phases are as long as each other: co-located alone, two of them
     interleave in one group (one rolls out while the other trains)."""
-    return make_job(job_id, rollout=150.0, train=150.0, arrival=arrival, duration=duration, slo=slo)
+    return make_job(job_id, rollout=150.0, train=150.0, arrival=arrival, duration=duration, slo=slo,
+                    colo=BALANCED_COLO)
 
 
 def _state(colo_pair: bool = True) -> ClusterState:
