@@ -40,15 +40,17 @@ def workload_paper_trace(
     output: Path = typer.Option(..., "-o", "--out", help="Where to write the JSONL trace."),
     seed: int = typer.Option(0, "--seed", help="Seed of the SLO draws."),
     slo: tuple[float, float] = typer.Option((1.0, 2.0), "--slo", help="SLO range LO HI: each job's SLO ~ U(LO, HI)."),
-    sigma: Optional[float] = typer.Option(None, "--sigma",
-                                          help="Rollout spread (lognormal sigma) of every job (default: modelled by cap)."),
+    sigma: float = typer.Option(0.0, "--sigma", help="Rollout spread (lognormal sigma, capped by the model) of every "
+                                "job; 0: every rollout takes its measured mean, as the authors' simulator runs it."),
+    sync: str = typer.Option("model", "--sync", help="model: weight sync over the paper's 20 Gbit/s link; none: "
+                             "the measured iteration is the whole iteration."),
     traces: Optional[Path] = typer.Option(None, "--traces", help="Trace folder (default: $ROLLMUX_TRACES or ../shared/traces)."),
 ) -> None:
     """The paper's production trace (paper/wild.trace) with its measured profiles, as a JSONL trace."""
     from rollmux.workload import find_traces_dir
     from rollmux.workload.paper_trace import paper_trace_jobs
     try:
-        _write_trace(paper_trace_jobs(find_traces_dir(traces) / "paper", seed, slo, sigma), output)
+        _write_trace(paper_trace_jobs(find_traces_dir(traces) / "paper", seed, slo, sigma, sync), output)
     except InputError as exc:
         fail(exc)
 

@@ -8,16 +8,21 @@ What each job's numbers rest on:
   phase on the H800s), the latter as `JobSpec.colocated`;
 * as the authors' simulator reads them: one rollout node and one training node of 8 GPUs a job,
   32B jobs two of each (`NODES_PER_POOL`);
-* modelled (workload/perf.py, workload/catalog.py, for the Qwen model of that size): the rollout's
-  spread (lognormal sigma, `catalog.rollout_sigma`), its cap's ratio to the median
-  (`perf.rollout_times`), the tail share, host DRAM per node, the weights a sync sends and the
-  sync time over the paper's 20 Gbit/s link;
+* modelled (workload/perf.py, workload/catalog.py, for the Qwen model of that size): the tail
+  share, host DRAM per node, the weights a sync sends and the sync time over the paper's 20 Gbit/s
+  link (`sync="none"`: none, the measured iteration read as the whole iteration, as the authors'
+  simulator does);
 * drawn from a seeded generator: each job's SLO, U(lo, hi) (the paper's text: U(1, 2)).
 
-The rollout distribution's median is set so its mean is the measured rollout, and `train_s` so
-the job's mean training time is the measured one (training scales with the rollout drawn,
-`JobSpec.train_time`). `duration_s` is the trace's wall time: under equal-work accounting the job
-runs that many seconds of solo iterations.
+The rollout's spread. By default (`sigma=0`) every rollout takes its measured mean, as the
+authors' simulator runs the profile: the profile is one number per phase and says nothing of its
+spread, so nothing is added to it (`max = median`, and worst-case admission plans on the measured
+time). With `sigma > 0` the rollout is lognormal with that sigma, capped at the modelled ratio of
+the every-response-at-the-cap time to the typical one (`perf.rollout_times`, about 2x); its median
+is solved so its mean stays the measured rollout. Either way `train_s` is set so the job's mean
+training time is the measured one (training scales with the rollout drawn, `JobSpec.train_time`).
+`duration_s` is the trace's wall time: under equal-work accounting the job runs that many seconds
+of solo iterations.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import numpy as np
 
 from rollmux.core.spec import ColocatedProfile, HostGB, JobSpec, RolloutDist
 from rollmux.errors import InputError
-from rollmux.workload.catalog import label, recipe, rollout_sigma, tail_frac
+from rollmux.workload.catalog import label, recipe, tail_frac
 from rollmux.workload.paper import check_seed
 from rollmux.workload.perf import GPUS_PER_NODE, host_gb, rollout_times, sync_time
 
@@ -43,6 +48,7 @@ MODELS = {"3B": "qwen2.5-3b", "4B": "qwen3-4b", "7B": "qwen2.5-7b", "8B": "qwen3
           "14B": "qwen2.5-14b", "32B": "qwen2.5-32b"}
 NODES_PER_POOL = {"32B": 2}  # every other size: one rollout and one training node
 SLO_RANGE = (1.0, 2.0)
+SYNC_MODES = ("model", "none")
 _TYPE = re.compile(r"(?P<size>\d+B)_(?P<cap>\d+)k")
 _TIME = "%Y-%m-%d %H:%M:%S"
 
@@ -144,13 +150,15 @@ def _read(path: Path) -> str:
 
 
 def paper_trace_jobs(folder: Path, seed: int = 0, slo: tuple[float, float] = SLO_RANGE,
-                     sigma: float | None = None) -> list[JobSpec]:
+                     sigma: float = 0.0, sync: str = "model") -> list[JobSpec]:
     """The trace in `folder` (wild.trace, profile.json) as JobSpecs, by arrival (module docstring)."""
     lo, hi = slo
     if not (math.isfinite(lo) and math.isfinite(hi) and 1.0 <= lo <= hi):
         raise InputError("--slo", f"needs 1 <= LO <= HI, finite; got {lo} {hi}")
-    if sigma is not None and not (math.isfinite(sigma) and 0.0 <= sigma <= 3.0):
+    if not (math.isfinite(sigma) and 0.0 <= sigma <= 3.0):
         raise InputError("--sigma", f"needs a number in [0, 3]; got {sigma}")
+    if sync not in SYNC_MODES:
+        raise InputError("--sync", f"unknown {sync!r}; choose {' or '.join(SYNC_MODES)}")
     check_seed(seed)
     trace, doc = read_trace(folder / TRACE), _load(folder / PROFILE)
     measured, colocated = _table(folder / PROFILE, doc, "disagg", True), _table(folder / PROFILE, doc, "colo", False)
@@ -161,28 +169,27 @@ def paper_trace_jobs(folder: Path, seed: int = 0, slo: tuple[float, float] = SLO
         if t.kind not in measured:
             raise InputError(f"{folder / PROFILE}: disagg.{t.kind}", f"no measured profile for {t.job_id}'s type")
         jobs.append(_spec(t, measured[t.kind], colocated.get(t.kind), (t.arrival - start).total_seconds(),
-                          float(rng.uniform(lo, hi)), sigma))
+                          float(rng.uniform(lo, hi)), sigma, sync))
     return jobs
 
 
 def _spec(t: TraceJob, measured: tuple[float, float], colocated: tuple[float, float] | None, arrival_s: float,
-          slo: float, sigma: float | None) -> JobSpec:
+          slo: float, sigma: float, sync: str) -> JobSpec:
     m = _TYPE.fullmatch(t.kind)
     size, cap = m["size"], int(m["cap"]) * 1024
     gpus = GPUS_PER_NODE * NODES_PER_POOL.get(size, 1)
     r = replace(recipe(MODELS[size], cap), rollout_gpus=gpus, train_gpus=gpus)
     typical, worst = rollout_times(r)
-    spread = rollout_sigma(cap, False) if sigma is None else sigma
     # The distribution is a scale family in its median (the cap a fixed multiple of it), so
     # its mean is proportional to the median: solve for the measured mean.
-    unit = RolloutDist(median=1.0, sigma=spread, max=worst / typical)
+    unit = RolloutDist(median=1.0, sigma=sigma, max=worst / typical if sigma > 0 else 1.0)
     rollout, train = measured
     median = rollout / unit.mean()
     host_rollout, host_train = host_gb(r)
     return JobSpec(
         job_id=t.job_id, arrival_s=arrival_s, duration_s=(t.departure - t.arrival).total_seconds(), slo=slo,
         model=label(MODELS[size], cap, False), rollout_gpus=gpus, train_gpus=gpus,
-        rollout_s=RolloutDist(median=median, sigma=spread, max=median * unit.max),
-        tail_frac=tail_frac(cap, False), train_s=train * median / rollout, sync_s=sync_time(r),
+        rollout_s=RolloutDist(median=median, sigma=sigma, max=median * unit.max),
+        tail_frac=tail_frac(cap, False), train_s=train * median / rollout, sync_s=sync_time(r) if sync == "model" else 0.0,
         host_gb=HostGB(rollout=host_rollout, train=host_train), weights_gb=r.arch.weight_bytes / 1e9,
         colocated=None if colocated is None else ColocatedProfile(rollout_s=colocated[0], train_s=colocated[1]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -12,7 +13,9 @@ from rollmux.cli import app
 from rollmux.core.trace_io import load_jobs
 from rollmux.errors import InputError
 from rollmux.workload import find_traces_dir
-from rollmux.workload.paper_trace import PROFILE, TRACE, paper_trace_jobs, read_profile, read_trace
+from rollmux.workload.catalog import recipe
+from rollmux.workload.paper_trace import MODELS, PROFILE, TRACE, paper_trace_jobs, read_profile, read_trace
+from rollmux.workload.perf import rollout_times
 
 PAPER = find_traces_dir() / "paper"
 
@@ -119,3 +122,28 @@ def test_the_command_refuses_a_negative_seed_in_one_line(tmp_path):
 def test_the_command_refuses_an_inverted_slo_range_in_one_line(tmp_path):
     res = CliRunner().invoke(app, ["workload", "paper-trace", "--out", str(tmp_path / "x.jsonl"), "--slo", "2", "1"])
     assert res.exit_code == 2 and "--slo" in res.output and "Traceback" not in res.output
+
+
+def test_by_default_every_rollout_takes_its_measured_mean():
+    # As the authors' simulator runs the profile: no spread, so admission plans on the measured time.
+    for j in paper_trace_jobs(PAPER):
+        assert j.rollout_s.sigma == 0.0 and j.rollout_s.max == j.rollout_s.median == j.mean_rollout_s
+
+
+def test_with_a_spread_the_cap_is_the_modelled_multiple_of_the_median():
+    for j in paper_trace_jobs(PAPER, sigma=0.2):
+        r = replace(recipe(MODELS[j.model.split("-")[1].upper()], int(j.model.split("-")[2][:-1]) * 1024),
+                    rollout_gpus=j.rollout_gpus, train_gpus=j.train_gpus)
+        typical, worst = rollout_times(r)
+        assert j.rollout_s.max / j.rollout_s.median == pytest.approx(worst / typical)
+
+
+def test_sync_none_reads_the_measured_iteration_as_the_whole_iteration():
+    modelled, none = paper_trace_jobs(PAPER), paper_trace_jobs(PAPER, sync="none")
+    assert all(j.sync_s > 0 for j in modelled) and all(j.sync_s == 0.0 for j in none)
+    assert [j.solo_iter_s for j in none] == pytest.approx([j.mean_rollout_s + j.mean_train_s for j in modelled])
+
+
+def test_the_command_refuses_an_unknown_sync_in_one_line(tmp_path):
+    res = CliRunner().invoke(app, ["workload", "paper-trace", "--out", str(tmp_path / "x.jsonl"), "--sync", "fast"])
+    assert res.exit_code == 2 and "--sync" in res.output and "Traceback" not in res.output
