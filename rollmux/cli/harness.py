@@ -29,6 +29,10 @@ def profile(
     tail_frac: float = typer.Option(0.0, "--tail-frac", help="Share of rollout time in the long tail [0, 1)."),
     runs: int = typer.Option(5, "--runs", help="Measured iterations (plus one at maximum response length)."),
     warmup: int = typer.Option(1, "--warmup", help="Unrecorded iterations first."),
+    colocated: bool = typer.Option(False, "--colocated",
+                                   help="Then run it co-located (veRL mode: every phase on its training side, "
+                                        "offload/onload between them) and record the mean phase times, "
+                                        "switches excluded, as `colocated`."),
 ) -> None:
     """Measure a job's profile by running its own phases through the shim; write a record `submit` accepts."""
     from rollmux.harness.profile import ProfileOptions, profile_command
@@ -36,7 +40,8 @@ def profile(
         name = job_id if job_id is not None else job_module.rsplit(".", 1)[-1] + (f"-{preset}" if preset else "")
         opts = ProfileOptions(job_id=name, slo=slo, iterations=100 if iterations is None and duration is None
                               else iterations, duration_s=duration, rollout_gpus=rollout_gpus,
-                              train_gpus=train_gpus, tail_frac=tail_frac, runs=runs, warmup=warmup)
+                              train_gpus=train_gpus, tail_frac=tail_frac, runs=runs, warmup=warmup,
+                              colocated=colocated)
         profile_command(job_module, preset, sets or [], output, opts, say=lambda line: err.print(line, highlight=False))
         out.print(f"wrote {output}", highlight=False)
     except InputError as exc:

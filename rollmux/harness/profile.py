@@ -30,6 +30,15 @@ the shim read from `host_bytes` after an offload: the bytes of the tensors the j
 keeps in host memory. That, not the process's RSS, because RSS also counts the live
 (onloaded) side, the allocator's cache and everything else in the process, and
 cannot tell the rollout pool's share from the training pool's.
+
+**Co-located** (``colocated=True``, ``--colocated``). After the disaggregated runs, the job
+runs `warmup` + `runs` more iterations the veRL way: a one-member co-located placement
+(`colocated_group`) served by the co-located permit controller, so the rollout's permit,
+like training's, names the training nodes, and the shim offloads one phase's state and
+onloads the other's between them. The record then carries ``colocated: {rollout_s,
+train_s}``, the runs' *means* (what `JobSpec.colocated` holds). Only the phases' own run
+times count: the onload/offload switches are left out, because the simulator and the
+co-located model add them per iteration themselves.
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from rollmux.core.colo_controller import ColocatedController
+from rollmux.core.colo_model import colocated_group
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group import isolated_group
 from rollmux.core.group_controller import GroupController
@@ -75,6 +86,7 @@ class ProfileOptions:
     tail_frac: float = 0.0
     runs: int = 5                    # measured iterations (plus one at maximum response length)
     warmup: int = 1                  # unrecorded iterations first (lazy initialisation, caches)
+    colocated: bool = False          # also measure the job co-located (veRL mode) afterwards
 
 
 @dataclass
@@ -114,27 +126,41 @@ def load_job(module: str, preset: str | None, options: dict[str, Any]) -> Any:
     return job
 
 
-def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], None] = lambda s: None) -> Measured:
-    """Run the job's phases standalone through the shim; what they cost."""
-    env = WallClockEnvironment()
+def _solo_shim(job: Any, job_id: str, env: WallClockEnvironment, colocated: bool) -> JobShim:
+    """The job's shim on its own one-member placement: disaggregated (its own rollout and
+    training nodes) or co-located (every phase on its training nodes, the live plane's controller)."""
     placeholder = JobSpec(job_id=job_id, arrival_s=0.0, duration_s=1.0, slo=1.0, rollout_gpus=1, train_gpus=1,
                           rollout_s={"median": 1.0, "sigma": 0.0, "max": 1.0}, train_s=1.0, sync_s=0.0,
                           host_gb={"rollout": 0.0, "train": 0.0})
-    group = isolated_group(0, placeholder, default_cluster())
-    client = LocalPermitClient(env, {job_id: GroupController(env, group, SOLO)})
-    shim = JobShim(job_id, client, onload=lambda ph: job.onload(POOL_OF[ph]),
+    cluster = default_cluster()
+    if colocated:
+        ctl: GroupController | ColocatedController = ColocatedController(
+            env, colocated_group(0, placeholder, cluster, planned_s=1.0), SOLO)
+    else:
+        ctl = GroupController(env, isolated_group(0, placeholder, cluster), SOLO)
+    client = LocalPermitClient(env, {job_id: ctl})
+    return JobShim(job_id, client, onload=lambda ph: job.onload(POOL_OF[ph]),
                    offload=lambda ph: job.offload(POOL_OF[ph]), host_memory=job.host_bytes)
+
+
+def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], None] = lambda s: None,
+            colocated: bool = False) -> Measured:
+    """Run the job's phases standalone through the shim; what they cost. Co-located: no
+    maximum-length iteration (the record keeps the co-located means only)."""
+    env = WallClockEnvironment()
+    shim = _solo_shim(job, job_id, env, colocated)
     thread = threading.Thread(target=env.serve, name="rollmux-profile", daemon=True)
     thread.start()
     out = Measured()
+    kind = "co-located " if colocated else ""
     try:
-        for i in range(warmup + runs + 1):
+        for i in range(warmup + runs + (0 if colocated else 1)):
             at_max = i == warmup + runs
             try:
                 rollout_s, train_s, sync_s = _iteration(job, shim, at_max)
             except Exception as exc:  # the job's own code failed: where, in one line
                 phase = shim.history[-1].phase  # a phase that raises is released (and recorded) first
-                raise InputError("JOB_MODULE", f"the job's {phase} phase failed in iteration {i + 1}: "
+                raise InputError("JOB_MODULE", f"the job's {phase} phase failed in {kind}iteration {i + 1}: "
                                                f"{type(exc).__name__}: {exc}") from None
             if i < warmup:
                 continue
@@ -144,7 +170,7 @@ def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], 
                 out.rollout.append(rollout_s)
                 out.train.append(train_s)
                 out.sync.append(sync_s)
-            say(f"{'max length' if at_max else f'run {i - warmup + 1}/{runs}'}: rollout {rollout_s:.4g} s, "
+            say(f"{kind}{'max length' if at_max else f'run {i - warmup + 1}/{runs}'}: rollout {rollout_s:.4g} s, "
                 f"train {train_s:.4g} s, sync {sync_s:.4g} s")
     finally:
         env.stop()
@@ -156,7 +182,8 @@ def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], 
 
 
 def _iteration(job: Any, shim: JobShim, at_max: bool) -> tuple[float, float, float]:
-    """One iteration through the shim: (rollout, train, sync) run seconds."""
+    """One iteration through the shim: (rollout, train, sync) run seconds (the shim's run
+    time: its onload and offload, the switches, are timed apart and left out)."""
     with shim.phase("rollout"):
         batch = job.rollout(max_length=at_max)
     rollout_s = shim.history[-1].run_s
@@ -174,8 +201,9 @@ def _iteration(job: Any, shim: JobShim, at_max: bool) -> tuple[float, float, flo
     return rollout_s, shim.history[-1].run_s - sync_s, sync_s
 
 
-def job_record(m: Measured, opts: ProfileOptions, model: str | None = None) -> dict:
-    """The job record (DESIGN §2) `rollmux submit` accepts, from the measurements and options."""
+def job_record(m: Measured, opts: ProfileOptions, model: str | None = None, colo: Measured | None = None) -> dict:
+    """The job record (DESIGN §2) `rollmux submit` accepts, from the measurements and options
+    (with `colo`, the co-located runs' means as its `colocated` profile)."""
     median = statistics.median(m.rollout)
     logs = [math.log(max(r, 1e-9)) for r in m.rollout]
     sigma = min(statistics.stdev(logs), 3.0) if len(logs) > 1 else 0.0
@@ -189,6 +217,9 @@ def job_record(m: Measured, opts: ProfileOptions, model: str | None = None) -> d
         "host_gb": {p: m.host_bytes.get(p, 0) / GB for p in ("rollout", "train")}}
     if model is not None:
         rec["model"] = model
+    if colo is not None:  # means, not medians: JobSpec.colocated is the mean seconds per iteration
+        rec["colocated"] = {"rollout_s": _sig(statistics.fmean(colo.rollout)),
+                            "train_s": _sig(statistics.fmean(colo.train))}
     rec["rollout_s"]["max"] = max(rec["rollout_s"]["max"], rec["rollout_s"]["median"])
     probe = _spec(rec)
     # The job's length: as many iterations as asked, each at the measured solo time.
@@ -213,10 +244,11 @@ def _spec(rec: dict) -> JobSpec:
 
 def profile(module: str, preset: str | None, options: dict[str, Any], opts: ProfileOptions,
             say: Callable[[str], None] = lambda s: None) -> dict:
-    """Load the job module's job, measure it through the shim, return its job record."""
+    """Load the job module's job, measure it through the shim (then co-located, if asked), return its job record."""
     job = load_job(module, preset, options)
     m = measure(job, opts.job_id, opts.runs, opts.warmup, say)
-    return job_record(m, opts, f"{module}:{preset}" if preset else module)
+    colo = measure(job, opts.job_id, opts.runs, opts.warmup, say, colocated=True) if opts.colocated else None
+    return job_record(m, opts, f"{module}:{preset}" if preset else module, colo)
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
@@ -276,7 +308,15 @@ def summary(rec: dict, module: str, preset: str | None, runs: int) -> str:
             f"rollout median {r['median']:.4g} s (sigma {r['sigma']:.3g}), max {r['max']:.4g} s; "
             f"train {rec['train_s']:.4g} s; sync {rec['sync_s']:.4g} s\n"
             f"host memory held offloaded, per node: rollout {h['rollout'] * GB:,.0f} B, "
-            f"train {h['train'] * GB:,.0f} B")
+            f"train {h['train'] * GB:,.0f} B" + _colo_summary(rec.get("colocated"), runs))
+
+
+def _colo_summary(colo: dict | None, runs: int) -> str:
+    """The co-located line of the summary (empty without a co-located profile)."""
+    if colo is None:
+        return ""
+    return (f"\nco-located (mean of {runs} runs, switches excluded): rollout {colo['rollout_s']:.4g} s, "
+            f"train {colo['train_s']:.4g} s")
 
 
 def profile_command(module: str, preset: str | None, sets: list[str], output: Any, opts: ProfileOptions,

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from rollmux.cli import app
+from rollmux.core.colo_model import colocated_factors
 from rollmux.core.spec import JobSpec, default_cluster
-from rollmux.harness.profile import Measured, ProfileOptions, job_record, profile
+from rollmux.harness import profile as profile_mod
+from rollmux.harness.profile import Measured, ProfileOptions, job_record, measure, profile
 from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
 
@@ -115,6 +119,91 @@ def test_the_profiler_runs_the_jobs_phases_through_the_shim(fake_module):
     assert rec["host_gb"] == {"rollout": 5.0, "train": 7.0}
     assert rec["model"] == "fakejob:tiny"
     assert JobSpec.model_validate(rec).iterations == 50
+    assert "colocated" not in rec  # no co-located run unless asked
+
+
+class ClockedJob:
+    """A job whose phases and hooks advance a fake clock by set amounts, so every time is known."""
+
+    def __init__(self, rollouts, trains):
+        self.now = 0.0
+        self.rollouts, self.trains = iter(rollouts), iter(trains)
+        self.calls = []
+
+    def rollout(self, max_length=False):
+        self.calls.append("rollout")
+        self.now += next(self.rollouts)
+        return "batch"
+
+    def train(self, batch):
+        self.calls.append("train")
+        self.now += next(self.trains)
+
+    def sync(self):
+        self.calls.append("sync")
+        self.now += 50.0
+
+    def onload(self, pool):
+        self.calls.append(f"onload {pool}")
+        self.now += 100.0  # a switch: must not land in any phase's time
+
+    def offload(self, pool):
+        self.calls.append(f"offload {pool}")
+        self.now += 100.0
+
+    def host_bytes(self):
+        return {"rollout": 10**9, "train": 2 * 10**9}
+
+
+def test_the_colocated_run_times_its_phases_without_the_switches_and_records_their_means(monkeypatch):
+    # Disaggregated: warm-up, 3 runs, max length (1 s each); co-located: warm-up (9 s), then 3 runs
+    # whose means (3 and 5) differ from their medians (2 and 4).
+    job = ClockedJob(rollouts=[1.0] * 5 + [9.0, 1.0, 2.0, 6.0], trains=[1.0] * 5 + [9.0, 4.0, 4.0, 7.0])
+    monkeypatch.setattr("rollmux.shim.time", SimpleNamespace(perf_counter=lambda: job.now))
+    clients = []
+
+    class Recording(profile_mod.LocalPermitClient):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            clients.append(self)
+
+    monkeypatch.setattr(profile_mod, "LocalPermitClient", Recording)
+    disagg = measure(job, "c", runs=3, warmup=1)
+    n_disagg = len(job.calls)
+    colo = measure(job, "c", runs=3, warmup=1, colocated=True)
+    assert (colo.rollout, colo.train, colo.max_rollout) == ([1.0, 2.0, 6.0], [4.0, 4.0, 7.0], 0.0)
+    # Co-located order, 4 times (warm-up + 3 runs, no max length): each phase's state onloaded
+    # before it and offloaded after it, so rollout and training switch every iteration.
+    one = ["onload rollout", "rollout", "offload rollout", "onload train", "train", "offload train", "sync"]
+    assert job.calls[n_disagg:] == one * 4
+    # The permits: disaggregated, the rollout runs on the rollout pool; co-located, every phase
+    # runs on the same training nodes.
+    assert {(g.phase, g.pool) for g in clients[0].grants} >= {("rollout", "rollout"), ("train", "train")}
+    colo_grants = [g for g in clients[1].grants if g.phase != "sync"]
+    assert [(g.phase, g.pool) for g in colo_grants] == [("rollout", "train"), ("train", "train")] * 4
+    assert len({g.nodes for g in colo_grants}) == 1
+    rec = job_record(disagg, ProfileOptions(job_id="c", iterations=10), colo=colo)
+    assert rec["colocated"] == {"rollout_s": 3.0, "train_s": 5.0}
+    spec = JobSpec.model_validate(rec)
+    assert (spec.colocated.rollout_s, spec.colocated.train_s) == (3.0, 5.0)
+    assert colocated_factors(spec) == pytest.approx((3.0 / spec.mean_rollout_s, 5.0 / spec.mean_train_s))
+
+
+def test_profile_colocated_adds_the_colocated_profile_to_the_record(fake_module, tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "fakejob", raising=False)  # a fresh CALLS, whatever ran before
+    out = tmp_path / "job.yaml"
+    res = runner.invoke(app, ["profile", fake_module, "--runs", "2", "--warmup", "0", "--colocated", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    import fakejob
+    calls = [c[0] for c in fakejob.CALLS if c[0] != "make"]
+    # 3 disaggregated iterations (2 runs, max length), then 2 co-located ones.
+    one = ["onload", "rollout", "offload", "onload", "train", "offload", "sync"]
+    assert calls == one * 5
+    assert [c[1] for c in fakejob.CALLS if c[0] == "rollout"] == [False, False, True, False, False]
+    rec = yaml.safe_load(out.read_text())
+    job = JobSpec.model_validate(rec)
+    assert job.colocated is not None and job.colocated.rollout_s > 0 and job.colocated.train_s > 0
+    assert "co-located (mean of 2 runs, switches excluded)" in out.read_text()
 
 
 def test_the_record_is_the_runs_statistics():
