@@ -12,6 +12,7 @@ from rollmux.core.spec import default_cluster
 from rollmux.core.trace_io import load_jobs
 from rollmux.sim.baselines import solo_d_cost
 from rollmux.workload import find_traces_dir
+from tests.factories import job_record
 
 runner = CliRunner()
 POLICY_KEYS = {"cost_usd", "cost_per_hour", "slo_attainment", "jobs_finished", "mean_slowdown",
@@ -105,6 +106,7 @@ def test_the_table_is_never_cut_to_ellipses_on_a_140_column_console(small_trace)
     (["simulate", "--jobs", "/nonexistent.jsonl"], "/nonexistent.jsonl"),
     (["simulate", "--policy", "fifo"], "--policy"),
     (["simulate", "--order", "edf"], "--order"),
+    (["simulate", "--accounting", "x"], "--accounting"),
     (["workload", "philly", "--vc", "nope", "-o", "x.jsonl"], "nope"),
     (["workload", "philly", "--mode", "weird", "-o", "x.jsonl"], "--mode"),
 ])
@@ -114,6 +116,34 @@ def test_bad_input_exits_2_with_one_line_naming_the_place(args, place):
     assert "Traceback" not in res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and place in lines[0], res.output
+
+
+ONE_TO_THREE = """pools:
+  rollout: {gpu: H20,  gpus_per_node: 8, host_gb_per_node: 2048, price_per_gpu_hour: 1.0, max_nodes: null}
+  train:   {gpu: H800, gpus_per_node: 8, host_gb_per_node: 2048, price_per_gpu_hour: 3.0, max_nodes: null}
+warm_switch_s: 2.0
+cold_switch_s: 135.0
+"""
+
+
+def test_simulate_paper_accounting_charges_solo_d_over_verl_the_price_ratio(tmp_path):
+    # One node per pool per job: Solo-D pays (p_r + p_t) per node-hour of stay, veRL p_t.
+    cluster, jobs, out = tmp_path / "c.yaml", tmp_path / "j.jsonl", tmp_path / "r.json"
+    cluster.write_text(ONE_TO_THREE)
+    jobs.write_text("".join(json.dumps(job_record(f"j{i}", arrival_s=600.0 * i, duration_s=3600.0 + 900.0 * i,
+                                                  rollout_gpus=8, train_gpus=8)) + "\n" for i in range(4)))
+    args = ["simulate", "--jobs", str(jobs), "--cluster", str(cluster), "--policy", "solo-d", "--policy", "verl"]
+    res = runner.invoke(app, [*args, "--accounting", "paper", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    solo, verl = doc["policies"]["solo-d"], doc["policies"]["verl"]
+    assert doc["accounting"] == "paper"
+    assert solo["cost_usd"] / verl["cost_usd"] == pytest.approx(4.0 / 3.0, rel=1e-9)
+    assert 0 < solo["throughput"] <= 1 and solo["iterations_done"] > 0
+    assert "paper accounting" in res.output and "throughput" in res.output and "1.33x" in res.output
+    work = runner.invoke(app, [*args, "--json", str(out)])
+    assert work.exit_code == 0 and "throughput" not in work.output and "paper accounting" not in work.output
+    assert "accounting" not in json.loads(out.read_text())
 
 
 def test_bad_trace_line_is_named(tmp_path):

@@ -13,6 +13,7 @@ from rollmux.cli.app import app, err, fail, out, write_json
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import load_cluster, load_jobs
 from rollmux.errors import InputError
+from rollmux.sim.accounting import ACCOUNTINGS, accounting_named
 from rollmux.sim.report import comparison_table
 from rollmux.sim.runner import DEFAULT_POLICIES, compare
 
@@ -46,6 +47,9 @@ def simulate(
     sets: Optional[list[str]] = s.SETS,
     seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+    accounting: str = typer.Option("work", "--accounting", help=f"{' or '.join(ACCOUNTINGS)}: every job runs "
+                                   "all its iterations (work), or stays exactly its trace duration whatever its "
+                                   "slowdown, throughput reported (paper: the authors' cost code)."),
     skip_unplaceable: bool = typer.Option(False, "--skip-unplaceable", help="Drop jobs no node can hold, with a warning."),
     flat_sync: bool = typer.Option(False, "--flat-sync", help="Weight sync sends one copy per rollout node over "
                                                               "the inter-pool link."),
@@ -65,6 +69,7 @@ def simulate(
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""
     try:
+        books = accounting_named(accounting)
         cfg = s.scheduler_config(profile, s.given_flags(locals()), static, sets)
         trace = load_jobs(jobs)
         spec, warnings = load_cluster(cluster)
@@ -77,7 +82,8 @@ def simulate(
             def progress_for(name: str):
                 task = bar.add_task(name, total=len(job_list))
                 return lambda done, total: bar.update(task, completed=done)
-            result = compare(job_list, spec, names, cfg, progress_for, seed=seed, flat_sync=flat_sync)
+            result = compare(job_list, spec, names, cfg, progress_for, seed=seed, flat_sync=flat_sync,
+                             accounting=books)
         out.print(comparison_table(result, job_list, spec, trace.source))
         if json_out is not None:
             write_json(json_out, result.to_json())

@@ -10,6 +10,8 @@ modelled for this baseline.
 
 from __future__ import annotations
 
+import numpy as np
+
 from rollmux.core.accounting import Ledger
 from rollmux.core.colo_model import (  # noqa: F401  (re-exported: the model's names, as before)
     check_colo_speed,
@@ -19,8 +21,9 @@ from rollmux.core.colo_model import (  # noqa: F401  (re-exported: the model's n
     verl_train_scale,
 )
 from rollmux.core.spec import ClusterSpec, JobSpec
-from rollmux.sim.draws import rollout_draws, solo_seconds
-from rollmux.sim.metrics import JobOutcome, PolicyResult
+from rollmux.sim.accounting import WORK, Accounting, job_outcome
+from rollmux.sim.draws import Rollouts
+from rollmux.sim.metrics import PolicyResult
 
 
 def solo_d_cost(jobs: list[JobSpec], cluster: ClusterSpec) -> float:
@@ -40,7 +43,7 @@ def busy_time_bound(jobs: list[JobSpec], cluster: ClusterSpec) -> float:
 
 
 def simulate_verl(jobs: list[JobSpec], cluster: ClusterSpec, seed: int = 0,
-                  colo_speed: float = 1.0) -> PolicyResult:
+                  colo_speed: float = 1.0, accounting: Accounting = WORK) -> PolicyResult:
     """Run every job co-located on its own training-type nodes (no queueing)."""
     check_colo_speed(colo_speed)
     ledger = Ledger(cluster)
@@ -48,20 +51,17 @@ def simulate_verl(jobs: list[JobSpec], cluster: ClusterSpec, seed: int = 0,
     events: list[tuple[float, int, int]] = []  # (time, +/-nodes, order)
     outcomes = []
     for j in jobs:
-        rollouts = rollout_draws(j, seed)
+        rollouts = accounting.draws(j, seed)
         r_scale, t_scale = verl_rollout_scale(j, cluster, colo_speed), verl_train_scale(j, colo_speed)
-        total_r = float(rollouts.sum())
-        roll, train = total_r * r_scale, j.train_time(total_r) * t_scale
-        switches = 2 * cluster.warm_switch_s * j.iterations
-        lifetime = roll + train + switches
+        done, roll, train, switches, last, left = _verl_stay(j, rollouts, r_scale, t_scale, cluster.warm_switch_s,
+                                                             accounting.departure_s(j))
         g = max(j.rollout_gpus, j.train_gpus)
         nodes = pool.nodes_for(g)
-        events += [(j.arrival_s, nodes, 1), (j.arrival_s + lifetime, -nodes, 0)]
+        events += [(j.arrival_s, nodes, 1), (left, -nodes, 0)]
         ledger.busy("train", g, roll)
         ledger.busy("train", j.train_gpus, train)
         ledger.busy("train", g, switches)
-        outcomes.append(JobOutcome(j.job_id, j.iterations, j.arrival_s, j.arrival_s + lifetime,
-                                   solo_seconds(j, rollouts), j.slo, j.solo_iter_s))
+        outcomes.append(job_outcome(j, rollouts, done, j.arrival_s, last, left))
     for t, delta, _ in sorted(events, key=lambda e: (e[0], e[2])):
         if delta > 0:
             ledger.provision("train", delta, t)
@@ -70,3 +70,29 @@ def simulate_verl(jobs: list[JobSpec], cluster: ClusterSpec, seed: int = 0,
     ledger.close(max((t for t, _, _ in events), default=0.0))
     outcomes.sort(key=lambda o: o.finish_s)
     return PolicyResult.from_ledger("verl", ledger, len(jobs), outcomes)
+
+
+def _verl_stay(j: JobSpec, rollouts: Rollouts, r_scale: float, t_scale: float, switch_s: float,
+               leave_s: float | None) -> tuple[int, float, float, float, float, float]:
+    """A co-located job's (iterations done, busy rollout, training and switch seconds, end of its last
+    iteration, departure). With no departure time (`work`) it runs all its iterations back to back.
+    With one (`paper`) it runs until then; the iteration in flight at its departure is abandoned, its
+    busy time booked whole, as the simulator's co-located mode books an iteration when it starts."""
+    if leave_s is None:
+        total_r = float(np.asarray(rollouts[:j.iterations]).sum())
+        switches = 2 * switch_s * j.iterations
+        lifetime = total_r * r_scale + j.train_time(total_r) * t_scale + switches
+        end = j.arrival_s + lifetime
+        return j.iterations, total_r * r_scale, j.train_time(total_r) * t_scale, switches, end, end
+    k = j.iterations
+    while True:  # draw until an iteration would end after the departure
+        r = np.asarray(rollouts[:k])
+        ends = j.arrival_s + np.cumsum(r * r_scale + j.train_time(r) * t_scale + 2 * switch_s)
+        done = int(np.searchsorted(ends, leave_s, side="left"))  # ending before it (as the simulators' ties go)
+        if done < k:
+            break
+        k *= 2
+    begun = r[:done + 1]  # the completed iterations and the abandoned one
+    last = float(ends[done - 1]) if done else j.arrival_s
+    return (done, float(begun.sum()) * r_scale, j.train_time(float(begun.sum())) * t_scale,
+            2 * switch_s * (done + 1), last, leave_s)

@@ -38,7 +38,7 @@ def colocated_iteration(sim: Host, run: JobRun) -> None:
     a, b = drift_scales(job, now - run.start_s)
     base = float(run.rollouts[run.done])
     run.rollout_s, run.train_s = a * base, b * job.train_time(base)
-    run.solo_s += run.rollout_s + run.train_s + job.sync_s  # the same iteration run solo, disaggregated
+    run.iter_solo_s = run.rollout_s + run.train_s + job.sync_s  # the same iteration run solo, disaggregated
     g = group_gpus(sim.state.colocated[run.group_id], sim.cluster)  # G, or a narrowed G'
     if run.colo is None:  # the model's scales (and the switches) for this job, once
         run.colo = colocated_phases(job, sim.cluster, 1.0, 1.0, sim.cfg.colocation.speed, g)

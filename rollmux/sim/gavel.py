@@ -74,21 +74,22 @@ Accounting: the policy pays for the nodes of running gangs (provisioned when a
 gang starts or grows, released when it is preempted, shrinks or empties), and
 records busy GPU-seconds per pool (rollout gpus x (switch + rollout), train
 gpus x (switch + train); co-located: G gpus x (switches + rollout), train gpus
-x train on the training pool).
+x train on the training pool). Under the paper accounting (sim/accounting.py) a job leaves its
+gang at its trace departure whatever its progress, an iteration in flight abandoned (its busy
+time, booked when the iteration began, stays booked) and the gang's next member running.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from rollmux.core.accounting import POOLS, Ledger
 from rollmux.core.env import SimEnvironment
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.errors import InputError
+from rollmux.sim.accounting import WORK, Accounting, job_outcome
 from rollmux.sim.baselines import check_colo_speed
-from rollmux.sim.draws import rollout_draws, solo_seconds
+from rollmux.sim.draws import Rollouts
 from rollmux.sim.gavel_alloc import (
     choose_kind,
     expected_iter_s,
@@ -109,10 +110,11 @@ _EPS = 1e-9
 @dataclass
 class _Run:
     job: JobSpec
-    rollouts: np.ndarray
+    rollouts: Rollouts
     kind: str = "disagg"
     done: int = 0
     start_s: float | None = None
+    last_s: float | None = None  # when its last completed iteration ended
 
 
 @dataclass
@@ -140,7 +142,7 @@ class GavelSimulation:
 
     def __init__(self, jobs: list[JobSpec], cluster: ClusterSpec, seed: int = 0,
                  round_s: float = 360.0, packed: bool = True, max_pack: int = 2,
-                 hetero: bool = True, colo_speed: float = 1.0) -> None:
+                 hetero: bool = True, colo_speed: float = 1.0, accounting: Accounting = WORK) -> None:
         if round_s <= 0:
             raise InputError("round_s", f"must be > 0, got {round_s}")
         self.caps = {p: getattr(cluster.pools, p).max_nodes for p in POOLS}
@@ -157,7 +159,8 @@ class GavelSimulation:
                 raise InputError(f"job {job.job_id}", f"can never be placed: {reason}")
         self.jobs, self.cluster, self.seed = jobs, cluster, seed
         self.round_s, self.packed, self.max_pack = round_s, packed, max_pack
-        self.hetero, self.speed = hetero, colo_speed
+        self.hetero, self.speed, self.accounting = hetero, colo_speed, accounting
+        self._last_departure_s = 0.0
         self.sw = cluster.warm_switch_s
         self.env = SimEnvironment()
         self.ledger = Ledger(cluster)
@@ -177,11 +180,14 @@ class GavelSimulation:
         """Simulate the whole trace."""
         for job in self.jobs:
             self.env.call_at(job.arrival_s, self._arrive, job)
+            leave = self.accounting.departure_s(job)
+            if leave is not None:  # it leaves then whatever its progress
+                self.env.call_at(leave, self._leave_now, job)
         self.env.run()
         if len(self.outcomes) != len(self.jobs):
             stuck = sorted({j.job_id for j in self.jobs} - {o.job_id for o in self.outcomes})
             raise SimulationStalled(f"gavel: {len(stuck)} jobs never finished, e.g. {stuck[:5]}")
-        self.ledger.close(self.env.now())
+        self.ledger.close(self.accounting.close_s(self.env.now(), self._last_departure_s))
         return PolicyResult.from_ledger("gavel", self.ledger, len(self.jobs), self.outcomes,
                                         placements=None)
 
@@ -194,7 +200,7 @@ class GavelSimulation:
             demand = {p: sum(g.nodes[p] for g in self.gangs) for p in POOLS} if self.capped else None
             kind = choose_kind(job, self.cluster, self.speed, demand)
         self.kind_counts[kind] += 1
-        run = _Run(job, rollout_draws(job, self.seed), kind)
+        run = _Run(job, self.accounting.draws(job, self.seed), kind)
         gang = self._choose_gang(job, kind) if self.packed else None
         if gang is None:
             gang = _Gang(self._next_gid, [run], job_nodes(job, self.cluster, kind), kind)
@@ -285,8 +291,9 @@ class GavelSimulation:
         now = self.env.now()
         run = g.members[g.cursor]
         run.done += 1
+        run.last_s = now
         g.pending = None
-        if run.done < run.job.iterations:
+        if not self.accounting.finished(run.job, run.done):
             g.cursor = (g.cursor + 1) % len(g.members)
             self._begin_iteration(g, now)
             return
@@ -296,11 +303,31 @@ class GavelSimulation:
             self._begin_iteration(g, now)
         self._dispatch(now)
 
+    def _leave_now(self, job: JobSpec) -> None:
+        """The accounting's departure time came: the job leaves its gang whatever it is doing;
+        an iteration of its in flight is abandoned and the gang's next member runs."""
+        now = self.env.now()
+        found = next(((g, m) for g in self.gangs for m in g.members if m.job is job), None)
+        if found is None:
+            return  # (already gone)
+        g, run = found
+        self._accrue(now)
+        self._depart(g, run, now)
+        if g.members and g.running and g.pending is None:
+            self._begin_iteration(g, now)
+        self._dispatch(now)
+
     def _depart(self, g: _Gang, run: _Run, now: float) -> None:
-        job = run.job
-        self.outcomes.append(JobOutcome(job.job_id, job.iterations, run.start_s, now,
-                                        solo_seconds(job, run.rollouts), job.slo, job.solo_iter_s, job.arrival_s))
-        g.members.pop(g.cursor)
+        start = now if run.start_s is None else run.start_s  # (never run: it waited its whole stay)
+        self.outcomes.append(job_outcome(run.job, run.rollouts, run.done, start,
+                                         start if run.last_s is None else run.last_s, now))
+        self._last_departure_s = now
+        at = next(i for i, m in enumerate(g.members) if m is run)
+        if at == g.cursor and g.pending is not None:  # its iteration in flight is abandoned
+            g.pending, g.epoch = None, g.epoch + 1
+        g.members.pop(at)
+        if at < g.cursor:
+            g.cursor -= 1
         if g.members:
             g.cursor %= len(g.members)
             self._resize(g, now)
@@ -438,7 +465,7 @@ class GavelSimulation:
 
 def simulate_gavel(jobs: list[JobSpec], cluster: ClusterSpec, seed: int = 0, round_s: float = 360.0,
                    packed: bool = True, max_pack: int = 2, hetero: bool = True,
-                   colo_speed: float = 1.0) -> PolicyResult:
+                   colo_speed: float = 1.0, accounting: Accounting = WORK) -> PolicyResult:
     """Run Gavel+ (policy "gavel") over the trace; `packed` adds phase-unaware gang sharing,
     `hetero` the choice of GPU type for each job's rollout."""
-    return GavelSimulation(jobs, cluster, seed, round_s, packed, max_pack, hetero, colo_speed).run()
+    return GavelSimulation(jobs, cluster, seed, round_s, packed, max_pack, hetero, colo_speed, accounting).run()

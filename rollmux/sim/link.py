@@ -32,6 +32,14 @@ class SharedLink:
         self.peak_transfers = max(self.peak_transfers, len(self._left))
         self._schedule()
 
+    def cancel(self, key: str) -> None:
+        """Drop the transfer under `key`, if any (its job left): the others share the link from now on."""
+        if key not in self._left:
+            return
+        self._advance()
+        del self._left[key], self._done[key]
+        self._schedule()
+
     def _advance(self) -> None:
         now = self.env.now()
         if self._left:

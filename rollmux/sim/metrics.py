@@ -15,13 +15,16 @@ class JobOutcome:
     """How one job fared: its co-execution time vs solo on the same draws."""
 
     job_id: str
-    iterations: int
+    iterations: int    # iterations completed
     start_s: float
-    finish_s: float
+    finish_s: float    # when its last completed iteration ended
     solo_s: float      # the same iterations run solo (same sampled rollouts)
     slo: float
     solo_iter_s: float  # the profile's expected solo iteration time
     arrival_s: float | None = None  # when the job was submitted (None: it started on arrival)
+    # When it left, where that is not finish_s: under the paper accounting (sim/accounting.py) a
+    # job leaves at its trace departure, an iteration in flight abandoned.
+    left_s: float | None = None
 
     @property
     def queued_s(self) -> float:
@@ -30,13 +33,20 @@ class JobOutcome:
 
     @property
     def slowdown(self) -> float:
-        """Mean iteration time under the policy / mean iteration time solo."""
-        return (self.finish_s - self.start_s) / self.solo_s
+        """Mean iteration time under the policy / mean iteration time solo (NaN: none completed)."""
+        return (self.finish_s - self.start_s) / self.solo_s if self.iterations else float("nan")
 
     @property
     def mean_iter_s(self) -> float:
-        """Mean iteration time under the policy."""
+        """Mean iteration time under the policy; with none completed, how long its first ran before it left."""
+        if not self.iterations:  # (a lower bound of that iteration's time)
+            return (self.finish_s if self.left_s is None else self.left_s) - self.start_s
         return (self.finish_s - self.start_s) / self.iterations
+
+    @property
+    def _solo_mean_s(self) -> float:
+        """The solo iteration time the SLO multiplies (see slo_met)."""
+        return max(self.solo_iter_s, self.solo_s / self.iterations) if self.iterations else self.solo_iter_s
 
     @property
     def slo_met(self) -> bool:
@@ -46,20 +56,25 @@ class JobOutcome:
         when the job's own draws were slower, its realized solo mean: a job is
         never charged for its own rollout lengths, only for sharing.
         """
-        solo = max(self.solo_iter_s, self.solo_s / self.iterations)
-        return self.mean_iter_s <= self.slo * solo * (1 + 1e-9)
+        return self.mean_iter_s <= self.slo * self._solo_mean_s * (1 + 1e-9)
 
     @property
     def jct_s(self) -> float:
         """Job completion time: submission to finish, queueing included."""
-        submitted = self.start_s if self.arrival_s is None else min(self.arrival_s, self.start_s)
-        return self.finish_s - submitted
+        return self.finish_s - self._submitted_s
+
+    @property
+    def _submitted_s(self) -> float:
+        return self.start_s if self.arrival_s is None else min(self.arrival_s, self.start_s)
 
     @property
     def slo_met_with_queueing(self) -> bool:
         """slo_met with the queueing delay counted: JCT / iterations within slo x solo iteration time."""
-        solo = max(self.solo_iter_s, self.solo_s / self.iterations)
-        return self.jct_s / self.iterations <= self.slo * solo * (1 + 1e-9)
+        if not self.iterations:  # its whole stay went on a first iteration it never completed
+            per_iter = (self.finish_s if self.left_s is None else self.left_s) - self._submitted_s
+        else:
+            per_iter = self.jct_s / self.iterations
+        return per_iter <= self.slo * self._solo_mean_s * (1 + 1e-9)
 
 
 @dataclass
@@ -108,8 +123,8 @@ class PolicyResult:
 
     @property
     def slowdowns(self) -> np.ndarray:
-        """Per-job slowdowns of finished jobs."""
-        return np.array([o.slowdown for o in self.outcomes])
+        """Per-job slowdowns of the jobs that completed an iteration."""
+        return np.array([o.slowdown for o in self.outcomes if o.iterations])
 
     def placement_shares(self) -> dict[str, float] | None:
         """Share of placements won by each case of Algorithm 1."""

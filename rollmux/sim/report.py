@@ -16,6 +16,11 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _fixed(x: float | None) -> str:
+    """Three decimals; '-' where nothing was measured (no job completed an iteration)."""
+    return "-" if x is None else f"{x:.3f}"
+
+
 def _ms(x: float) -> str:
     """Milliseconds, one decimal below 10."""
     return f"{x:.1f}" if x < 10 else f"{x:.0f}"
@@ -61,12 +66,13 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
     solo_cost = solo.cost_usd if solo else solo_d_cost(jobs, cluster)
     basis = "simulated" if solo else "closed form"
     span_d = max((j.arrival_s for j in jobs), default=0) / 86400
+    acc, nominal = cmp.accounting, cmp.nominal_iterations
     t = Table(title=f"{len(jobs)} jobs from {source} (arrivals over {span_d:.1f} days)",
-              caption=f"gain = Solo-D cost ({basis}) / policy cost; slowdown = mean iteration time vs "
+              caption=f"{acc.caption(nominal)}gain = Solo-D cost ({basis}) / policy cost; slowdown = mean iteration time vs "
                       f"solo, mean and max over jobs; R / T = rollout / training pool; peaks in GPUs; "
                       f"placements = direct packing / "
                       f"rollout scaling / isolated (+ co-located + paired); migrations = jobs moved between groups (job-hours they stalled); decide ms = policy time per arrival (one placement) · per departure (all its re-placement checks), p50/p99 each; busy-time bound ${cmp.busy_time_bound_usd:,.0f}")
-    for col in ("policy", "cost $", "$/h", "gain", "SLO met", "slowdown", "max", "idle R",
+    for col in ("policy", "cost $", "$/h", "gain", *acc.columns, "SLO met", "slowdown", "max", "idle R",
                 "idle T", "peak R", "peak T", "placements", "migrations", "decide ms"):
         # The text cells wrap on a narrow console (140 columns when not a terminal) so that the
         # numbers and the headers are never cut to an ellipsis.
@@ -84,8 +90,8 @@ def comparison_table(cmp: Comparison, jobs: list[JobSpec], cluster: ClusterSpec,
         if p is not None and "train_scaling" in p:  # joined by adding training nodes (core/placement/options/)
             places += f" + {100 * p['train_scaling']:.0f}% train-scaled"
         t.add_row(name, f"{r.cost_usd:,.0f}", f"{r.cost_per_hour:,.1f}",
-                  f"{cmp.gain_vs_solo(name, solo_cost):.2f}x", _pct(r.slo_attainment),
-                  f"{j['mean_slowdown']:.3f}", f"{j['max_slowdown']:.3f}",
+                  f"{cmp.gain_vs_solo(name, solo_cost):.2f}x", *acc.cells(r, nominal), _pct(r.slo_attainment),
+                  _fixed(j["mean_slowdown"]), _fixed(j["max_slowdown"]),
                   _pct(r.idle_share["rollout"]) if r.peak_gpus["rollout"] else "-",
                   _pct(r.idle_share["train"]), str(r.peak_gpus["rollout"]), str(r.peak_gpus["train"]),
                   places, _moves(r), _latency(r))

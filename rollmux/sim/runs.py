@@ -9,6 +9,7 @@ import numpy as np
 
 from rollmux.core.placement import ProgressView
 from rollmux.core.spec import JobSpec
+from rollmux.sim.draws import Rollouts
 
 
 @dataclass
@@ -17,14 +18,16 @@ class JobRun:
 
     job: JobSpec
     group_id: int
-    rollouts: np.ndarray
+    rollouts: Rollouts
     start_s: float
     done: int = 0
+    last_s: float | None = None  # when its last completed iteration ended
     moving_since: float | None = None  # left its old group; not yet through its migration
     rollout_s: float = 0.0  # this iteration's true phase times, as the scheduler measures them
     train_s: float = 0.0
     sync_parts: int = 0     # parts of the sync still running (fixed time, link transfer)
-    solo_s: float = 0.0     # the same iterations (same draws, same drift) run solo
+    solo_s: float = 0.0     # the completed iterations (same draws, same drift) run solo
+    iter_solo_s: float = 0.0  # the iteration in progress run solo: added to solo_s when it completes
     # A lone member's iteration played in one step: (start, rollout end, train end, sync end,
     # train switch); None when it runs phase by phase through its controller.
     fast: tuple[float, float, float, float, float] | None = None

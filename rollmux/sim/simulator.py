@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.elastic import member_rollout_gpus
 from rollmux.core.env import SimEnvironment
@@ -33,8 +35,9 @@ from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.state import ClusterState
 from rollmux.core.vocabulary import JobStatus, Pool
 from rollmux.errors import InputError
+from rollmux.sim.accounting import WORK, Accounting, job_outcome
 from rollmux.sim.colocated import colocated_iteration
-from rollmux.sim.draws import drift_scales, rollout_draws, solo_seconds
+from rollmux.sim.draws import drift_scales
 from rollmux.sim.link import SharedLink
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 from rollmux.sim.runs import JobRun, RunProgress
@@ -65,10 +68,12 @@ class Simulation:
     lone_fast_path = True  # play a lone member's iteration in one step (off: every phase by permits)
 
     def __init__(self, jobs: list[JobSpec], cluster: ClusterSpec, config: SchedulerConfig | None = None,
-                 policy: PlacementPolicy | None = None, *, seed: int = 0, flat_sync: bool = False) -> None:
+                 policy: PlacementPolicy | None = None, *, seed: int = 0, flat_sync: bool = False,
+                 accounting: Accounting = WORK) -> None:
         """`config`: the scheduler's settings (default: the shipped profile); `policy`: built from
         it unless given (a baseline); `seed`: every rollout draw; `flat_sync`: weight sync sends
-        one copy per rollout node across the inter-pool link (ablation), not one per job."""
+        one copy per rollout node across the inter-pool link (ablation), not one per job;
+        `accounting`: when a job leaves (sim/accounting.py)."""
         for job in jobs:
             reason = cluster.job_unplaceable_reason(job)
             if reason is not None:
@@ -76,7 +81,8 @@ class Simulation:
         self.cfg = config or SchedulerConfig()
         self.jobs, self.cluster = jobs, cluster
         self.policy = policy or build_policy(self.cfg, cluster)
-        self.seed, self.flat_sync = seed, flat_sync
+        self.seed, self.flat_sync, self.accounting = seed, flat_sync, accounting
+        self._last_departure_s = 0.0
         self.env = SimEnvironment()
         self.state = ClusterState(self.env, cluster, self.policy, self.cfg)
         self.ledger = self.state.ledger
@@ -100,11 +106,14 @@ class Simulation:
         self._progress = progress
         for job in self.jobs:
             self.env.call_at(job.arrival_s, self._arrive, job)
+            leave = self.accounting.departure_s(job)
+            if leave is not None:  # it leaves then whatever its progress
+                self.env.call_at(leave, self._leave_now, job)
         self.env.run()
         if len(self.outcomes) != len(self.jobs):
             stuck = sorted(set(j.job_id for j in self.jobs) - {o.job_id for o in self.outcomes})
             raise SimulationStalled(f"{self.policy.name}: {len(stuck)} jobs never finished, e.g. {stuck[:5]}")
-        self.ledger.close(self.env.now())
+        self.ledger.close(self.accounting.close_s(self.env.now(), self._last_departure_s))
         regroups = self.cfg.regroup.enabled and self.state.regroups
         why = self.state.why.to_json() if self.state.explains else None
         return PolicyResult.from_ledger(self.policy.name, self.ledger, len(self.jobs), self.outcomes,
@@ -149,7 +158,7 @@ class Simulation:
     def _start(self, job: JobSpec, gid: int) -> None:
         run = self.runs.get(job.job_id)
         if run is None:
-            self.runs[job.job_id] = JobRun(job, gid, rollout_draws(job, self.seed), self.env.now())
+            self.runs[job.job_id] = JobRun(job, gid, self.accounting.draws(job, self.seed), self.env.now())
         else:  # re-queued after a crash-free wait: it resumes where it stopped
             run.group_id = gid
         self._next_iteration(job.job_id)
@@ -177,7 +186,7 @@ class Simulation:
         a, b = drift_scales(run.job, now - run.start_s)
         base = float(run.rollouts[run.done])
         run.rollout_s, run.train_s = a * base * self._rollout_shape(run, ctl.group), b * run.job.train_time(base)
-        run.solo_s += a * base + run.train_s + run.job.sync_s  # solo: on its nominal rollout nodes
+        run.iter_solo_s = a * base + run.train_s + run.job.sync_s  # solo: on its nominal rollout nodes
         sw_t = ctl.switch_for(jid, TRAIN)
         t1 = (now + ctl.switch_for(jid, ROLLOUT)) + run.rollout_s
         t2 = t1 + (sw_t + run.train_s)
@@ -240,7 +249,7 @@ class Simulation:
         ctl = self.state.controllers[g.group_id]
         r = a * base * self._rollout_shape(run, ctl.group)
         run.rollout_s, run.train_s = r, b * run.job.train_time(base)
-        run.solo_s += a * base + run.train_s + run.job.sync_s  # solo: on its nominal rollout nodes
+        run.iter_solo_s = a * base + run.train_s + run.job.sync_s  # solo: on its nominal rollout nodes
         work = (1.0 - g.tail_share) * r
         if ctl.any_tails(g.nodes):
             tails = [[(self.tail_end[j], f) for j, f in ctl.tails_on(n).items()] for n in g.nodes]
@@ -259,10 +268,16 @@ class Simulation:
             end = head + g.tail_share * r + self.state.intra.migration_overhead_s
             self.tail_end[g.job_id] = end
             self.ledger.busy(ROLLOUT_POOL, gpus * self.state.intra.tail_worker_frac, end - head)
-            self.env.call_at(head, ctl.tail_started, g.job_id)
+            self.env.call_at(head, self._tail_started, ctl, g.job_id)
         self.env.call_at(end, self._rollout_done, g.job_id)
 
+    def _tail_started(self, ctl, jid: str) -> None:
+        if jid in self.runs:  # (a job that left meanwhile has no tail)
+            ctl.tail_started(jid)
+
     def _rollout_done(self, jid: str) -> None:
+        if jid not in self.runs:
+            return  # it left mid-iteration (the accounting's departure): the iteration is abandoned
         self.state.controllers[self.runs[jid].group_id].release(jid, ROLLOUT)
         self._request(jid, TRAIN)
 
@@ -273,7 +288,9 @@ class Simulation:
         self.env.call_later(dur, self._train_done, g.job_id)
 
     def _train_done(self, jid: str) -> None:
-        run = self.runs[jid]
+        run = self.runs.get(jid)
+        if run is None:
+            return  # it left mid-iteration
         self.state.controllers[run.group_id].release(jid, TRAIN)
         # The sync ends when its fixed part is over and, on a finite link, the weights crossed it.
         run.sync_parts = 1
@@ -288,15 +305,21 @@ class Simulation:
         return self.cluster.pools.rollout.nodes_for(run.job.rollout_gpus) if self.flat_sync else 1
 
     def _sync_part_done(self, jid: str) -> None:
-        run = self.runs[jid]
+        run = self.runs.get(jid)
+        if run is None:
+            return  # it left mid-iteration
         run.sync_parts -= 1
         if run.sync_parts == 0:
             self._sync_done(jid)
 
     def _sync_done(self, jid: str) -> None:
-        run = self.runs[jid]
+        run = self.runs.get(jid)
+        if run is None:
+            return  # it left mid-iteration
         run.done += 1
-        if run.done >= run.job.iterations:
+        run.solo_s += run.iter_solo_s
+        run.last_s = self.env.now()
+        if self.accounting.finished(run.job, run.done):
             self._depart(run)
             return
         self._observe(run)
@@ -323,13 +346,35 @@ class Simulation:
         self._request(jid, ROLLOUT)
 
     # -- departures ---------------------------------------------------------------------
+    def _leave_now(self, job: JobSpec) -> None:
+        """The accounting's departure time came: the job leaves whatever it is doing; an
+        iteration in flight is abandoned (its pending events find it gone and do nothing)."""
+        jid, run = job.job_id, self.runs.get(job.job_id)
+        if run is None:  # never placed: it waited in the queue its whole stay
+            self.queue = deque(j for j in self.queue if j is not job)
+            now = self._last_departure_s = self.env.now()
+            self.outcomes.append(job_outcome(job, np.empty(0), 0, now, now, now))
+            if self._progress is not None:
+                self._progress(len(self.outcomes), len(self.jobs))
+            return
+        ctl = self.state.controllers.get(run.group_id)
+        if run.fast is not None:  # hand the controller the state the permit path reached
+            ctl.before_change = None
+            self._materialize(jid)
+        if ctl is not None:
+            ctl.withdraw(jid)  # its permits and pending requests go, as a crashed job's do
+        if self.link is not None:
+            self.link.cancel(jid)
+        self._depart(run)
+
     def _depart(self, run: JobRun) -> None:
         job, now = run.job, self.env.now()
         # A drifted job is judged against the same iterations run solo: the same draws and
         # the same drift on each (the solo run would drift at another iteration, doing other work).
-        solo = solo_seconds(job, run.rollouts) if job.drift is None else run.solo_s
-        self.outcomes.append(JobOutcome(job.job_id, job.iterations, run.start_s, now,
-                                        solo, job.slo, job.solo_iter_s, job.arrival_s))
+        solo = None if job.drift is None else run.solo_s
+        self.outcomes.append(job_outcome(job, run.rollouts, run.done, run.start_s,
+                                         run.start_s if run.last_s is None else run.last_s, now, solo))
+        self._last_departure_s = now
         del self.runs[job.job_id]
         self.tail_end.pop(job.job_id, None)
         # It leaves its group (and a slot reserved for a planned move it did not make).
@@ -342,6 +387,7 @@ class Simulation:
 
 def simulate(jobs: list[JobSpec], cluster: ClusterSpec, config: SchedulerConfig | None = None,
              policy: PlacementPolicy | None = None, progress=None, *, seed: int = 0,
-             flat_sync: bool = False) -> PolicyResult:
+             flat_sync: bool = False, accounting: Accounting = WORK) -> PolicyResult:
     """Run one group-based policy (RollMux built from `config`, or `policy`) over a trace."""
-    return Simulation(jobs, cluster, config, policy, seed=seed, flat_sync=flat_sync).run(progress)
+    return Simulation(jobs, cluster, config, policy, seed=seed, flat_sync=flat_sync,
+                      accounting=accounting).run(progress)

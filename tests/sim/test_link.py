@@ -28,6 +28,17 @@ def test_concurrent_transfers_share_and_the_survivor_speeds_up():
     assert link.peak_transfers == 2
 
 
+def test_a_cancelled_transfer_never_completes_and_frees_its_share():
+    env, done = SimEnvironment(), {}
+    link = SharedLink(env, gbps=10.0)
+    link.send("a", 100.0, lambda: done.setdefault("a", env.now()))
+    link.send("b", 100.0, lambda: done.setdefault("b", env.now()))
+    env.call_at(4.0, link.cancel, "b")  # 0-4 s: 5 Gb/s each; then a alone sends its last 80 at 10 Gb/s
+    env.call_at(5.0, link.cancel, "nobody")  # (no such transfer: nothing happens)
+    env.run()
+    assert done == {"a": pytest.approx(12.0)}
+
+
 def _syncing_jobs(n: int):
     from factories import make_job
     return [make_job(f"j{i}", rollout=100, train=100, sync=1.0, slo=5.0, duration=201.0 * 20,
