@@ -113,6 +113,7 @@ class CompactionConfig(_Section):
 
     enabled: bool = True
     every_s: float = Field(1800.0, ge=0)  # at most one try per group per this many seconds
+    repin: bool = True  # a member alone on the dropped node moves to another of the group's (priced)
 
 
 class IntraGroupConfig(_Section):

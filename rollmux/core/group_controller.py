@@ -195,6 +195,12 @@ class GroupController:
             self._cold[job_id] = switch_s
         self.update_group(self.group)
 
+    def cold_start(self, job_id: str, switch_s: float) -> None:
+        """The member's next rollout permit carries `switch_s`: its state is not resident on
+        the rollout nodes it is pinned to now (a re-pin, core/repair/compaction.py)."""
+        self._cold[job_id] = switch_s
+        self._settled = False
+
     @staticmethod
     def _pins(member, pool: str) -> tuple[int, ...]:
         return member.rollout_nodes if pool == ROLLOUT else member.train_nodes

@@ -264,17 +264,19 @@ class Observe(_Record):
 
 class Compact(_Record):
     """A decision (rollout compaction, elastic rollout only): the group gives back its idle
-    rollout node `node`, the members pinned there narrowed onto their other nodes."""
+    rollout node `node`, the members pinned there narrowed onto their other nodes, or with
+    `repin` a member pinned there alone re-pinned to another (core/repair/compaction.py)."""
 
     kind: Literal["compact"] = Field("compact", exclude=True)
     group_id: int
     node: int
+    repin: bool = False
     version: Literal[1] = 1
 
     @classmethod
-    def of(cls, group_id: int, node: int) -> Compact:
+    def of(cls, group_id: int, node: int, repin: bool = False) -> Compact:
         """The record of a compaction the scheduler decided."""
-        return cls(group_id=group_id, node=node)
+        return cls(group_id=group_id, node=node, repin=repin)
 
 
 class Memory(_Record):

@@ -56,7 +56,8 @@ def dump_state(state: Any) -> dict:
             "arriving": {j: move_to_dict(m) for j, m in cs.arriving.items()},
             "nodes": cs.ledger.nodes,
             "estimates": {j: estimate_to_dict(e) for j, e in cs.estimates.items()},
-            "planned": {j: job_to_dict(s) for j, s in cs.planned.items()}, "compacted": cs.compacted}
+            "planned": {j: job_to_dict(s) for j, s in cs.planned.items()}, "compacted": cs.compacted,
+            **({"repinned": cs.repinned} if cs.repinned else {})}  # (absent: older snapshots read the same)
 
 
 def load_state(state: Any, d: dict, job_type: type) -> None:
@@ -82,4 +83,5 @@ def load_state(state: Any, d: dict, job_type: type) -> None:
     cs.estimates = {j: estimate_from_dict(e) for j, e in d.get("estimates", {}).items()}
     cs.planned = {j: JobSpec.model_validate(s) for j, s in d.get("planned", {}).items()}
     cs.compacted = d.get("compacted", 0)
+    cs.repinned = d.get("repinned", 0)
     cs.reindex()

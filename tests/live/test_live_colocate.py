@@ -10,7 +10,7 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.spec import default_cluster
 from rollmux.live.live_state import LiveState
 from rollmux.live.service import SchedulerCore
-from tests.factories import GROUPS, config, make_cluster, make_job
+from tests.factories import BALANCED_COLO, GROUPS, ROLLOUT_HEAVY_COLO, TRAIN_HEAVY_COLO, config, make_cluster, make_job
 
 CLUSTER = default_cluster().model_dump()
 COLO = config(GROUPS, colocate=True)
@@ -19,12 +19,13 @@ TIMINGS = {"wait_s": 0.0, "onload_s": 0.0, "run_s": 0.01, "offload_s": 0.0}
 
 def _train_heavy(job_id: str, **kw) -> dict:
     """An 8:8 job co-located placement prefers to a group of its own (0.58 of its cost)."""
-    return make_job(job_id, rollout=100.0, train=300.0, slo=2.0, **kw).model_dump(exclude_none=True)
+    return make_job(job_id, rollout=100.0, train=300.0, slo=2.0, colo=TRAIN_HEAVY_COLO, **kw).model_dump(exclude_none=True)
 
 
 def _rollout_heavy_wide(job_id: str) -> dict:
     """A 16:8 job: co-located it would need 16 H800 GPUs, so it founds a group; x fits its bubbles."""
-    return make_job(job_id, rollout=300.0, train=100.0, rollout_gpus=16, slo=2.0).model_dump(exclude_none=True)
+    return make_job(job_id, rollout=300.0, train=100.0, rollout_gpus=16, slo=2.0,
+                    colo=ROLLOUT_HEAVY_COLO).model_dump(exclude_none=True)
 
 
 def _iteration(core: SchedulerCore, job_id: str, token: str) -> list[dict]:
@@ -145,7 +146,7 @@ def _moves_into_a_group(core: SchedulerCore) -> None:
 
 def _balanced(job_id: str) -> dict:
     """An 8:8 job with phases as long as each other: co-located alone, two of them interleave."""
-    return make_job(job_id, rollout=150.0, train=150.0, slo=1.5).model_dump(exclude_none=True)
+    return make_job(job_id, rollout=150.0, train=150.0, slo=1.5, colo=BALANCED_COLO).model_dump(exclude_none=True)
 
 
 PAIR = config(COLO, colo_pair=True)

@@ -12,7 +12,7 @@ from rollmux.core.spec import default_cluster
 from rollmux.live.live_state import LiveState
 from rollmux.core.records import config_from, config_record
 from rollmux.live.service import SchedulerCore
-from tests.factories import GROUPS, config, make_cluster, make_job
+from tests.factories import GROUPS, TRAIN_HEAVY_COLO, config, make_cluster, make_job
 
 CLUSTER = default_cluster().model_dump()
 # compact_every_s=0: a compaction may be tried at every iteration end (the default waits 1800 s).
@@ -178,7 +178,7 @@ def test_with_the_co_located_mode_a_wide_job_runs_on_one_training_node():
     core = SchedulerCore(CLUSTER, cfg=cfg)
     try:
         record = make_job("w", rollout=100.0, train=300.0, rollout_gpus=16, tail_frac=0.1, slo=1.5,
-                          duration=3600.0).model_dump(exclude_none=True)
+                          duration=3600.0, colo=TRAIN_HEAVY_COLO).model_dump(exclude_none=True)
         got = core.submit(record)
         assert got["case"] == "colocated" and got["nodes"] == {"rollout": [], "train": [0]}
         grant = core.acquire("w", "rollout", got["token"])

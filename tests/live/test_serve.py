@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from factories import make_job
+from factories import TRAIN_HEAVY_COLO, make_job
 
 from rollmux.live.client import HttpPermitClient
 from rollmux.live.local import ProcessServer, free_port
@@ -217,7 +217,7 @@ def test_serve_colocate_places_a_job_on_its_training_nodes_over_http(tmp_path):
     server = ProcessServer(store, tmp_path, extra=["--colocate"])
     try:
         client = HttpPermitClient(server.url, admin_token=server.admin_token)
-        record = make_job("x", rollout=100, train=300, slo=2.0).model_dump(exclude_none=True)
+        record = make_job("x", rollout=100, train=300, slo=2.0, colo=TRAIN_HEAVY_COLO).model_dump(exclude_none=True)
         got = client.submit(record)
         assert got["case"] == "colocated" and got["mode"] == "colocated"
         grant = client.acquire("x", "rollout")  # with the job's token, kept from its submission

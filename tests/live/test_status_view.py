@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from factories import GROUPS, config, make_job
+from factories import GROUPS, TRAIN_HEAVY_COLO, config, make_job
 from rich.console import Console
 
 from rollmux.core.spec import default_cluster
@@ -36,7 +36,7 @@ def test_status_tables_show_groups_turns_and_jobs_against_their_slo():
 def test_a_colocated_job_is_a_row_of_its_own():
     core = SchedulerCore(default_cluster().model_dump(), cfg=config(GROUPS, colocate=True))
     try:
-        core.submit(make_job("x", rollout=100, train=300).model_dump(exclude_none=True))
+        core.submit(make_job("x", rollout=100, train=300, colo=TRAIN_HEAVY_COLO).model_dump(exclude_none=True))
         st = core.status()
     finally:
         core.shutdown()

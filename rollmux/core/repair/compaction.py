@@ -13,16 +13,26 @@ a narrowed rollout can stretch the period, and the whole group, its training nod
 then holds its nodes longer for the same work. It repeats while a node can go.
 Evidence: docs/decisions/compaction.md.
 
-Nothing moves: a narrowed member's state is already resident on the nodes it keeps (no cold
-start, no migration); its cost is its longer rollout, which the plan and the admission test
-include. A node is dropped only while idle (no phase, no migrated tail, no init waiting on it),
+A narrowed member's state is already resident on the nodes it keeps (no cold start, no
+migration); its cost is its longer rollout, which the plan and the admission test include.
+
+Re-pinning (`repin`): a member whose only rollout node is the one dropped is pinned instead to
+the group's other rollout node with the fewest members (lowest index first), at its factor: e.g.
+two 1+1 jobs left on two rollout nodes and one training node when a third member departed share
+one rollout node again. Its rollout state is not resident there: its next rollout cold-starts
+(`moves.repin_seconds`: remote load plus its rollout state over the migration link). The stall is
+charged to every member's SLO budget in the admission test (the round robin waits on it), and the re-pin is made only when the
+saving per period over the members' remaining periods (the fewest any member has left) pays at
+least `margin` times what the group costs during the stall (the regroup hysteresis). A node is dropped only while idle (no phase, no migrated tail, no init waiting on it),
 so no running rollout loses a node; a member pinned on it then is not rolling out, and its next
 rollout permit covers the nodes it keeps. The controller renumbers the rest (as after `shrink`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Container, Iterator, Mapping
+from dataclasses import dataclass
 
 from rollmux.core.config import IntraConfig
 from rollmux.core.elastic import allowed_factor
@@ -30,25 +40,50 @@ from rollmux.core.group import Group, Member, residency_ok
 from rollmux.core.intra_group import group_planning_times, node_loads, plan_group, t_cycle, t_load
 from rollmux.core.placement.admission import group_fits, period_budget
 from rollmux.core.placement.costs import group_cost_per_period
+from rollmux.core.repair.moves import repin_seconds
 from rollmux.core.spec import ClusterSpec
 
 
-def narrowed(group: Group, drop: int, cluster: ClusterSpec) -> Group | None:
+@dataclass(frozen=True)
+class Repin:
+    """Re-pinning allowed: a re-pin must pay `margin` times its stall's cost; `scale` stretches
+    the stall (as it does every migration)."""
+
+    margin: float = 2.0
+    scale: float = 1.0
+
+
+def narrowed(group: Group, drop: int, cluster: ClusterSpec, repin: bool = False) -> Group | None:
     """`group` without rollout node `drop` (the rest renumbered), each member pinned there
-    narrowed onto its other nodes at the elastic factor of its new count; None when a member
-    holds that node alone or its count leaves the elastic range (unplanned)."""
-    remap = {old: new for new, old in enumerate(n for n in range(group.n_rollout) if n != drop)}
+    narrowed onto its other nodes at the elastic factor of its new count, or (`repin`) a
+    member holding that node alone re-pinned (module docstring); None when such a member may
+    not be re-pinned or a count leaves the elastic range (unplanned)."""
+    rest = [n for n in range(group.n_rollout) if n != drop]
+    remap = {old: new for new, old in enumerate(rest)}
+    pinned = Counter(n for m in group.members for n in m.rollout_nodes if n != drop)
     members = []
     for m in group.members:
         nodes = m.rollout_nodes
         factor = m.rollout_factor
         if drop in nodes:
             nodes = tuple(n for n in nodes if n != drop)
-            factor = allowed_factor(m.job, cluster, len(nodes)) if nodes else None
+            if nodes:
+                factor = allowed_factor(m.job, cluster, len(nodes))
+            elif repin and rest:
+                target = min(rest, key=lambda n: (pinned[n], n))
+                pinned[target] += 1
+                nodes = (target,)
+            else:
+                factor = None
             if factor is None:
                 return None
         members.append(Member(m.job, tuple(remap[n] for n in nodes), m.train_nodes, factor))
     return Group(group.group_id, group.n_rollout - 1, group.n_train, tuple(members))
+
+
+def repinned(group: Group, drop: int) -> list[str]:
+    """The members of `group` a compaction dropping `drop` re-pins: those holding only it."""
+    return [m.job_id for m in group.members if m.rollout_nodes == (drop,)]
 
 
 def drop_order(group: Group, cfg: IntraConfig, idle: Container[int]) -> list[int]:
@@ -60,21 +95,52 @@ def drop_order(group: Group, cfg: IntraConfig, idle: Container[int]) -> list[int
 
 
 def compact(group: Group, cluster: ClusterSpec, cfg: IntraConfig, progress: Mapping[str, tuple[int, float]],
-            idle: Container[int]) -> tuple[Group, int] | None:
+            idle: Container[int], repin: Repin | None = None) -> tuple[Group, int] | None:
     """The planned group with one idle rollout node fewer that still meets every member's SLO
     budget, and the node it drops (an index of `group`); None if no node can go."""
     if group.n_rollout < 2:
         return None
     before = group_cost_per_period(group, cluster)
-    least_budget = min(period_budget(m.job, progress) for m in group.members)
     for drop in drop_order(group, cfg, idle):
-        cand = narrowed(group, drop, cluster)
-        if cand is None or not residency_ok(cand, cluster) or not _may_pay(cand, cluster, cfg, before, least_budget):
+        cand = narrowed(group, drop, cluster, repin is not None)
+        if cand is None or not residency_ok(cand, cluster):
+            continue
+        stalls = _stalls(group, drop, cluster, repin)
+        charged = _charged(progress, stalls) if stalls else progress
+        least_budget = min(period_budget(m.job, charged) for m in group.members)
+        if not _may_pay(cand, cluster, cfg, before, least_budget):
             continue
         cand = plan_group(cand, cfg, reorder=False)  # (the turn order stays: no transient)
-        if group_cost_per_period(cand, cluster) < before and group_fits(cand, progress, cfg):
+        after = group_cost_per_period(cand, cluster)
+        if after < before and _repays(group, cand, before - after, stalls, progress, cluster, repin) \
+                and group_fits(cand, charged, cfg):
             return cand, drop
     return None
+
+
+def _stalls(group: Group, drop: int, cluster: ClusterSpec, repin: Repin | None) -> dict[str, float]:
+    """What each member owes the cold starts of the members a compaction dropping `drop`
+    re-pins: all of them, to every member (a cold start holds its new node, and the round
+    robin waits on it)."""
+    if repin is None:
+        return {}
+    stall = sum(repin_seconds(m.job, cluster, repin.scale) for m in group.members if m.rollout_nodes == (drop,))
+    return {m.job_id: stall for m in group.members} if stall > 0 else {}
+
+
+def _charged(progress: Mapping[str, tuple[int, float]], stalls: Mapping[str, float]) -> dict[str, tuple[int, float]]:
+    """The members' progress with their stalls added to the time they have spent."""
+    return {j: (progress.get(j, (0, 0.0))[0], progress.get(j, (0, 0.0))[1] + s) for j, s in stalls.items()}
+
+
+def _repays(group: Group, cand: Group, saving: float, stalls: Mapping[str, float],
+            progress: Mapping[str, tuple[int, float]], cluster: ClusterSpec, repin: Repin | None) -> bool:
+    """No re-pin, or its saving per period over the fewest periods a member has left pays
+    `margin` times the group's cost over the longest stall."""
+    if not stalls or repin is None:
+        return True
+    periods = min(max(m.job.iterations - progress.get(m.job_id, (0, 0.0))[0], 0) for m in group.members)
+    return saving * periods >= repin.margin * cand.cost_per_hour(cluster) * max(stalls.values()) / 3600
 
 
 def _may_pay(cand: Group, cluster: ClusterSpec, cfg: IntraConfig, before: float, least_budget: float) -> bool:
@@ -91,11 +157,11 @@ def _may_pay(cand: Group, cluster: ClusterSpec, cfg: IntraConfig, before: float,
 
 
 def compactions(group: Group, cluster: ClusterSpec, cfg: IntraConfig, progress: Mapping[str, tuple[int, float]],
-                idle: set[int]) -> Iterator[tuple[Group, int]]:
+                idle: set[int], repin: Repin | None = None) -> Iterator[tuple[Group, int]]:
     """Successive compactions of `group` (each from the previous one's group), while a node
     can go: (group after, dropped node as an index of the group before)."""
     while True:
-        step = compact(group, cluster, cfg, progress, idle)
+        step = compact(group, cluster, cfg, progress, idle, repin)
         if step is None:
             return
         group, drop = step

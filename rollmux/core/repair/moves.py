@@ -62,6 +62,13 @@ def migration_seconds(job: JobSpec, cluster: ClusterSpec, scale: float = 1.0) ->
     return scale * (cluster.cold_switch_s + state_gb / cluster.migration_gb_per_s)
 
 
+def repin_seconds(job: JobSpec, cluster: ClusterSpec, scale: float = 1.0) -> float:
+    """Time a member re-pinned to another rollout node of its group stalls: its rollout state
+    (`host_gb.rollout`, per rollout node it holds) crosses the network, then it cold-starts."""
+    state_gb = job.host_gb.rollout * cluster.pools.rollout.nodes_for(job.rollout_gpus)
+    return scale * (cluster.cold_switch_s + state_gb / cluster.migration_gb_per_s)
+
+
 def slice_rate(job: JobSpec, cluster: ClusterSpec) -> float:
     """$/h of one job-sized slice of both pools (its nominal rollout and training nodes)."""
     r, t = cluster.pools.rollout, cluster.pools.train

@@ -112,6 +112,7 @@ class ClusterState:
         # into a group (as it dissolves a lone group). A policy with the mode on counts them.
         self.colocated: dict[int, Group] = {}
         self.compacted = 0  # rollout nodes given back by compaction
+        self.repinned = 0  # members a compaction re-pinned to another rollout node
         if isinstance(policy, Colocating) and policy.colocate:
             self.cases[Case.COLOCATED] = 0
         self.departures = Departures(self)

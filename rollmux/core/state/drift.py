@@ -24,8 +24,8 @@ from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import job_planning_times, plan_group
 from rollmux.core.placement.admission import group_fits
 from rollmux.core.records import Compact, Movers
-from rollmux.core.repair.compaction import compactions, narrowed
-from rollmux.core.repair.moves import migration_seconds, plan_moves
+from rollmux.core.repair.compaction import Repin, compactions, narrowed, repinned
+from rollmux.core.repair.moves import migration_seconds, plan_moves, repin_seconds
 from rollmux.core.repair.regroup import shrink
 from rollmux.core.spec import JobSpec
 from rollmux.core.state.shared import Held, Progress, measured
@@ -74,10 +74,16 @@ class DriftRepair:
             return 0  # (not a try: a later iteration's end may find a node idle)
         self._compact_at[group_id] = now + st.cfg.compaction.every_s
         dropped = 0
-        for _, drop in compactions(g, st.cluster, st.intra, measured(progress, st.estimates, st.planned), idle):
-            commit(Compact.of(group_id, drop))
+        for after, drop in compactions(g, st.cluster, st.intra, measured(progress, st.estimates, st.planned), idle,
+                                       self._repin()):
+            commit(Compact.of(group_id, drop, repin=bool(repinned(g, drop))))
+            g = after
             dropped += 1
         return dropped
+
+    def _repin(self) -> Repin | None:
+        cfg = self.state.cfg
+        return Repin(cfg.regroup.margin, cfg.regroup.migration_scale) if cfg.compaction.repin else None
 
     def apply_compaction(self, r: Compact) -> None:
         """Carry out a compaction: the group without rollout node `node`, its members there
@@ -85,14 +91,19 @@ class DriftRepair:
         `narrowed`), that node released and the rest renumbered."""
         st = self.state
         g = st.groups.get(r.group_id)
-        cand = None if g is None or not 0 <= r.node < g.n_rollout else narrowed(g, r.node, st.cluster)
+        cand = None if g is None or not 0 <= r.node < g.n_rollout else narrowed(g, r.node, st.cluster, r.repin)
         if cand is None:
             raise ValueError(f"group {r.group_id} cannot give back rollout node {r.node}")
+        moved = repinned(g, r.node) if r.repin else []
         g, drop = plan_group(cand, st.intra, reorder=False), r.node
         st.ledger.release(Pool.ROLLOUT, 1, st.env.now())
         st.groups[g.group_id] = g
-        st.controllers[g.group_id].update_group(g, {n: n - (n > drop) for n in range(g.n_rollout + 1) if n != drop})
+        ctl = st.controllers[g.group_id]
+        ctl.update_group(g, {n: n - (n > drop) for n in range(g.n_rollout + 1) if n != drop})
+        for job_id in moved:  # its rollout state is not on its new node: its next rollout cold-starts
+            ctl.cold_start(job_id, repin_seconds(g.member(job_id).job, st.cluster, st.cfg.regroup.migration_scale))
         st.compacted += 1
+        st.repinned += len(moved)
 
     # -- drift repair --------------------------------------------------------------------------
     def _repair(self, job_id: str, group_id: int, rollout_s: float, train_s: float, progress: Progress,

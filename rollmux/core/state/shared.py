@@ -53,6 +53,7 @@ class Held(Protocol):
     planned: dict[str, JobSpec]
     decision_ms: dict[str, list[float]]
     compacted: int
+    repinned: int
 
     def view(self, progress: Progress) -> ClusterView: ...
 
