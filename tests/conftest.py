@@ -85,6 +85,7 @@ SLOW = (
     # modules listed whole: a slow module-scoped fixture, or nearly every test slow
     "tests/adapters/test_trl.py",
     "tests/jobs/test_grpo_example.py",
+    "tests/study/test_paper_trace_section.py",
     "tests/live/test_dashboard_live.py",
     "tests/live/test_dashboard_page.py",
     "tests/live/test_live_node_loss.py",

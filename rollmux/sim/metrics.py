@@ -100,6 +100,12 @@ class PolicyResult:
     placements_why: dict[str, dict[str, int]] | None = None
     # Rollout nodes given back by rollout compaction (core/repair/compaction.py); None: not a policy that compacts.
     compactions: int | None = None
+    # GPU-hours held per pool (what idle_share is a share of); not in the JSON.
+    held_gpu_hours: dict[str, float] = field(default_factory=dict)
+
+    def idle_gpu_hours(self, pool: str) -> float:
+        """GPU-hours of `pool` held but doing no work (the dependency bubbles and empty slots)."""
+        return self.held_gpu_hours.get(pool, 0.0) * self.idle_share[pool]
 
     @classmethod
     def from_ledger(cls, policy: str, ledger: Ledger, jobs_total: int, outcomes: list[JobOutcome],
@@ -109,6 +115,8 @@ class PolicyResult:
                    jobs_total=jobs_total, outcomes=outcomes,
                    idle_share={p: ledger.idle_share(p) for p in POOLS},
                    peak_gpus={p: ledger.peak_gpus(p) for p in POOLS},
+                   held_gpu_hours={p: ledger.node_seconds[p] * getattr(ledger.cluster.pools, p).gpus_per_node / 3600
+                                   for p in POOLS},
                    cost_timeline=list(ledger.rate_changes), **extra)
 
     @property

@@ -28,7 +28,17 @@ from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError
 from rollmux.sim.baselines import busy_time_bound
 from rollmux.sim.metrics import PolicyResult
-from rollmux.study import baseline_sensitivity, capacity, drift, link, mechanisms, migration, placements_why, residency
+from rollmux.study import (
+    baseline_sensitivity,
+    capacity,
+    drift,
+    link,
+    mechanisms,
+    migration,
+    paper_trace,
+    placements_why,
+    residency,
+)
 from rollmux.study.config import StudyConfig  # noqa: F401  (re-exported: `rollmux study` imports it here)
 
 # Part A lives in study/part_a.py; its names are re-exported here.
@@ -119,7 +129,7 @@ def philly_runs(mode: str, sc: StudyConfig, cluster: ClusterSpec, traces: Path, 
 
 PHILLY_MODES = ("paper", "catalog")
 # Further sections, each `run(sc, cluster, traces, pmap) -> data` and `render(data) -> markdown`.
-SECTIONS = (migration, drift, link, residency, placements_why, mechanisms, capacity, baseline_sensitivity)
+SECTIONS = (paper_trace, migration, drift, link, residency, placements_why, mechanisms, capacity, baseline_sensitivity)
 
 
 def pick_sections(spec: str) -> tuple:
