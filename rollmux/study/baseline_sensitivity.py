@@ -8,8 +8,8 @@ jobs use the same calibration) and its co-execution groups alone
 (`rollmux-groups`: `shipped` with the co-located mode off, study/sections.py
 `groups_config`):
 
-- veRL, calibrated to the paper's co-located pairs (rollmux/sim/baselines.py),
-  at co-located speed x0.8, x1 and x1.2 of the calibration: the sensitivity row.
+- veRL on the co-located model (measured pairs first, core/colo_fit.py; rollmux/sim/baselines.py),
+  at co-located speed x0.8, x1 and x1.2: the sensitivity row.
 - Gavel+ plain (every job disaggregated, the old model) and heterogeneity-aware
   (each job's rollout on H20 or co-located on H800, whichever costs less within
   its SLO; rollmux/sim/gavel_alloc.py), uncapped and at 41 + 41 nodes (the
@@ -145,17 +145,18 @@ def render(data: dict) -> str:
         "## The co-located baselines: veRL calibration sensitivity and heterogeneity-aware Gavel+",
         "",
         f"The Philly-driven traces ({data['jobs']} jobs, VC {data['vc']}, {data['days']:g} days). veRL runs "
-        "each job on max(rollout, train) GPUs of H800, with its phase times calibrated to the paper's "
-        "co-located pairs (8B-32k rollout 888 -> 608 s, 32B-8k training 362 -> 271 s; factors interpolated "
-        "over the job's rollout/train balance, rollmux/sim/baselines.py); the speed column scales the "
-        "co-located phases (x0.8 = 25% slower than calibrated). Each RollMux row names its configuration: "
+        "each job on max(rollout, train) GPUs of H800, with its co-located phase times from the authors' "
+        "measured pairs (a catalog job of a measured type carries its pair; the paper's profile classes, "
+        "which name no model, take the fit on the sixteen pairs by phase balance: a model, "
+        "core/colo_fit.py); the speed column scales the co-located phases (x0.8 = 25% slower than "
+        "measured or modelled). Each RollMux row names its configuration: "
         "`rollmux` is what `rollmux simulate` runs (the `shipped` profile: elastic rollout, stretch pricing, "
         "the per-job co-located mode at the row's speed, `colocation.speed`); `rollmux-groups` is its "
         "co-execution groups alone (the co-located mode off); Solo-D plans with `shipped`. Gavel+ plain "
         "keeps every job "
         "disaggregated; "
         "heterogeneity-aware Gavel+ runs each job's rollout on H20 or co-located on its H800 gang, "
-        "whichever costs less per iteration within its SLO, at the same calibrated speed. With a cap "
+        "whichever costs less per iteration within its SLO, at the same co-located speed. With a cap "
         f"({cap} nodes per pool) Gavel+ time-slices its gangs in 6-minute rounds (max-min fairness over "
         "normalized throughput). Gain = simulated Solo-D cost (uncapped) / cost. SLO met: mean iteration "
         "time within slo x solo while the job ran; with queueing, counting its wait before it first ran.",
