@@ -203,7 +203,9 @@ def test_host_gb_rejects_negative():
 
 def test_a_copy_with_a_new_slo_or_profile_recomputes_its_derived_times():
     job = make_job("c", rollout=100.0, train=100.0, slo=2.0, duration=4000.0)
-    assert (job.solo_iter_s, job.iterations, job.slo_iter_s, job.slo_budget_s)  # computed and cached
+    derived = (job.solo_iter_s, job.iterations, job.slo_iter_s, job.slo_budget_s)  # computed and cached
+    assert all(name in job.__dict__ for name in ("solo_iter_s", "iterations", "slo_iter_s", "slo_budget_s"))
+    assert derived == (205.0, 20, 410.0, 8200.0)
     roomy = job.model_copy(update={"slo": 3.0})
     assert roomy.slo_iter_s == 3.0 * job.solo_iter_s and roomy.slo_budget_s == roomy.slo_iter_s * job.iterations
     slower = job.model_copy(update={"train_s": 300.0})
