@@ -55,10 +55,16 @@ def pairs() -> tuple[Pair, ...]:
     doc = json.loads(resources.files("rollmux.data").joinpath(PAIRS_FILE).read_text())
     out = []
     for kind, d in sorted(doc["disagg"].items()):
-        c, m = doc["colo"][kind], _SIZE_CAP.fullmatch(kind + "-") or _SIZE_CAP.match(kind)
-        out.append(Pair(kind, float(m["size"]), float(m["cap"]), d["generate"] / d["train"],
+        c, (size, cap) = doc["colo"][kind], size_cap(kind)
+        out.append(Pair(kind, size, cap, d["generate"] / d["train"],
                         math.log(c["generate"] / d["generate"]), math.log(c["train"] / d["train"])))
     return tuple(out)
+
+
+@functools.cache
+def _by_type() -> dict[tuple[float, float], tuple[float, float]]:
+    """(size, cap) -> the measured (k_r, k_t) of that type."""
+    return {(p.size, p.cap): (math.exp(p.log_kr), math.exp(p.log_kt)) for p in pairs()}
 
 
 def size_cap(model: str | None) -> tuple[float, float] | None:
@@ -129,12 +135,7 @@ def measured_factors(model: str | None) -> tuple[float, float] | None:
     """(k_r, k_t) the authors measured for the type a `model` field names (single-turn: a
     multi-turn `-mt` job waits on its environment too, which no pair timed), or None."""
     named = size_cap(model)
-    if named is None or (model or "").endswith("-mt"):
-        return None
-    for p in pairs():
-        if (p.size, p.cap) == named:
-            return math.exp(p.log_kr), math.exp(p.log_kt)
-    return None
+    return None if named is None or model.endswith("-mt") else _by_type().get(named)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -144,8 +145,7 @@ def modelled_factors(model: str | None, rho: float) -> tuple[float, float]:
     measured = measured_factors(model)
     if measured is not None:
         return measured
-    named = size_cap(model)
-    size, cap = named if named is not None else (None, None)
+    size, cap = size_cap(model) or (None, None)
     return predict(size, cap, rho)
 
 

@@ -21,9 +21,12 @@ the group's other rollout node with the fewest members (lowest index first), at 
 two 1+1 jobs left on two rollout nodes and one training node when a third member departed share
 one rollout node again. Its rollout state is not resident there: its next rollout cold-starts
 (`moves.repin_seconds`: remote load plus its rollout state over the migration link). The stall is
-charged to every member's SLO budget in the admission test (the round robin waits on it), and the re-pin is made only when the
-saving per period over the members' remaining periods (the fewest any member has left) pays at
-least `margin` times what the group costs during the stall (the regroup hysteresis). A node is dropped only while idle (no phase, no migrated tail, no init waiting on it),
+charged to every member's SLO budget in the admission test (the round robin waits on it), and
+the re-pin is made only when the saving per period over the members' remaining periods (the
+fewest any member has left) pays at least `margin` times what the group costs during the stall
+(the regroup hysteresis).
+
+A node is dropped only while idle (no phase, no migrated tail, no init waiting on it),
 so no running rollout loses a node; a member pinned on it then is not rolling out, and its next
 rollout permit covers the nodes it keeps. The controller renumbers the rest (as after `shrink`).
 """
@@ -47,10 +50,11 @@ from rollmux.core.spec import ClusterSpec
 @dataclass(frozen=True)
 class Repin:
     """Re-pinning allowed: a re-pin must pay `margin` times its stall's cost; `scale` stretches
-    the stall (as it does every migration)."""
+    the stall (as it does every migration). Both come from the configuration's `regroup`
+    section (`regroup.margin`, `regroup.migration_scale`), which owns their defaults."""
 
-    margin: float = 2.0
-    scale: float = 1.0
+    margin: float
+    scale: float
 
 
 def narrowed(group: Group, drop: int, cluster: ClusterSpec, repin: bool = False) -> Group | None:
@@ -124,7 +128,8 @@ def _stalls(group: Group, drop: int, cluster: ClusterSpec, repin: Repin | None) 
     robin waits on it)."""
     if repin is None:
         return {}
-    stall = sum(repin_seconds(m.job, cluster, repin.scale) for m in group.members if m.rollout_nodes == (drop,))
+    moved = set(repinned(group, drop))
+    stall = sum(repin_seconds(m.job, cluster, repin.scale) for m in group.members if m.job_id in moved)
     return {m.job_id: stall for m in group.members} if stall > 0 else {}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import SimEnvironment
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, PlacementPlan
@@ -15,6 +16,7 @@ from tests.factories import GROUPS, config, intra, make_cluster, make_group, mak
 
 CLUSTER = make_cluster()
 CFG = intra()
+REPIN = Repin(SchedulerConfig().regroup.margin, SchedulerConfig().regroup.migration_scale)  # as shipped
 
 
 def _pair(slo: float = 1.8, duration: float = 200_000.0, third: bool = False):
@@ -38,7 +40,7 @@ def test_with_repin_a_member_alone_on_the_node_moves_to_the_least_pinned_other()
 def test_a_pair_left_on_two_rollout_nodes_shares_one_again():
     g = _pair()
     assert compact(g, CLUSTER, CFG, {}, idle={0, 1}) is None  # narrowing alone cannot
-    small, drop = compact(g, CLUSTER, CFG, {}, idle={0, 1}, repin=Repin())
+    small, drop = compact(g, CLUSTER, CFG, {}, idle={0, 1}, repin=REPIN)
     assert small.n_rollout == 1 and len(repinned(g, drop)) == 1
     assert group_cost_per_period(small, CLUSTER) < group_cost_per_period(g, CLUSTER)
 
@@ -48,7 +50,7 @@ def test_the_cold_start_is_charged_to_every_members_budget():
     g = _pair(slo=1.25, duration=185.0 * 10)
     assert compact(g, CLUSTER, CFG, {}, idle={0, 1}, repin=Repin(margin=0.0, scale=0.0)) is not None
     assert compact(g, CLUSTER, CFG, {}, idle={0, 1}, repin=Repin(margin=0.0, scale=1.0)) is None
-    small, drop = compact(_pair(), CLUSTER, CFG, {}, idle={0, 1}, repin=Repin())
+    small, drop = compact(_pair(), CLUSTER, CFG, {}, idle={0, 1}, repin=REPIN)
     stall = repin_seconds(_pair().members[drop].job, CLUSTER)
     assert group_fits(small, {m.job_id: (0, stall) for m in small.members}, CFG)
 
@@ -57,8 +59,8 @@ def test_a_repin_that_would_not_repay_its_stall_is_not_made():
     g = _pair()
     done = g.members[0].job.iterations - 2  # two iterations left: the saving cannot pay the stall
     progress = {m.job_id: (done, done * m.job.solo_iter_s) for m in g.members}
-    assert compact(g, CLUSTER, CFG, progress, idle={0, 1}, repin=Repin(margin=0.0)) is not None
-    assert compact(g, CLUSTER, CFG, progress, idle={0, 1}, repin=Repin(margin=2.0)) is None
+    assert compact(g, CLUSTER, CFG, progress, idle={0, 1}, repin=Repin(margin=0.0, scale=1.0)) is not None
+    assert compact(g, CLUSTER, CFG, progress, idle={0, 1}, repin=Repin(margin=2.0, scale=1.0)) is None
 
 
 def _state(**cfg) -> tuple[ClusterState, int]:
