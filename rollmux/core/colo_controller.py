@@ -8,8 +8,11 @@ rollout and training permit carries a warm switch, the offload/onload the veRL m
 charges twice per iteration (core/colo_model.py); there is no long-tail migration (the
 rollout has every GPU to itself), so a reported tail frees nothing.
 
+A job that folds here from a group (core/repair/fold.py) is a migrant: its placement is
+reserved (`hold`) and its first rollout permit carries its migration (`activate`).
+
 It answers the calls the live plane makes on a `GroupController` (request, release,
-tail_started, withdraw, update_group, whose_turn, export_state / import_state), so the
+tail_started, withdraw, update_group, hold, activate, whose_turn, export_state / import_state), so the
 service and its journal replay treat both alike. The simulator plays a co-located job
 without permits (sim/colocated.py): the same phases, one event per iteration.
 """
@@ -36,6 +39,7 @@ class ColocatedController:
         self.group = group
         self.holder: str | None = None  # the phase it runs now (rollout or train), for status
         self.last: str | None = None    # the phase whose state is loaded
+        self.cold_s = 0.0               # a migrant's move, carried by its first rollout permit
 
     @property
     def job_id(self) -> str:
@@ -62,8 +66,23 @@ class ColocatedController:
         # The other phase's state is offloaded and this one's onloaded: a warm switch, unless
         # this phase's state is the one loaded (a retried permit).
         switch = self.cfg.warm_switch_s if self.last not in (None, phase) else 0.0
+        if phase == ROLLOUT and self.cold_s > 0:  # it just moved here (core/repair/fold.py)
+            switch, self.cold_s = self.cold_s, 0.0
         self.holder = self.last = phase
         on_grant(Grant(gid, job_id, phase, COLOCATED_POOL, nodes, switch, now, 0.0))
+
+    def hold(self, job_id: str) -> None:
+        """A migrant's reserved placement: nothing to keep it out of (it has the nodes alone)."""
+
+    def activate(self, job_id: str, switch_s: float) -> None:
+        """The migrant arrives: its first rollout permit carries `switch_s` (its migration:
+        state moved, cold start)."""
+        self.cold_s = max(switch_s, 0.0)
+
+    def take_cold(self) -> float:
+        """The migration its next rollout would carry, now taken (the simulator plays it)."""
+        s, self.cold_s = self.cold_s, 0.0
+        return s
 
     def release(self, job_id: str, phase: str) -> None:
         """The phase is done: its nodes are free (for the job's own next phase)."""
@@ -83,8 +102,8 @@ class ColocatedController:
 
     def export_state(self) -> dict:
         """What a snapshot keeps: the phase running and the state loaded."""
-        return {"colocated": True, "holder": self.holder, "last": self.last}
+        return {"colocated": True, "holder": self.holder, "last": self.last, "cold_s": self.cold_s}
 
     def import_state(self, d: dict) -> None:
         """Adopt an exported state."""
-        self.holder, self.last = d.get("holder"), d.get("last")
+        self.holder, self.last, self.cold_s = d.get("holder"), d.get("last"), float(d.get("cold_s", 0.0))

@@ -13,7 +13,7 @@ a flat view of the intra-group and admission settings, `IntraConfig`, built for 
 by `SchedulerConfig.intra_for` (the warm-switch cost is the cluster's, DESIGN §2).
 
 Settings that act only through another one are inert while it is off, not an error: the
-co-located mode's `pair`, `regroup` and `narrow` without `colocation.enabled`, `narrow`
+co-located mode's `pair`, `regroup`, `fold` and `narrow` without `colocation.enabled`, `narrow`
 without `shapes.elastic_rollout`, compaction without elastic rollout.
 """
 
@@ -88,6 +88,7 @@ class ColocationConfig(_Section):
     narrow: bool = True              # with elastic rollout, a 16:8 job may run on its training GPUs' nodes
     regroup: bool = True             # a co-located job may later move into a group (priced)
     pair: bool = True                # an arrival may found a group with a co-located job that moves in
+    fold: bool = True                # a group's last member may move to co-location when that saves (priced)
 
     @property
     def effective_margin(self) -> float:
@@ -209,7 +210,8 @@ def _validated(tree: Mapping[str, Any]) -> SchedulerConfig:
 
 # Algorithm 1's admission, shapes and pricing, and no co-located mode (DESIGN §5).
 _ALGORITHM_1 = {"admission.plan": "worst", "placement.pricing": "delta", "shapes.elastic_rollout": False,
-                "colocation.enabled": False, "colocation.regroup": False, "colocation.pair": False}
+                "colocation.enabled": False, "colocation.regroup": False, "colocation.pair": False,
+                "colocation.fold": False}
 # The paper's static groups: fixed once formed (no regrouping, shrinking, repair or compaction).
 _STATIC = {"regroup.enabled": False, "regroup.shrink": False, "regroup.repair": False, "compaction.enabled": False}
 

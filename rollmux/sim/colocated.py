@@ -4,7 +4,8 @@ A co-located job needs no permits: it time-shares its own training nodes with no
 each iteration is one event. Its phase times are the veRL model's (core/colo_model.py) on
 the job's own seeded draws, with its drift applied first, exactly as the veRL baseline
 draws them (sim/baselines.py); busy time is booked the same way: the rollout and both
-switches on all G GPUs, training on its training GPUs.
+switches on all G GPUs, training on its training GPUs. A job that folded here from a group
+(core/repair/fold.py) first sits out its migration, held and not working, as a group's migrant does.
 """
 
 from __future__ import annotations
@@ -16,9 +17,17 @@ from rollmux.core.colo_model import colocated_phases, group_gpus
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import SimEnvironment
 from rollmux.core.spec import ClusterSpec
+from rollmux.core.repair.moves import slice_rate
 from rollmux.core.state import ClusterState
 from rollmux.sim.draws import drift_scales
 from rollmux.sim.runs import JobRun
+
+
+class MigrationCount(Protocol):
+    """The simulation's migration tally (sim/simulator.py `MigrationStats`)."""
+
+    stall_s: float
+    cost_usd: float
 
 
 class Host(Protocol):
@@ -29,6 +38,7 @@ class Host(Protocol):
     cfg: SchedulerConfig
     state: ClusterState
     ledger: Ledger
+    moves: MigrationCount
     _sync_done: Callable[[str], None]
 
 
@@ -44,6 +54,11 @@ def colocated_iteration(sim: Host, run: JobRun) -> None:
         run.colo = colocated_phases(job, sim.cluster, 1.0, 1.0, sim.cfg.colocation.speed, g)
     r_scale, t_scale, switches = run.colo
     roll, train = run.rollout_s * r_scale, run.train_s * t_scale
+    if run.moving_since is not None:  # it just moved here: its first iteration carries the move, held
+        moved = sim.state.controllers[run.group_id].take_cold()
+        sim.moves.stall_s += now + moved - run.moving_since
+        sim.moves.cost_usd += moved * slice_rate(job, sim.cluster) / 3600
+        run.moving_since, now = None, now + moved
     sim.ledger.busy("train", g, roll + switches)
     sim.ledger.busy("train", job.train_gpus, train)
     sim.env.call_at(now + roll + train + switches, sim._sync_done, job.job_id)

@@ -343,6 +343,10 @@ class Simulation:
         run.group_id = self.state.group_of[jid]
         run.moving_since = self.env.now()
         self.moves.count += 1
+        run.colo = None  # (a co-located job's scales are its placement's)
+        if run.group_id in self.state.colocated:  # a lone member folded (core/repair/fold.py)
+            colocated_iteration(self, run)
+            return
         self._request(jid, ROLLOUT)
 
     # -- departures ---------------------------------------------------------------------

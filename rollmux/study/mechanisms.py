@@ -6,14 +6,15 @@ the SLO-aware order inside a group (`intra_group.order`, core/slo_order.py), tra
 and elastic rollout parallelism (`shapes.*`, core/placement/options/, core/elastic.py), the per-job
 co-located mode (`colocation.enabled`, core/placement/options/colocated.py) and stretch pricing
 (`placement.pricing`, core/placement/pricing.py: a join is charged the members' stretch and placement
-takes the option that adds least). Four more settings act through these: a co-located job
+takes the option that adds least). Five more settings act through these: a co-located job
 may later move into a group (`colocation.regroup`, core/repair/regroup.py), a group may give back
 an idle rollout node by narrowing the members pinned there (`compaction.enabled`,
 core/repair/compaction.py, through elastic rollout), a co-located job may run on its training GPUs'
 nodes with its rollout narrowed (`colocation.narrow`, core/colo_model.py, through both the
 co-located mode and elastic rollout), and an arrival may found a group with a co-located job
 that moves in (`colocation.pair`, core/repair/pairing.py; the co-located margin follows it,
-`ColocationConfig.effective_margin`); each one's "only" row turns the settings it needs on
+`ColocationConfig.effective_margin`), and a group's last member may move to co-location
+(`colocation.fold`, core/repair/fold.py, through the co-located mode); each one's "only" row turns the settings it needs on
 too. Every row is a configuration (DESIGN §10) run on the study's Philly-driven traces (paper
 and catalog profiles) and on the same traces with 30% of the jobs drifting (moderate
 severity, as in the drift section), its label naming it (`SchedulerConfig.describe`):
@@ -22,7 +23,7 @@ severity, as in the drift section), its label naming it (`SchedulerConfig.descri
   co-execution groups with priced migrations and drift repair) with compaction and narrowed
   co-location off too;
 * "only X": all off but X, so each mechanism is measured alone against that row (co-located
-  jobs regrouping and co-located pairing: against "only co-located mode"; compaction: against
+  jobs regrouping, co-located pairing and folding: against "only co-located mode"; compaction: against
   "only elastic rollout"; narrowed co-location: against both);
 * "shipped": the `shipped` profile, what `rollmux simulate` runs;
 * "shipped without X" / "shipped with X": `shipped` with one switch flipped.
@@ -82,6 +83,7 @@ MECHANISMS = (
     Mechanism("co-located jobs regrouping", "colocation.regroup", True, False, needs=(COLOCATED_MODE,)),
     Mechanism("narrowed co-location", "colocation.narrow", True, False, needs=(COLOCATED_MODE, ELASTIC_ROLLOUT)),
     PAIRING,
+    Mechanism("co-located folding", "colocation.fold", True, False, needs=(COLOCATED_MODE,)),
     Mechanism("stretch pricing", "placement.pricing", "stretch", "delta"),
 )
 

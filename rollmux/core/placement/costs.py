@@ -52,3 +52,20 @@ def iteration_cost(plan: PlacementPlan) -> float:
     """$ the plan adds per iteration of its job at Δ: its Δ ($/h) over the job's planned
     iteration time (the group's period; a new group's or a co-located job's Δ is its whole rate)."""
     return plan.delta_cost_per_hour * plan.group.shape.period_s / 3600
+
+
+def folds(left: int, alone: float, colo: float, move_usd: float, margin: float) -> bool:
+    """Whether a group's last member with `left` iterations to go, costing `alone` per iteration
+    in its group and `colo` co-located, moves to co-location (core/repair/fold.py): the saving
+    beats `margin` x the move's price."""
+    saving = left * (alone - colo)
+    return saving > 0 and saving > margin * move_usd
+
+
+def after_partners(left: int, alone: float, colo: float | None, move_usd: float, margin: float) -> float:
+    """$ a job's last `left` iterations cost once its group's other members are gone: alone in
+    its group (`alone` per iteration), or, when it would fold (`colo` per co-located
+    iteration; None: it cannot), co-located plus its move."""
+    if colo is not None and folds(left, alone, colo, move_usd, margin):
+        return left * colo + move_usd
+    return left * alone

@@ -76,7 +76,12 @@ def slice_rate(job: JobSpec, cluster: ClusterSpec) -> float:
             + t.nodes_for(job.train_gpus) * t.node_price_per_hour)
 
 
-class _Charged(ProgressView):
+def migration_usd(job: JobSpec, cluster: ClusterSpec, scale: float = 1.0) -> float:
+    """$ one migration of the job costs: its slice of both pools held for its migration time."""
+    return migration_seconds(job, cluster, scale) * slice_rate(job, cluster) / 3600
+
+
+class ChargedProgress(ProgressView):
     """Progress with extra seconds charged to every job (more to `movers`), computed lazily:
     copying the progress of every job per evaluation would cost O(all jobs)."""
 
@@ -188,7 +193,7 @@ def plan_moves(members: tuple[Member, ...], from_group: int, view: ClusterView, 
     a member whatever it costs), or when no plan exists (node caps)."""
     longest = max(charges.values(), default=0.0)
     assert longest >= 0 and wait_s >= 0, "a charge only adds time (budget_bounds relies on it)"
-    scratch = replace(view, progress=_Charged(view.progress, longest,
+    scratch = replace(view, progress=ChargedProgress(view.progress, longest,
                                               {m.job_id: wait_s + charges[m.job_id] for m in members}),
                       moving=True)
     # A policy that can say "no existing group" without planning an isolated one saves that work.

@@ -27,9 +27,9 @@ from rollmux.core.colo_model import is_colocated
 from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, Member
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.placement.costs import group_cost_per_period, iteration_cost, plan_added_cost
+from rollmux.core.placement.costs import after_partners, group_cost_per_period, iteration_cost, plan_added_cost
 from rollmux.core.placement.options.isolated import isolated_plan
-from rollmux.core.repair.moves import Regroup, migration_seconds, plan_moves, slice_rate
+from rollmux.core.repair.moves import Regroup, migration_seconds, migration_usd, plan_moves, slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
 
 
@@ -65,13 +65,15 @@ def colocated_stake(group: Group, progress: Mapping[str, tuple[int, float]], clu
     return left * group_cost_per_period(group, cluster)
 
 
-def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: IntraConfig) -> float:
+def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: IntraConfig,
+                     fold: tuple[float, float] | None = None) -> float:
     """$ a co-located job saves over its remaining iterations by running in `plan`'s group
     instead: what its own nodes cost per co-located iteration less what the join adds per
     iteration, the members' stretch included (core/placement/costs.py), while the group's other
     members still run; once the last of them has left (in as many of its iterations as they
     have left), it pays for a group of its own per iteration (its `isolated_plan`; conservative: the
-    group may be filled again). Its $/h alone would not do: a co-located iteration is faster
+    group may be filled again), or with `fold` (margin, migration scale: `colocation.fold`,
+    core/repair/fold.py) it folds back to co-location when that pays. Its $/h alone would not do: a co-located iteration is faster
     than a shared one, so the job lives longer in a group."""
     job = group.members[0].job
     progress = view.progress
@@ -79,15 +81,22 @@ def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: 
     life = max((max(m.job.iterations - progress.get(m.job_id, (0, 0.0))[0], 0)
                 for m in plan.group.members if m.job_id != job.job_id), default=0)
     shared = min(left, life)
-    saving = left * group_cost_per_period(group, view.cluster) - shared * plan_added_cost(plan, view)
+    colo = group_cost_per_period(group, view.cluster)
+    saving = left * colo - shared * plan_added_cost(plan, view)
     if shared < left:
         alone = isolated_plan(job, view, cfg)
-        saving -= (left - shared) * (iteration_cost(alone) if alone is not None else math.inf)
+        if alone is None:
+            return -math.inf
+        if fold is None:
+            saving -= (left - shared) * iteration_cost(alone)
+        else:
+            saving -= after_partners(left - shared, iteration_cost(alone), colo,
+                                     migration_usd(job, view.cluster, fold[1]), fold[0])
     return saving
 
 
 def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, scale: float,
-                      margin: float) -> Regroup | None:
+                      margin: float, fold: bool = False) -> Regroup | None:
     """Dissolve `group` (absent from `view`) when re-placing its members saves more than
     `margin` times what their migrations cost; None otherwise.
 
@@ -95,7 +104,8 @@ def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, 
     member would have left anyway, less the wait for the movers' boundaries and migrations
     (conservative: after that the old group could have shrunk). Cost: each migration holds a
     job-sized slice of both pools for its migration time. `margin` > 1 is the hysteresis
-    that keeps groups from churning on small savings."""
+    that keeps groups from churning on small savings. `fold`: a co-located mover left alone
+    later may fold back (`colocated_saving`)."""
     cluster = view.cluster
     charges = {m.job_id: migration_seconds(m.job, cluster, scale) for m in group.members}
     wait_s = group.shape.period_s if group.shape is not None else 0.0
@@ -111,7 +121,8 @@ def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, 
     moves, added = planned
     saving = (group.cost_per_hour(cluster) - added) * max(horizon, 0.0) / 3600
     if is_colocated(group):  # priced per iteration, as it was placed
-        saving = min(saving, colocated_saving(group, moves[0].plan, view, policy.cfg))
+        saving = min(saving, colocated_saving(group, moves[0].plan, view, policy.cfg,
+                                              (margin, scale) if fold else None))
     if saving <= margin * cost or saving <= 0:
         return None
     return Regroup(group.group_id, tuple(moves), True, saving, cost)

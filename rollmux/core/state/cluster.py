@@ -115,6 +115,9 @@ class ClusterState:
         self.repinned = 0  # members a compaction re-pinned to another rollout node
         if isinstance(policy, Colocating) and policy.colocate:
             self.cases[Case.COLOCATED] = 0
+        # A group's last member may fold into co-location (core/repair/fold.py).
+        self.folds = cfg.colocation.fold and Case.COLOCATED in self.cases and self.regroups
+        self.folded = 0  # lone members that folded into co-location
         self.departures = Departures(self)
         self.drift = DriftRepair(self)
         # The one table of what `apply` carries out (Ray autoscaler style: explicit, no lookup by name).
@@ -193,7 +196,7 @@ class ClusterState:
                 if gid not in self.dissolving and g.members[0].job_id not in arriving]
         view = self.view(progress)
         pairing = pair_decision(job, plan, view, idle, self.policy, self.cfg.regroup.migration_scale,
-                                self.cfg.regroup.margin)
+                                self.cfg.regroup.margin, self.folds)
         if pairing is not None:
             validate_plan(pairing.plan, job, view)
         if self.decision_ms["arrival"]:
@@ -249,6 +252,8 @@ class ClusterState:
         for mv in r.moves:
             self._install(mv.plan, arrival=False, held=True)
             self.arriving[mv.job_id] = mv
+            if mv.plan.case == Case.COLOCATED:  # a lone member folds (core/repair/fold.py)
+                self.folded += 1
 
     def _movers_v1(self, r: MoversV1) -> None:
         """A version 1 regrouping (no slot reserved): the groups its movers leave are hidden."""
@@ -285,7 +290,9 @@ class ClusterState:
         self.next_gid = max(self.next_gid, g.group_id + 1)
         if plan.case == Case.COLOCATED:  # its training nodes, no group
             self.colocated[g.group_id] = g
-            self.controllers[g.group_id] = ColocatedController(self.env, g, self.intra)
+            ctl = self.controllers[g.group_id] = ColocatedController(self.env, g, self.intra)
+            if held:
+                ctl.hold(plan.job_id)
             return
         self.groups[g.group_id] = g
         ctl = self.controllers.get(g.group_id)

@@ -23,6 +23,7 @@ from rollmux.core.group import Group
 from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.records import Movers
 from rollmux.core.repair.regroup import colocated_stake, dissolve_decision
+from rollmux.core.repair.fold import fold_decision
 from rollmux.core.state.shared import Held, Progress
 
 # Co-located jobs a departure's consolidation pass tries to move into groups, at most.
@@ -46,6 +47,8 @@ class Departures:
             return []
         t0 = time.perf_counter()
         movers = self._dissolve(rest, progress, commit) if rest is not None else []
+        if rest is not None and not movers and st.folds:
+            movers = self._fold(rest, progress, commit)
         for g in self.candidates(rest, progress):
             # The departure freed room: small groups elsewhere may now fit into others.
             # An earlier move of this pass may have reserved a slot in it: take it as it is now.
@@ -139,9 +142,23 @@ class Departures:
             if within is not None:  # (a few groups: no index needed to search them)
                 view = replace(view, groups=tuple(g for g in view.groups if g.group_id in within), index=None)
             decision = dissolve_decision(group, view, st.policy, st.cfg.regroup.migration_scale,
-                                         st.cfg.regroup.margin)
+                                         st.cfg.regroup.margin, st.folds)
         finally:
             st.dissolving.discard(gid)
+        if decision is None:
+            return []
+        commit(Movers.of_regroup(decision))
+        return list(group.job_ids())
+
+    def _fold(self, group: Group, progress: Progress, commit: Commit) -> list[str]:
+        """Move a lone member to co-location when that pays (core/repair/fold.py); the mover."""
+        st = self.state
+        if len(group.members) != 1 or group.group_id in st.dissolving or group.members[0].job_id in st.arriving:
+            return []
+        colo = st.cfg.colocation
+        decision = fold_decision(group, st.view(progress), st.intra, colo.speed,
+                                   colo.narrow and st.cfg.shapes.elastic_rollout,
+                                   st.cfg.regroup.migration_scale, st.cfg.regroup.margin)
         if decision is None:
             return []
         commit(Movers.of_regroup(decision))

@@ -41,6 +41,8 @@ class Held(Protocol):
     intra: IntraConfig
     regroups: bool
     compacts: bool
+    folds: bool
+    folded: int
     join_bounds: JoinBounds | None
     ledger: Ledger
     groups: dict[int, Group]

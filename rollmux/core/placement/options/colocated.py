@@ -48,6 +48,7 @@ from typing import Callable
 from rollmux.core.colo_model import colocated_group, colocated_iter_s, colocated_nodes, gpu_options
 from rollmux.core.config import IntraConfig
 from rollmux.core.intra_group import job_planning_times
+from rollmux.core.placement.admission import period_budget
 from rollmux.core.placement.costs import iteration_cost
 from rollmux.core.placement.model import Case, ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -79,21 +80,38 @@ def colocated_option(job: JobSpec, view: ClusterView, cfg: IntraConfig,
         # a disaggregated past. (A job with none has no past: the live plane lists a queued job's
         # wait as its progress.)
         return None
+    return _cheapest(job, view, cfg, speed, narrow, lambda gpus: colocated_slo_ok(job, view.cluster, speed, gpus))
+
+
+def folding_option(job: JobSpec, view: ClusterView, cfg: IntraConfig,
+                    speed: float = 1.0, narrow: bool = False) -> PlacementPlan | None:
+    """The co-located plan for a running job that leaves its group (core/repair/fold.py), or
+    None: as `colocated_option`, but its SLO is what is left of its budget (`period_budget`
+    over `view`'s progress, which the mover's wait and migration are charged to): its planned
+    co-located iteration must fit it, as a group's planned period must."""
+    budget = period_budget(job, view.progress)
+    planned_r = job_planning_times(job, cfg).rollout
+    return _cheapest(job, view, cfg, speed, narrow,
+                     lambda gpus: colocated_iter_s(job, view.cluster, planned_r, speed, gpus) <= budget * (1 + 1e-9))
+
+
+def _cheapest(job: JobSpec, view: ClusterView, cfg: IntraConfig, speed: float, narrow: bool,
+              slo_ok: Callable[[int], bool]) -> PlacementPlan | None:
+    """The co-located plan on G or (`narrow`) a narrowed G' whose SLO check `slo_ok(gpus)`
+    passes and that costs least per iteration; None when none is valid."""
     if job.host_gb.rollout + job.host_gb.train > view.cluster.pools.train.host_gb_per_node + 1e-9:
         return None
-    plans = [p for p in (_colocated_plan(job, view, cfg, speed, g) for g in gpu_options(job, view.cluster, narrow))
-             if p is not None]
+    plans = [p for p in (_colocated_plan(job, view, cfg, speed, g) for g in gpu_options(job, view.cluster, narrow)
+                         if slo_ok(g)) if p is not None]
     return min(plans, key=iteration_cost, default=None)
 
 
 def _colocated_plan(job: JobSpec, view: ClusterView, cfg: IntraConfig, speed: float,
                     gpus: int) -> PlacementPlan | None:
-    """The co-located plan on `gpus` (G or a narrowed G'), or None when it is not valid."""
+    """The co-located plan on `gpus` (G or a narrowed G'), or None when its nodes are not free."""
     cluster, pool = view.cluster, view.cluster.pools.train
     nt = colocated_nodes(job, cluster, gpus)
     if view.free_train_nodes is not None and nt > view.free_train_nodes:
-        return None
-    if not colocated_slo_ok(job, cluster, speed, gpus):
         return None
     # At the estimate the groups are planned with (`job_planning_times`): planning the
     # co-located job at the cap while a group plans at the mean would favour the group.
