@@ -14,13 +14,14 @@ found is not planned. Evidence: docs/decisions/colocation-pair.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group
-from rollmux.core.intra_group import job_planning_times
+from rollmux.core.intra_group import job_planning_times, plan_group
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.placement.costs import group_cost_per_period, iteration_cost
+from rollmux.core.placement.costs import after_partners, group_cost_per_period, iteration_cost
+from rollmux.core.placement.model import with_plan
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.placement.options.paired import (
     least_busy,
@@ -30,18 +31,25 @@ from rollmux.core.placement.options.paired import (
     pair_saving,
     paired_seed,
 )
-from rollmux.core.repair.moves import Regroup, migration_seconds, migration_usd, slice_rate
-from rollmux.core.repair.regroup import dissolve_decision
+from rollmux.core.repair.moves import Move, OwedProgress, Regroup, migration_seconds, migration_usd, slice_rate
+from rollmux.core.repair.regroup import dissolve_decision, shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
+
+
+# With folding, an arrival also prices founding a group with two co-located jobs: the first
+# movers of this many pairings, each with the second of this many candidates.
+TRIO_FIRSTS = 3
+TRIO_SECONDS = 4
 
 
 @dataclass(frozen=True)
 class Pairing:
-    """An arrival's group founded with a co-located job: `plan` places the arrival in a new
-    group (`Case.PAIRED`); `regroup` moves the co-located job into it (its slot reserved)."""
+    """An arrival's group founded with co-located jobs: `plan` places the arrival in a new
+    group (`Case.PAIRED`); each of `regroups` moves one co-located job into it (its slot
+    reserved), in order."""
 
     plan: PlacementPlan
-    regroup: Regroup
+    regroups: tuple[Regroup, ...]
     saving_usd: float
 
 
@@ -90,17 +98,93 @@ def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocate
                            fold)
               for g, left_a, colo_a in tries]
     best: Pairing | None = None
+    firsts: list[tuple[Group, int, float, Regroup]] = []  # planned first movers, for a trio
     for (g, left_a, colo_a), bound in sorted(zip(tries, bounds), key=lambda c: -c[1]):
-        if bound <= (0.0 if best is None else best.saving_usd):
+        low = bound <= (0.0 if best is None else best.saving_usd)
+        if low and (not fold or len(firsts) >= TRIO_FIRSTS):
             break
         d = dissolve_decision(g, room, policy, scale, margin, fold)
         alone_a = None if d is None else isolated_plan(g.members[0].job, view, cfg)
         if alone_a is None:
             continue
+        firsts.append((g, left_a, colo_a, d))
+        if low:
+            continue  # (planned for a trio only)
         costs = {"colo_a": colo_a, "colo_b": colo_b, "alone_a": iteration_cost(alone_a),
                  "alone_b": iteration_cost(own), "pair": group_cost_per_period(d.moves[0].plan.group, cluster),
                  "move_a": migration_usd(g.members[0].job, cluster, scale), "move_b": migration_usd(job, cluster, scale)}
         saving = pair_saving(g.members[0].job, job, left_a, costs, margin if fold else None) - margin * d.cost_usd
         if saving > 0 and (best is None or saving > best.saving_usd):
-            best = Pairing(seed, d, saving)
+            best = Pairing(seed, (d,), saving)
+    if fold:
+        for trio in trios(job, colo_b, own, seed, room, firsts[:TRIO_FIRSTS], tries, view, policy, scale, margin):
+            if best is None or trio.saving_usd > best.saving_usd:
+                best = trio
     return best
+
+
+def trios(job: JobSpec, colo_b: float, own: PlacementPlan, seed: PlacementPlan, room: ClusterView,
+          firsts: Sequence[tuple[Group, int, float, Regroup]], tries: Sequence[tuple[Group, int, float]],
+          view: ClusterView, policy: PlacementPolicy, scale: float, margin: float) -> list[Pairing]:
+    """The arrival's group founded with two co-located jobs, each pairing's first mover
+    (`firsts`, planned into the seed group in `room`) joined by a second from `tries`, where
+    that saves more than `margin` times both migrations (`founding_saving`, members folding
+    back when left alone). Two jobs whose phases leave a group idle half the time (rollout-heavy
+    ones, say) may cost more paired than co-located, and less three to a group."""
+    cfg, cluster = policy.cfg, view.cluster
+    out = []
+    for g1, left_1, colo_1, d1 in firsts:
+        mv1 = d1.moves[0]
+        room2 = _after_move(room, mv1, g1)
+        for g2, left_2, colo_2 in tries[:TRIO_SECONDS + 1]:
+            if g2.group_id == g1.group_id:
+                continue
+            d2 = dissolve_decision(g2, room2, policy, scale, margin, True)
+            if d2 is None:
+                continue
+            members = [(job, job.iterations, colo_b, iteration_cost(own))]
+            for g, left, colo in ((g1, left_1, colo_1), (g2, left_2, colo_2)):
+                alone = isolated_plan(g.members[0].job, view, cfg)
+                if alone is None:
+                    break
+                members.append((g.members[0].job, left, colo, iteration_cost(alone)))
+            else:
+                saving = (founding_saving(d2.moves[0].plan.group, members, cluster, cfg, scale, margin)
+                          - margin * (d1.cost_usd + d2.cost_usd))
+                if saving > 0:
+                    out.append(Pairing(seed, (d1, d2), saving))
+    return out
+
+
+def _after_move(room: ClusterView, mv: Move, colo: Group) -> ClusterView:
+    """`room` with the first mover's slot reserved: the seed group as its plan left it, its
+    members owing the mover's migration, and the mover its wait and migration."""
+    gid = mv.plan.group.group_id
+    owed = {m.job_id: mv.migration_s for m in mv.plan.group.members if m.job_id != mv.job_id}
+    owed[mv.job_id] = colo.shape.period_s + mv.migration_s if colo.shape is not None else mv.migration_s
+    after = with_plan(room, mv.plan)
+    return replace(after, groups=(mv.plan.group,), index=None, progress=OwedProgress(after.progress, owed),
+                   owed_s={**after.owed_s, gid: after.owed_s.get(gid, 0.0) + mv.migration_s})
+
+
+def founding_saving(group: Group, members: Sequence[tuple[JobSpec, int, float, float]], cluster: ClusterSpec,
+                    cfg: IntraConfig, scale: float, margin: float) -> float:
+    """$ a new group of co-located jobs saves over their remaining iterations: `members` as
+    (job, iterations left, $ per co-located iteration, $ per iteration alone in a group).
+    Before: each co-located. After: one period of `group` per iteration while all run; as
+    each leaves (fewest left first) the group shrinks and is re-planned as the executor does
+    (core/state/cluster.py `leave`), and the last one pays `after_partners` (it may fold)."""
+    before = sum(left * colo for _, left, colo, _ in members)
+    order = sorted(members, key=lambda m: m[1])
+    after, done = 0.0, 0
+    for i, (j, left, colo, alone) in enumerate(order):
+        span = max(left - done, 0)
+        if i == len(order) - 1:
+            after += after_partners(span, alone, colo, migration_usd(j, cluster, scale), margin)
+            break
+        after += span * group_cost_per_period(group, cluster)
+        done = max(done, left)
+        rest = Group(group.group_id, group.n_rollout, group.n_train,
+                     tuple(m for m in group.members if m.job_id != j.job_id))
+        group = plan_group(shrink(rest)[0], cfg, reorder=False)
+    return before - after

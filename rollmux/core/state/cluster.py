@@ -170,7 +170,7 @@ class ClusterState:
     # -- deciding ---------------------------------------------------------------------------
     def decide(self, job: JobSpec, progress: Progress, arrival: bool = True) -> tuple[Place | Movers, ...]:
         """The records that place `job` by the policy's validated plan, changing nothing: a
-        `Place`, or with a pairing the arrival's `Place` and the co-located job's `Movers`;
+        `Place`, or with a pairing the arrival's `Place` and each co-located mover's `Movers`;
         () if it must wait. `arrival`: a new job (only an arrival may be paired)."""
         view = self.view(progress)
         t0 = time.perf_counter()
@@ -181,7 +181,7 @@ class ClusterState:
         validate_plan(plan, job, view)
         pairing = self.pair(job, plan, progress) if arrival else None
         if pairing is not None:
-            return Place.of(pairing.plan, arrival), Movers.of_regroup(pairing.regroup)
+            return Place.of(pairing.plan, arrival), *(Movers.of_regroup(r) for r in pairing.regroups)
         return (Place.of(plan, arrival),)
 
     def pair(self, job: JobSpec, plan: PlacementPlan, progress: Progress) -> Pairing | None:

@@ -67,8 +67,9 @@ def test_an_arrival_founds_a_group_with_a_colocated_job_that_moves_in():
     assert pairing is not None and pairing.saving_usd > 0
     assert pairing.plan.case == Case.PAIRED and pairing.plan.group.job_ids() == ("b",)
     assert pairing.plan.group.n_rollout == pairing.plan.group.n_train == 1
-    (move,) = pairing.regroup.moves
-    assert pairing.regroup.group_id == colo_a and pairing.regroup.dissolve
+    (regroup,) = pairing.regroups
+    (move,) = regroup.moves
+    assert regroup.group_id == colo_a and regroup.dissolve
     assert move.job_id == "a" and move.plan.group.group_id == pairing.plan.group.group_id
     assert set(move.plan.group.job_ids()) == {"a", "b"} and move.migration_s > 0
 
