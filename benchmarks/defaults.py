@@ -34,6 +34,7 @@ FLIPS: dict[str, tuple[dict, bool]] = {
     "co-located margin 0.75": ({"colocation.margin": 0.75}, True),
     "co-located margin 1.25": ({"colocation.margin": 1.25}, True),
     "no co-located regroup": ({"colocation.regroup": False}, True),
+    "no folding": ({"colocation.fold": False}, True),
     "worst-case admission": ({"admission.plan": "worst"}, False),
     "delta pricing": ({"placement.pricing": "delta"}, False),
     "no re-pinning": ({"compaction.repin": False}, False),
