@@ -197,3 +197,41 @@ def test_a_restart_keeps_the_pairing_and_the_movers_reserved_slot(url):
         assert again.status()["groups"][0]["members"] == ["y", "x"] and again.status()["colocated"] == []
     finally:
         again.shutdown()
+
+
+FOLD = config(PAIR, dotted={"colocation.fold": True})
+
+
+def test_the_last_member_of_a_group_folds_into_colocation_at_its_boundary():
+    core = SchedulerCore(CLUSTER, cfg=FOLD)
+    try:
+        tok = _paired(core)
+        _iteration(core, "x", tok["x"])  # its boundary: it moves into y's group
+        core.finish("y", tok["y"])  # x is left alone: co-located it costs less
+        assert core.state.jobs["x"].migrate and core.state.cluster.folded == 1
+        moved = _iteration(core, "x", tok["x"])  # its last iteration in the group, then it folds
+        assert moved[0]["pool"] == "rollout"
+        status = core.status()
+        assert status["groups"] == [] and status["colocated"][0]["job_id"] == "x"
+        rollout, train, _ = _iteration(core, "x", tok["x"])
+        assert (rollout["pool"], train["pool"]) == ("train", "train") and rollout["switch_s"] > 100  # its move
+        assert core.state.cluster.ledger.nodes == {"rollout": 0, "train": 1}
+    finally:
+        core.shutdown()
+
+
+def test_a_restart_keeps_a_folds_reserved_placement(url):
+    core = SchedulerCore(CLUSTER, cfg=FOLD, store=url)
+    tok = _paired(core)
+    _iteration(core, "x", tok["x"])
+    core.finish("y", tok["y"])
+    core.shutdown()
+    again = SchedulerCore(None, store=url)
+    try:
+        assert again.state.cfg.colocation.fold and again.state.jobs["x"].migrate
+        _iteration(again, "x", tok["x"])
+        assert again.status()["groups"] == [] and again.status()["colocated"][0]["job_id"] == "x"
+        rollout = again.acquire("x", "rollout", tok["x"])
+        assert rollout["pool"] == "train" and rollout["switch_s"] > 100
+    finally:
+        again.shutdown()
