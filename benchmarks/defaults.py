@@ -35,6 +35,8 @@ FLIPS: dict[str, tuple[dict, bool]] = {
     "co-located margin 1.25": ({"colocation.margin": 1.25}, True),
     "no co-located regroup": ({"colocation.regroup": False}, True),
     "no folding": ({"colocation.fold": False}, True),
+    "fold below 1": ({"colocation.fold_below": 1.0}, True),
+    "fold below 0.7": ({"colocation.fold_below": 0.7}, True),
     "worst-case admission": ({"admission.plan": "worst"}, False),
     "delta pricing": ({"placement.pricing": "delta"}, False),
     "no re-pinning": ({"compaction.repin": False}, False),

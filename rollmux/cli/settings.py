@@ -38,6 +38,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--colo-regroup": ("colocation.regroup", "A co-located job may later move into a group (a priced migration)."),
     "--colo-pair": ("colocation.pair", "An arrival that would run co-located may found a group with a "
                                        "co-located job, which migrates into it (priced), when that saves more."),
+    "--colo-fold": ("colocation.fold", "A group's last member may move to co-location (a priced migration) when "
+                                       "that saves; an arrival may then found a group with two co-located jobs."),
     "--colo-narrow": ("colocation.narrow", "With --elastic-rollout, a 16:8 job may run co-located on its "
                                            "training GPUs' nodes, its rollout narrowed."),
     "--colo-speed": ("colocation.speed", "Co-located phases run this many times as fast as calibrated."),

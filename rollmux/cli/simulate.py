@@ -65,6 +65,7 @@ def simulate(
     colocate: Optional[bool] = s.OPTION["--colocate"], colo_margin: Optional[float] = s.OPTION["--colo-margin"],
     colo_regroup: Optional[bool] = s.OPTION["--colo-regroup"], colo_pair: Optional[bool] = s.OPTION["--colo-pair"],
     colo_narrow: Optional[bool] = s.OPTION["--colo-narrow"], colo_speed: Optional[float] = s.OPTION["--colo-speed"],
+    colo_fold: Optional[bool] = s.OPTION["--colo-fold"],
     compact: Optional[bool] = s.OPTION["--compact"], stretch_pricing: Optional[bool] = s.OPTION["--stretch-pricing"],
 ) -> None:
     """Simulate policies on a trace and compare cost, SLO attainment and utilization."""

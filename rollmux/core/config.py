@@ -89,6 +89,7 @@ class ColocationConfig(_Section):
     regroup: bool = True             # a co-located job may later move into a group (priced)
     pair: bool = True                # an arrival may found a group with a co-located job that moves in
     fold: bool = True                # a group's last member may move to co-location when that saves (priced)
+    fold_below: float = Field(0.85, gt=0, le=1)  # ... only below this share of its group's cost per iteration
 
     @property
     def effective_margin(self) -> float:

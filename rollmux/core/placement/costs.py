@@ -22,6 +22,8 @@ Evidence: docs/decisions/stretch-pricing.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rollmux.core.group import Group
 from rollmux.core.placement.model import Case, ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec
@@ -54,18 +56,30 @@ def iteration_cost(plan: PlacementPlan) -> float:
     return plan.delta_cost_per_hour * plan.group.shape.period_s / 3600
 
 
-def folds(left: int, alone: float, colo: float, move_usd: float, margin: float) -> bool:
-    """Whether a group's last member with `left` iterations to go, costing `alone` per iteration
-    in its group and `colo` co-located, moves to co-location (core/repair/fold.py): the saving
-    beats `margin` x the move's price."""
-    saving = left * (alone - colo)
-    return saving > 0 and saving > margin * move_usd
+
+@dataclass(frozen=True)
+class FoldTerms:
+    """When a group's last member folds into co-location (core/repair/fold.py): the saving over
+    its remaining iterations must beat `margin` x its move's price (`regroup.margin`), and
+    co-located it must cost below `below` x what it costs alone in its group
+    (`colocation.fold_below`: a lone member's group is also room that later arrivals may join
+    for nothing, which a per-iteration saving does not price). `scale` stretches migrations."""
+
+    margin: float
+    below: float = 1.0
+    scale: float = 1.0
+
+    def folds(self, left: int, alone: float, colo: float, move_usd: float) -> bool:
+        """Whether a last member with `left` iterations to go, costing `alone` per iteration in
+        its group and `colo` co-located, folds for a move of `move_usd`."""
+        saving = left * (alone - colo)
+        return colo < self.below * alone and saving > 0 and saving > self.margin * move_usd
 
 
-def after_partners(left: int, alone: float, colo: float | None, move_usd: float, margin: float) -> float:
+def after_partners(left: int, alone: float, colo: float | None, move_usd: float, fold: FoldTerms | None) -> float:
     """$ a job's last `left` iterations cost once its group's other members are gone: alone in
-    its group (`alone` per iteration), or, when it would fold (`colo` per co-located
-    iteration; None: it cannot), co-located plus its move."""
-    if colo is not None and folds(left, alone, colo, move_usd, margin):
+    its group (`alone` per iteration), or, when it would fold (`fold`; `colo` per co-located
+    iteration, None: it cannot), co-located plus its move."""
+    if fold is not None and colo is not None and fold.folds(left, alone, colo, move_usd):
         return left * colo + move_usd
     return left * alone

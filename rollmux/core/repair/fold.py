@@ -5,7 +5,8 @@ alone, at its solo cost. If running co-located (its phases time-shared on traini
 core/placement/options/colocated.py) costs it less per iteration, it moves there at its next
 iteration boundary: a migration priced as every other (core/repair/moves.py: its state crosses
 the network, then it cold-starts; both pools' slices held meanwhile), taken only when the
-saving over its remaining iterations beats `margin` times that price. Its SLO is what is left
+saving over its remaining iterations beats `regroup.margin` times that price and co-located
+it costs below `colocation.fold_below` times its group (`FoldTerms`). Its SLO is what is left
 of its budget after the wait and the migration (`folding_option`).
 
 That the last member can fold is also what makes a co-located job's move into a group
@@ -22,27 +23,27 @@ from rollmux.core.colo_model import is_colocated
 from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group
 from rollmux.core.placement import ClusterView
-from rollmux.core.placement.costs import folds, group_cost_per_period, iteration_cost
+from rollmux.core.placement.costs import FoldTerms, group_cost_per_period, iteration_cost
 from rollmux.core.placement.options.colocated import folding_option
 from rollmux.core.repair.moves import ChargedProgress, Move, Regroup, migration_seconds, migration_usd
 
 
 def fold_decision(group: Group, view: ClusterView, cfg: IntraConfig, speed: float, narrow: bool,
-                    scale: float, margin: float) -> Regroup | None:
-    """Move the one member of `group` to co-location when that pays (module docstring); None
-    otherwise, or when the group has other members, is co-located already or is not planned.
-    `speed` and `narrow`: the co-located mode's settings; `scale` stretches migrations."""
+                  terms: FoldTerms) -> Regroup | None:
+    """Move the one member of `group` to co-location when that pays by `terms` (module
+    docstring); None otherwise, or when the group has other members, is co-located already or is
+    not planned. `speed` and `narrow`: the co-located mode's settings."""
     if len(group.members) != 1 or is_colocated(group) or group.shape is None:
         return None
     job, cluster = group.members[0].job, view.cluster
-    mig = migration_seconds(job, cluster, scale)
+    mig = migration_seconds(job, cluster, terms.scale)
     charged = ChargedProgress(view.progress, 0.0, {job.job_id: group.shape.period_s + mig})
     plan = folding_option(job, replace(view, progress=charged, moving=True), cfg, speed, narrow)
     if plan is None:
         return None
     left = max(job.iterations - view.progress.get(job.job_id, (0, 0.0))[0], 0)
-    alone, colo, price = group_cost_per_period(group, cluster), iteration_cost(plan), migration_usd(job, cluster, scale)
-    if not folds(left, alone, colo, price, margin):
+    alone, colo, price = group_cost_per_period(group, cluster), iteration_cost(plan), migration_usd(job, cluster, terms.scale)
+    if not terms.folds(left, alone, colo, price):
         return None
     return Regroup(group.group_id, (Move(job.job_id, group.group_id, plan, mig),), True,
                    left * (alone - colo), price)

@@ -20,7 +20,7 @@ from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group
 from rollmux.core.intra_group import job_planning_times, plan_group
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.placement.costs import after_partners, group_cost_per_period, iteration_cost
+from rollmux.core.placement.costs import FoldTerms, after_partners, group_cost_per_period, iteration_cost
 from rollmux.core.placement.model import with_plan
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.placement.options.paired import (
@@ -55,7 +55,7 @@ class Pairing:
 
 def saving_bound(a: JobSpec, left_a: int, colo_a: float, b: JobSpec, b_least: tuple[float, float, float],
                  colo_b: float, alone_b: PlacementPlan, cfg: IntraConfig, cluster: ClusterSpec, scale: float,
-                 margin: float, fold: bool = False) -> float:
+                 margin: float, fold: FoldTerms | None = None) -> float:
     """An upper bound on the pairing's saving without planning the pair (`b_least`: B's planned
     training, `least_cycle` and `least_busy`). Per period the pair's group costs at least both
     members' `least_busy`, and holds at least B's nodes for a period at least both trainings
@@ -71,12 +71,13 @@ def saving_bound(a: JobSpec, left_a: int, colo_a: float, b: JobSpec, b_least: tu
              "pair": max(alone_b.group.cost_per_hour(cluster) * period / 3600,
                          least_busy(a, cfg, cluster) + b_least[2]),
              "move_a": migration_usd(a, cluster, scale), "move_b": migration_usd(b, cluster, scale)}
-    return (pair_saving(a, b, left_a, costs, margin if fold else None)
+    return (pair_saving(a, b, left_a, costs, fold)
             - margin * migration_seconds(a, cluster, scale) * rate_a / 3600)
 
 
 def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocated: Sequence[Group],
-                  policy: PlacementPolicy, scale: float, margin: float, fold: bool = False) -> Pairing | None:
+                  policy: PlacementPolicy, scale: float, margin: float,
+                  fold: FoldTerms | None = None) -> Pairing | None:
     """The best pairing of the arrival `job` (whose plan is the co-located `colo`) with one of
     the running co-located jobs `colocated` (none moving), or None when none pays for itself
     `margin` times over (module docstring). `scale` stretches migrations (SchedulerConfig);
@@ -113,11 +114,12 @@ def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocate
         costs = {"colo_a": colo_a, "colo_b": colo_b, "alone_a": iteration_cost(alone_a),
                  "alone_b": iteration_cost(own), "pair": group_cost_per_period(d.moves[0].plan.group, cluster),
                  "move_a": migration_usd(g.members[0].job, cluster, scale), "move_b": migration_usd(job, cluster, scale)}
-        saving = pair_saving(g.members[0].job, job, left_a, costs, margin if fold else None) - margin * d.cost_usd
+        saving = pair_saving(g.members[0].job, job, left_a, costs, fold) - margin * d.cost_usd
         if saving > 0 and (best is None or saving > best.saving_usd):
             best = Pairing(seed, (d,), saving)
-    if fold:
-        for trio in trios(job, colo_b, own, seed, room, firsts[:TRIO_FIRSTS], tries, view, policy, scale, margin):
+    if fold is not None:
+        for trio in trios(job, colo_b, own, seed, room, firsts[:TRIO_FIRSTS], tries, view, policy, scale, margin,
+                          fold):
             if best is None or trio.saving_usd > best.saving_usd:
                 best = trio
     return best
@@ -125,7 +127,8 @@ def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocate
 
 def trios(job: JobSpec, colo_b: float, own: PlacementPlan, seed: PlacementPlan, room: ClusterView,
           firsts: Sequence[tuple[Group, int, float, Regroup]], tries: Sequence[tuple[Group, int, float]],
-          view: ClusterView, policy: PlacementPolicy, scale: float, margin: float) -> list[Pairing]:
+          view: ClusterView, policy: PlacementPolicy, scale: float, margin: float,
+          fold: FoldTerms) -> list[Pairing]:
     """The arrival's group founded with two co-located jobs, each pairing's first mover
     (`firsts`, planned into the seed group in `room`) joined by a second from `tries`, where
     that saves more than `margin` times both migrations (`founding_saving`, members folding
@@ -139,7 +142,7 @@ def trios(job: JobSpec, colo_b: float, own: PlacementPlan, seed: PlacementPlan, 
         for g2, left_2, colo_2 in tries[:TRIO_SECONDS + 1]:
             if g2.group_id == g1.group_id:
                 continue
-            d2 = dissolve_decision(g2, room2, policy, scale, margin, True)
+            d2 = dissolve_decision(g2, room2, policy, scale, margin, fold)
             if d2 is None:
                 continue
             members = [(job, job.iterations, colo_b, iteration_cost(own))]
@@ -149,7 +152,7 @@ def trios(job: JobSpec, colo_b: float, own: PlacementPlan, seed: PlacementPlan, 
                     break
                 members.append((g.members[0].job, left, colo, iteration_cost(alone)))
             else:
-                saving = (founding_saving(d2.moves[0].plan.group, members, cluster, cfg, scale, margin)
+                saving = (founding_saving(d2.moves[0].plan.group, members, cluster, cfg, fold)
                           - margin * (d1.cost_usd + d2.cost_usd))
                 if saving > 0:
                     out.append(Pairing(seed, (d1, d2), saving))
@@ -168,7 +171,7 @@ def _after_move(room: ClusterView, mv: Move, colo: Group) -> ClusterView:
 
 
 def founding_saving(group: Group, members: Sequence[tuple[JobSpec, int, float, float]], cluster: ClusterSpec,
-                    cfg: IntraConfig, scale: float, margin: float) -> float:
+                    cfg: IntraConfig, fold: FoldTerms) -> float:
     """$ a new group of co-located jobs saves over their remaining iterations: `members` as
     (job, iterations left, $ per co-located iteration, $ per iteration alone in a group).
     Before: each co-located. After: one period of `group` per iteration while all run; as
@@ -180,7 +183,7 @@ def founding_saving(group: Group, members: Sequence[tuple[JobSpec, int, float, f
     for i, (j, left, colo, alone) in enumerate(order):
         span = max(left - done, 0)
         if i == len(order) - 1:
-            after += after_partners(span, alone, colo, migration_usd(j, cluster, scale), margin)
+            after += after_partners(span, alone, colo, migration_usd(j, cluster, fold.scale), fold)
             break
         after += span * group_cost_per_period(group, cluster)
         done = max(done, left)

@@ -27,7 +27,7 @@ from rollmux.core.colo_model import is_colocated
 from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, Member
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.placement.costs import after_partners, group_cost_per_period, iteration_cost, plan_added_cost
+from rollmux.core.placement.costs import FoldTerms, after_partners, group_cost_per_period, iteration_cost, plan_added_cost
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.repair.moves import Regroup, migration_seconds, migration_usd, plan_moves, slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -66,13 +66,13 @@ def colocated_stake(group: Group, progress: Mapping[str, tuple[int, float]], clu
 
 
 def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: IntraConfig,
-                     fold: tuple[float, float] | None = None) -> float:
+                     fold: FoldTerms | None = None) -> float:
     """$ a co-located job saves over its remaining iterations by running in `plan`'s group
     instead: what its own nodes cost per co-located iteration less what the join adds per
     iteration, the members' stretch included (core/placement/costs.py), while the group's other
     members still run; once the last of them has left (in as many of its iterations as they
     have left), it pays for a group of its own per iteration (its `isolated_plan`; conservative: the
-    group may be filled again), or with `fold` (margin, migration scale: `colocation.fold`,
+    group may be filled again), or with `fold` (`colocation.fold`,
     core/repair/fold.py) it folds back to co-location when that pays. Its $/h alone would not do: a co-located iteration is faster
     than a shared one, so the job lives longer in a group."""
     job = group.members[0].job
@@ -87,16 +87,13 @@ def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: 
         alone = isolated_plan(job, view, cfg)
         if alone is None:
             return -math.inf
-        if fold is None:
-            saving -= (left - shared) * iteration_cost(alone)
-        else:
-            saving -= after_partners(left - shared, iteration_cost(alone), colo,
-                                     migration_usd(job, view.cluster, fold[1]), fold[0])
+        move = 0.0 if fold is None else migration_usd(job, view.cluster, fold.scale)
+        saving -= after_partners(left - shared, iteration_cost(alone), colo, move, fold)
     return saving
 
 
 def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, scale: float,
-                      margin: float, fold: bool = False) -> Regroup | None:
+                      margin: float, fold: FoldTerms | None = None) -> Regroup | None:
     """Dissolve `group` (absent from `view`) when re-placing its members saves more than
     `margin` times what their migrations cost; None otherwise.
 
@@ -122,7 +119,7 @@ def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, 
     saving = (group.cost_per_hour(cluster) - added) * max(horizon, 0.0) / 3600
     if is_colocated(group):  # priced per iteration, as it was placed
         saving = min(saving, colocated_saving(group, moves[0].plan, view, policy.cfg,
-                                              (margin, scale) if fold else None))
+                                              fold))
     if saving <= margin * cost or saving <= 0:
         return None
     return Regroup(group.group_id, tuple(moves), True, saving, cost)

@@ -36,6 +36,7 @@ from rollmux.core.placement import (
     Shaped,
     validate_plan,
 )
+from rollmux.core.placement.costs import FoldTerms
 from rollmux.core.placement.index import IndexedGroups, IndexSnapshot
 from rollmux.core.placement.why import WhyTally
 from rollmux.core.records import Compact, Leave, MoveOut, Movers, MoversV1, Place
@@ -116,7 +117,9 @@ class ClusterState:
         if isinstance(policy, Colocating) and policy.colocate:
             self.cases[Case.COLOCATED] = 0
         # A group's last member may fold into co-location (core/repair/fold.py).
-        self.folds = cfg.colocation.fold and Case.COLOCATED in self.cases and self.regroups
+        folds = cfg.colocation.fold and Case.COLOCATED in self.cases and self.regroups
+        self.fold_terms = (FoldTerms(cfg.regroup.margin, cfg.colocation.fold_below, cfg.regroup.migration_scale)
+                           if folds else None)
         self.folded = 0  # lone members that folded into co-location
         self.departures = Departures(self)
         self.drift = DriftRepair(self)
@@ -188,7 +191,8 @@ class ClusterState:
         """With `colo_pair`, the validated pairing (core/repair/pairing.py) of an arrival the policy
         placed co-located (`plan`) with a co-located job not already moving; None otherwise.
         Its time counts towards the arrival's decision."""
-        if not (self.cfg.colocation.pair and plan.case == Case.COLOCATED and self.colocated):
+        if not (self.cfg.colocation.pair and (plan.case == Case.COLOCATED or (self.fold_terms is not None and plan.case == Case.ISOLATED))
+                and self.colocated):
             return None
         t0 = time.perf_counter()
         arriving = self.arriving
@@ -196,7 +200,7 @@ class ClusterState:
                 if gid not in self.dissolving and g.members[0].job_id not in arriving]
         view = self.view(progress)
         pairing = pair_decision(job, plan, view, idle, self.policy, self.cfg.regroup.migration_scale,
-                                self.cfg.regroup.margin, self.folds)
+                                self.cfg.regroup.margin, self.fold_terms)
         if pairing is not None:
             validate_plan(pairing.plan, job, view)
         if self.decision_ms["arrival"]:

@@ -47,7 +47,7 @@ class Departures:
             return []
         t0 = time.perf_counter()
         movers = self._dissolve(rest, progress, commit) if rest is not None else []
-        if rest is not None and not movers and st.folds:
+        if rest is not None and not movers and st.fold_terms is not None:
             movers = self._fold(rest, progress, commit)
         for g in self.candidates(rest, progress):
             # The departure freed room: small groups elsewhere may now fit into others.
@@ -142,7 +142,7 @@ class Departures:
             if within is not None:  # (a few groups: no index needed to search them)
                 view = replace(view, groups=tuple(g for g in view.groups if g.group_id in within), index=None)
             decision = dissolve_decision(group, view, st.policy, st.cfg.regroup.migration_scale,
-                                         st.cfg.regroup.margin, st.folds)
+                                         st.cfg.regroup.margin, st.fold_terms)
         finally:
             st.dissolving.discard(gid)
         if decision is None:
@@ -157,8 +157,7 @@ class Departures:
             return []
         colo = st.cfg.colocation
         decision = fold_decision(group, st.view(progress), st.intra, colo.speed,
-                                   colo.narrow and st.cfg.shapes.elastic_rollout,
-                                   st.cfg.regroup.migration_scale, st.cfg.regroup.margin)
+                                 colo.narrow and st.cfg.shapes.elastic_rollout, st.fold_terms)
         if decision is None:
             return []
         commit(Movers.of_regroup(decision))

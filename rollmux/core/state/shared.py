@@ -24,6 +24,7 @@ from rollmux.core.estimates import PhaseEstimate
 from rollmux.core.group import Group
 from rollmux.core.group_controller import GroupController
 from rollmux.core.placement import ClusterView, JoinBounds, PlacementPolicy, ProgressView
+from rollmux.core.placement.costs import FoldTerms
 from rollmux.core.placement.index import progress_rows
 from rollmux.core.repair.moves import Move
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -41,7 +42,7 @@ class Held(Protocol):
     intra: IntraConfig
     regroups: bool
     compacts: bool
-    folds: bool
+    fold_terms: FoldTerms | None
     folded: int
     join_bounds: JoinBounds | None
     ledger: Ledger

@@ -9,7 +9,7 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.grant import Grant
 from rollmux.core.group_controller import ROLLOUT, TRAIN
 from rollmux.core.placement import Case, build_policy
-from rollmux.core.placement.costs import after_partners, folds, group_cost_per_period
+from rollmux.core.placement.costs import FoldTerms, after_partners, group_cost_per_period
 from rollmux.core.placement.options.colocated import colocated_option
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.records import Leave, MoveOut, Movers, Place
@@ -22,6 +22,7 @@ from tests.factories import ROLLOUT_HEAVY_COLO, SHIPPED, make_cluster, make_job
 
 CLUSTER = make_cluster()
 NO_FOLD = SHIPPED.with_overrides({"colocation.fold": False})
+TERMS = FoldTerms(margin=2.0)
 
 
 def _state(cfg=SHIPPED) -> ClusterState:
@@ -49,7 +50,7 @@ def _alone(st: ClusterState, job) -> int:
 
 
 def _decide(st: ClusterState, gid: int, progress):
-    return fold_decision(st.groups[gid], st.view(progress), st.intra, 1.0, False, 1.0, 2.0)
+    return fold_decision(st.groups[gid], st.view(progress), st.intra, 1.0, False, TERMS)
 
 
 def test_a_lone_member_cheaper_colocated_folds_at_a_priced_migration():
@@ -90,14 +91,20 @@ def test_only_a_lone_disaggregated_member_folds():
     assert len(st.groups[gid].members) == 2 and _decide(st, gid, {}) is None
     colo = colocated_option(c, st.view({}), st.intra)
     st.apply(Place.of(colo, True))
-    assert fold_decision(st.colocated[colo.group.group_id], st.view({}), st.intra, 1.0, False, 1.0, 2.0) is None
+    assert fold_decision(st.colocated[colo.group.group_id], st.view({}), st.intra, 1.0, False, TERMS) is None
 
 
 def test_after_partners_folds_only_when_the_saving_beats_the_margin():
-    assert after_partners(10, alone=5.0, colo=3.0, move_usd=4.0, margin=2.0) == 10 * 3.0 + 4.0
-    assert after_partners(3, alone=5.0, colo=3.0, move_usd=4.0, margin=2.0) == 3 * 5.0  # 6 <= 8
-    assert after_partners(10, alone=5.0, colo=None, move_usd=4.0, margin=2.0) == 50.0
-    assert not folds(10, 3.0, 5.0, 0.0, 0.0)  # dearer co-located: never
+    assert after_partners(10, alone=5.0, colo=3.0, move_usd=4.0, fold=TERMS) == 10 * 3.0 + 4.0
+    assert after_partners(3, alone=5.0, colo=3.0, move_usd=4.0, fold=TERMS) == 3 * 5.0  # 6 <= 8
+    assert after_partners(10, alone=5.0, colo=None, move_usd=4.0, fold=TERMS) == 50.0
+    assert after_partners(10, alone=5.0, colo=3.0, move_usd=4.0, fold=None) == 50.0
+    assert not FoldTerms(margin=0.0).folds(10, 3.0, 5.0, 0.0)  # dearer co-located: never
+
+
+def test_a_fold_needs_co_location_below_its_share_of_the_group():
+    assert FoldTerms(margin=2.0, below=0.7).folds(100, alone=5.0, colo=3.0, move_usd=4.0)  # 0.6 of it
+    assert not FoldTerms(margin=2.0, below=0.5).folds(100, alone=5.0, colo=3.0, move_usd=4.0)
 
 
 def test_the_last_member_folds_when_its_partner_leaves_and_arrives_colocated():
@@ -173,7 +180,7 @@ def test_founding_saving_prices_the_group_member_by_member():
     jobs = {j.job_id: j for j in (heavy("a"), heavy("b"), heavy("c"))}
     # Every member as long as the others: all iterations at the trio's period, then the last one alone.
     members = [(jobs[j], 100, 7.0, 12.0) for j in ("a", "b", "c")]
-    full = founding_saving(trio, members, CLUSTER, st.intra, 1.0, 2.0)
+    full = founding_saving(trio, members, CLUSTER, st.intra, TERMS)
     assert full == pytest.approx(300 * 7.0 - 100 * group_cost_per_period(trio, CLUSTER))
     assert place.plan.case == Case.PAIRED
 

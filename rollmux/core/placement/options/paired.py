@@ -38,7 +38,7 @@ from rollmux.core.config import IntraConfig
 from rollmux.core.elastic import nonscaling_share
 from rollmux.core.group import Group
 from rollmux.core.intra_group import job_planning_times
-from rollmux.core.placement.costs import after_partners, group_cost_per_period
+from rollmux.core.placement.costs import FoldTerms, after_partners, group_cost_per_period
 from rollmux.core.placement.model import Case, ClusterView, PlacementPlan, with_plan
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -47,21 +47,20 @@ PAIR_TRIES = 8
 
 
 def pair_saving(a: JobSpec, b: JobSpec, left_a: int, costs: Mapping[str, float],
-                fold_margin: float | None = None) -> float:
+                fold: FoldTerms | None = None) -> float:
     """$ the pairing saves over both jobs' remaining iterations (module docstring); `costs`:
     per iteration, "colo_a", "colo_b", "alone_a", "alone_b", and "pair" per shared period.
-    With `fold_margin` (`colocation.fold`), whoever outlives the other folds back to
-    co-location when that pays by the margin (core/repair/fold.py), for its move's price
-    ("move_a", "move_b")."""
+    With `fold` (`colocation.fold`), whoever outlives the other folds back to co-location when
+    that pays (core/repair/fold.py), for its move's price ("move_a", "move_b")."""
     left_b = b.iterations
     n = min(left_a, left_b)
     before = left_a * costs["colo_a"] + left_b * costs["colo_b"]
     after = n * costs["pair"]
     for x, left in (("a", left_a - n), ("b", left_b - n)):
-        if fold_margin is None:
+        if fold is None:
             after += left * costs[f"alone_{x}"]
         else:
-            after += after_partners(left, costs[f"alone_{x}"], costs[f"colo_{x}"], costs[f"move_{x}"], fold_margin)
+            after += after_partners(left, costs[f"alone_{x}"], costs[f"colo_{x}"], costs[f"move_{x}"], fold)
     return before - after
 
 
