@@ -235,3 +235,25 @@ def test_a_restart_keeps_a_folds_reserved_placement(url):
         assert rollout["pool"] == "train" and rollout["switch_s"] > 100
     finally:
         again.shutdown()
+
+
+def _heavy(job_id: str) -> dict:
+    """A rollout-heavy 8:8 job (the authors' 8B-32k): co-located alone, three to a group."""
+    return make_job(job_id, rollout=888.0, train=559.5, sync=10.0, slo=1.5, duration=200_000.0,
+                    colo=ROLLOUT_HEAVY_COLO).model_dump(exclude_none=True)
+
+
+def test_an_arrival_founds_a_group_with_two_colocated_jobs_that_move_in():
+    core = SchedulerCore(CLUSTER, cfg=FOLD)
+    try:
+        tok = {j: core.submit(_heavy(j))["token"] for j in ("a", "b")}
+        assert [core.state.jobs[j].case for j in ("a", "b")] == ["colocated", "colocated"]
+        c = core.submit(_heavy("c"))
+        assert c["case"] == "paired" and all(core.state.jobs[j].migrate for j in ("a", "b"))
+        for j in ("a", "b"):
+            _iteration(core, j, tok[j])  # each one's boundary: it leaves its training node
+        (group,) = core.status()["groups"]
+        assert sorted(group["members"]) == ["a", "b", "c"] and core.status()["colocated"] == []
+        assert core.state.cluster.ledger.nodes == {"rollout": 2, "train": 1}
+    finally:
+        core.shutdown()
