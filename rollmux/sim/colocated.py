@@ -16,8 +16,8 @@ from rollmux.core.accounting import Ledger
 from rollmux.core.colo_model import colocated_phases, group_gpus
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import SimEnvironment
-from rollmux.core.spec import ClusterSpec
 from rollmux.core.repair.moves import slice_rate
+from rollmux.core.spec import ClusterSpec
 from rollmux.core.state import ClusterState
 from rollmux.sim.draws import drift_scales
 from rollmux.sim.runs import JobRun

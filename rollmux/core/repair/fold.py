@@ -42,7 +42,8 @@ def fold_decision(group: Group, view: ClusterView, cfg: IntraConfig, speed: floa
     if plan is None:
         return None
     left = max(job.iterations - view.progress.get(job.job_id, (0, 0.0))[0], 0)
-    alone, colo, price = group_cost_per_period(group, cluster), iteration_cost(plan), migration_usd(job, cluster, terms.scale)
+    alone, colo = group_cost_per_period(group, cluster), iteration_cost(plan)
+    price = migration_usd(job, cluster, terms.scale)
     if not terms.folds(left, alone, colo, price):
         return None
     return Regroup(group.group_id, (Move(job.job_id, group.group_id, plan, mig),), True,

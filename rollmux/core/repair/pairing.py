@@ -8,7 +8,13 @@ charges A's move by the departure-time regrouping's own rules (core/repair/regro
 `dissolve_decision`: A's SLO budget owes the wait and the migration, which is priced) and
 takes the pairing when it saves more than `margin` times the migration's cost: among the
 candidates, the one that saves most; a candidate whose `saving_bound` cannot beat the best
-found is not planned. Evidence: docs/decisions/colocation-pair.md.
+found is not planned.
+
+With folding (`colocation.fold`, core/repair/fold.py) an arrival placed in a new group of its
+own (isolated) is asked too (colo(B) is then its own group's cost), and each pairing's first
+mover may be joined by a second (`trios`): two rollout-heavy jobs may cost more paired than
+co-located, and less three to a group. A trio is priced member by member as they leave
+(`founding_saving`). Evidence: docs/decisions/colocation-pair.md, colocation-fold.md.
 """
 
 from __future__ import annotations
@@ -34,7 +40,6 @@ from rollmux.core.placement.options.paired import (
 from rollmux.core.repair.moves import Move, OwedProgress, Regroup, migration_seconds, migration_usd, slice_rate
 from rollmux.core.repair.regroup import dissolve_decision, shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
-
 
 # With folding, an arrival also prices founding a group with two co-located jobs: the first
 # movers of this many pairings, each with the second of this many candidates.
@@ -113,7 +118,8 @@ def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocate
             continue  # (planned for a trio only)
         costs = {"colo_a": colo_a, "colo_b": colo_b, "alone_a": iteration_cost(alone_a),
                  "alone_b": iteration_cost(own), "pair": group_cost_per_period(d.moves[0].plan.group, cluster),
-                 "move_a": migration_usd(g.members[0].job, cluster, scale), "move_b": migration_usd(job, cluster, scale)}
+                 "move_a": migration_usd(g.members[0].job, cluster, scale),
+                 "move_b": migration_usd(job, cluster, scale)}
         saving = pair_saving(g.members[0].job, job, left_a, costs, fold) - margin * d.cost_usd
         if saving > 0 and (best is None or saving > best.saving_usd):
             best = Pairing(seed, (d,), saving)

@@ -27,7 +27,13 @@ from rollmux.core.colo_model import is_colocated
 from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group, Member
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.placement.costs import FoldTerms, after_partners, group_cost_per_period, iteration_cost, plan_added_cost
+from rollmux.core.placement.costs import (
+    FoldTerms,
+    after_partners,
+    group_cost_per_period,
+    iteration_cost,
+    plan_added_cost,
+)
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.repair.moves import Regroup, migration_seconds, migration_usd, plan_moves, slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
@@ -72,9 +78,9 @@ def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: 
     iteration, the members' stretch included (core/placement/costs.py), while the group's other
     members still run; once the last of them has left (in as many of its iterations as they
     have left), it pays for a group of its own per iteration (its `isolated_plan`; conservative: the
-    group may be filled again), or with `fold` (`colocation.fold`,
-    core/repair/fold.py) it folds back to co-location when that pays. Its $/h alone would not do: a co-located iteration is faster
-    than a shared one, so the job lives longer in a group."""
+    group may be filled again), or with `fold` (`colocation.fold`, core/repair/fold.py) it folds
+    back to co-location when that pays. Its $/h alone would not do: a co-located iteration is
+    faster than a shared one, so the job lives longer in a group."""
     job = group.members[0].job
     progress = view.progress
     left = max(job.iterations - progress.get(job.job_id, (0, 0.0))[0], 0)

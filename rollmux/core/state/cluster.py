@@ -188,11 +188,12 @@ class ClusterState:
         return (Place.of(plan, arrival),)
 
     def pair(self, job: JobSpec, plan: PlacementPlan, progress: Progress) -> Pairing | None:
-        """With `colo_pair`, the validated pairing (core/repair/pairing.py) of an arrival the policy
-        placed co-located (`plan`) with a co-located job not already moving; None otherwise.
+        """With `colocation.pair`, the validated pairing (core/repair/pairing.py) of an arrival the
+        policy placed co-located (with folding, or in a group of its own: `plan`) with co-located
+        jobs not already moving; None otherwise.
         Its time counts towards the arrival's decision."""
-        if not (self.cfg.colocation.pair and (plan.case == Case.COLOCATED or (self.fold_terms is not None and plan.case == Case.ISOLATED))
-                and self.colocated):
+        founds = plan.case == Case.COLOCATED or (self.fold_terms is not None and plan.case == Case.ISOLATED)
+        if not (self.cfg.colocation.pair and founds and self.colocated):
             return None
         t0 = time.perf_counter()
         arriving = self.arriving

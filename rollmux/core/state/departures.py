@@ -22,8 +22,8 @@ import numpy as np
 from rollmux.core.group import Group
 from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.records import Movers
-from rollmux.core.repair.regroup import colocated_stake, dissolve_decision
 from rollmux.core.repair.fold import fold_decision
+from rollmux.core.repair.regroup import colocated_stake, dissolve_decision
 from rollmux.core.state.shared import Held, Progress
 
 # Co-located jobs a departure's consolidation pass tries to move into groups, at most.

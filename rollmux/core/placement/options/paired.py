@@ -7,7 +7,8 @@ H800 set, each job rolling out while the other trains) than on two H800 sets. A 
 forms that way: an arrival that goes co-located seeds no group, and a co-located job moves
 only into a group that exists (`colocation.regroup`, core/repair/regroup.py).
 
-So when an arrival B would run co-located, its placement also prices founding a group of its
+So when an arrival B would run co-located (with folding, also when it would found a group of
+its own: colo(B) below is then that group's cost), its placement also prices founding a group of its
 own with a running co-located job A pulled in: B gets a new group now (`Case.PAIRED`, its
 `paired_seed`) and A migrates into it at its next iteration boundary. This module is the
 arrival side: the seed, the view in which only B's group is offered (`pair_room`), the
