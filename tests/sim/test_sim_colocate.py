@@ -93,11 +93,12 @@ def test_under_node_caps_colocated_jobs_queue_within_the_training_pool():
 
 def _colo_then_group(colo_regroup: bool):
     """x and z co-located (train-heavy 8:8, nobody to share with), then y, a rollout-heavy 16:8
-    job, founds a group whose bubbles fit x; z's departure runs the consolidation pass."""
+    job, founds a group whose bubbles fit x; z's departure runs the consolidation pass. (Without
+    folding: with it, y's arrival would pull x in at once, core/repair/pairing.py.)"""
     x = make_job("x", rollout=50.0, train=300.0, duration=200_000.0, slo=2.0)
     z = make_job("z", rollout=50.0, train=300.0, duration=3_000.0, slo=2.0, arrival=500.0)
     y = make_job("y", rollout=300.0, train=50.0, rollout_gpus=16, duration=200_000.0, slo=2.0, arrival=1000.0)
-    sim = Simulation([x, z, y], CLUSTER, config(ON, colo_regroup=colo_regroup),
+    sim = Simulation([x, z, y], CLUSTER, config(ON, colo_regroup=colo_regroup, dotted={"colocation.fold": False}),
                      make_policy(ON.intra_for(CLUSTER), colocate=True))
     return sim, sim.run()
 

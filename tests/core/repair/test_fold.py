@@ -22,6 +22,7 @@ from tests.factories import ROLLOUT_HEAVY_COLO, SHIPPED, make_cluster, make_job
 
 CLUSTER = make_cluster()
 NO_FOLD = SHIPPED.with_overrides({"colocation.fold": False})
+FOLD_ANY = SHIPPED.with_overrides({"colocation.fold_below": 1.0})  # a fold whenever co-location saves
 TERMS = FoldTerms(margin=2.0)
 
 
@@ -107,8 +108,23 @@ def test_a_fold_needs_co_location_below_its_share_of_the_group():
     assert not FoldTerms(margin=2.0, below=0.5).folds(100, alone=5.0, colo=3.0, move_usd=4.0)
 
 
+def _pair_then_leave(st: ClusterState) -> list[str]:
+    """a alone in a group, b joins it, b leaves: the departure's movers."""
+    a, b = slow_colo("a"), slow_colo("b")
+    gid = _alone(st, a)
+    st.apply(Place.of(st.policy.place_joined(b, st.view({})), True))
+    progress = {"a": (10, 3_000.0), "b": (10, 3_000.0)}
+    return st.after_departure(st.apply(Leave.of("b", "done")), progress)
+
+
+def test_by_default_a_lone_member_folds_only_where_co_location_costs_much_less():
+    # Co-located a costs 0.96 of its group per iteration: below 1, not below the default 0.85.
+    assert SHIPPED.colocation.fold_below == 0.85 and _pair_then_leave(_state()) == []
+    assert _pair_then_leave(_state(FOLD_ANY)) == ["a"]
+
+
 def test_the_last_member_folds_when_its_partner_leaves_and_arrives_colocated():
-    st = _state()
+    st = _state(FOLD_ANY)
     a, b = slow_colo("a"), slow_colo("b")
     gid = _alone(st, a)
     plan = st.policy.place_joined(b, st.view({}))
@@ -194,3 +210,18 @@ def test_the_simulated_trio_costs_less_than_three_colocated_and_meets_every_slo(
     assert res.slo_attainment == alone.slo_attainment == 1.0 and res.migrations["count"] >= 2
     assert res.cost_usd < 0.95 * alone.cost_usd
     assert sim.ledger.nodes == {"rollout": 0, "train": 0} and sim.state.colocated == {}
+
+
+def test_with_folding_an_arrival_placed_alone_founds_its_group_with_a_colocated_job():
+    # x co-located (train-heavy, nobody to share with); y, a rollout-heavy 16:8 job whose state
+    # fits no single training node (so never co-located), founds a group of its own whose bubbles
+    # fit x: with folding it pulls x in at once.
+    x = make_job("x", rollout=50.0, train=300.0, duration=200_000.0, slo=2.0)
+    y = make_job("y", rollout=300.0, train=50.0, rollout_gpus=16, duration=200_000.0, slo=2.0,
+                 host_rollout=1500.0, host_train=1000.0)
+    for cfg, cases in ((SHIPPED, ["paired"]), (NO_FOLD, ["isolated"])):
+        st = _state(cfg)
+        st.place(x, {})
+        assert st.group_of["x"] in st.colocated
+        got = st.decide(y, {})
+        assert [r.plan.case for r in got[:1]] == cases and len(got) == (2 if cases == ["paired"] else 1)
