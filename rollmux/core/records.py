@@ -218,7 +218,19 @@ class Grant(_Record):
     rollout_nodes: list[int] = []
     train_nodes: list[int] = []
     rollout_factor: float = 1.0
+    # With a node inventory (live/nodemap.py): the node ids of `nodes` and of `train_held`.
+    node_ids: list[str | None] | None = None
+    train_held_ids: list[str | None] | None = None
     version: Literal[1] = 1
+
+    def payload(self) -> dict:
+        """As every record's, without the node ids when there are none (a permit without an
+        inventory reads back as it was granted)."""
+        d = self.model_dump()
+        for k in ("node_ids", "train_held_ids"):
+            if d[k] is None:
+                del d[k]
+        return d
 
     def permit(self) -> dict:
         """The permit as the job receives it (and its job keeps it until released): the fields
@@ -286,6 +298,27 @@ class Memory(_Record):
     kind: Literal["memory"] = Field("memory", exclude=True)
     job_id: str
     host_gb: dict[str, float]
+    version: Literal[1] = 1
+
+
+class Node(_Record):
+    """The service's node inventory changed (live/nodemap.py): a node of `pool` is alive, or the
+    node is gone (`pool` None)."""
+
+    kind: Literal["node"] = Field("node", exclude=True)
+    node_id: str = Field(min_length=1, max_length=128)
+    pool: Literal["rollout", "train"] | None
+    version: Literal[1] = 1
+
+
+class Bind(_Record):
+    """Node index `index` of a group's `pool` nodes is the inventory's node `node_id` (None: freed)."""
+
+    kind: Literal["bind"] = Field("bind", exclude=True)
+    group_id: int = Field(ge=0)
+    pool: Literal["rollout", "train"]
+    index: int = Field(ge=0)
+    node_id: str | None = Field(None, min_length=1, max_length=128)
     version: Literal[1] = 1
 
 
@@ -361,7 +394,7 @@ class Leave(_Record):
 # -- reading a journal line --------------------------------------------------------------------
 
 _CLASSES = (Config, Submit, Place, Grant, Release, Tail, Observe, Compact, Memory, Movers, MoversV1, MoveOut,
-            Leave)
+            Leave, Node, Bind)
 KINDS = tuple(dict.fromkeys(c.model_fields["kind"].default for c in _CLASSES))
 
 
@@ -377,6 +410,7 @@ Record = Annotated[Union[
     Annotated[Observe, Tag("observe")], Annotated[Compact, Tag("compact")], Annotated[Memory, Tag("memory")],
     Annotated[Movers, Tag("movers/2")], Annotated[MoversV1, Tag("movers/1")],
     Annotated[MoveOut, Tag("move_out")], Annotated[Leave, Tag("leave")],
+    Annotated[Node, Tag("node")], Annotated[Bind, Tag("bind")],
 ], Discriminator(_tag)]
 
 

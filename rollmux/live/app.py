@@ -5,6 +5,7 @@ thin: they parse JSON, resolve the bearer token to a caller, and await the
 core's future. Routes (JSON in and out):
 
   POST   /v1/jobs                    admin        submit a job record -> 201 {job_id, token, group, case, nodes}
+                                                   (202 with its queue_position when it waits for nodes)
   GET    /v1/jobs/{id}               admin, job   the job's status
   DELETE /v1/jobs/{id}               admin, job   cancel: permits reclaimed, the group goes on
   POST   /v1/jobs/{id}/acquire       job          {phase, last_grant, wait_s<=30}: 200 permit or 204 (ask again)
@@ -124,7 +125,8 @@ class Api:
             raise self.core._refuse("submit", None, "only the admin may submit jobs", Forbidden)
         job = self.core.parse_job(await _body(request))
         out = await self._do("submit", caller, job)
-        return JSONResponse(out, status_code=201)
+        # 202: accepted, waiting in the placement queue for nodes (its position in the answer).
+        return JSONResponse(out, status_code=202 if out.get("status") == "queued" else 201)
 
     async def job(self, request: Request) -> Response:
         jid = request.path_params["job_id"]

@@ -57,7 +57,13 @@ def dump_state(state: Any) -> dict:
             "nodes": cs.ledger.nodes,
             "estimates": {j: estimate_to_dict(e) for j, e in cs.estimates.items()},
             "planned": {j: job_to_dict(s) for j, s in cs.planned.items()}, "compacted": cs.compacted,
-            **({"repinned": cs.repinned} if cs.repinned else {})}  # (absent: older snapshots read the same)
+            **({"repinned": cs.repinned} if cs.repinned else {}),  # (absent: older snapshots read the same)
+            **({"folded": cs.folded} if cs.folded else {}),
+            **({"node_map": {"pool_of": dict(state.nodes.pool_of),
+                             "bound": [[g, p, i, n] for (g, p, i), n in sorted(state.nodes.bound.items())],
+                             "renumbered": {str(g): {str(o): n for o, n in m.items()}
+                                            for g, m in cs.renumbered.items()}}}
+               if cs.renumbered is not None else {})}
 
 
 def load_state(state: Any, d: dict, job_type: type) -> None:
@@ -84,4 +90,11 @@ def load_state(state: Any, d: dict, job_type: type) -> None:
     cs.planned = {j: JobSpec.model_validate(s) for j, s in d.get("planned", {}).items()}
     cs.compacted = d.get("compacted", 0)
     cs.repinned = d.get("repinned", 0)
+    cs.folded = d.get("folded", 0)
+    nm = d.get("node_map")
+    if nm is not None:  # (absent: no inventory was reported)
+        state.nodes.pool_of.update(nm["pool_of"])
+        state.nodes.bound.update({(g, p, i): n for g, p, i, n in nm["bound"]})
+        cs.renumbered = {int(g): {int(o): n for o, n in m.items()} for g, m in nm["renumbered"].items()}
+        cs.set_capacity({p: state.nodes.capacity(p) for p in ("rollout", "train")})
     cs.reindex()

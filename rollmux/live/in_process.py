@@ -54,6 +54,14 @@ class InProcessApi:
         """Ray nodes died: every job with workers there is re-admitted."""
         return self.request("nodes_lost", set(dead)).result()
 
+    def node_up(self, node_id: str, pool: str) -> None:
+        """A node of `pool` is alive: it adds capacity and serves the queue (live/inventory.py)."""
+        self.request("node_up", node_id, pool).result()
+
+    def node_down(self, node_id: str) -> list[str]:
+        """A node is gone: the jobs bound to it are placed again; returns them."""
+        return self.request("node_down", node_id).result()
+
     def status(self) -> dict:
         """Groups, members, whose turn it is on each node, and each job's iteration time vs SLO."""
         return self.request("status", ADMIN).result()

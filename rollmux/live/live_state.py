@@ -30,6 +30,7 @@ from rollmux.core.group import Group, Member
 from rollmux.core.lifecycle import IllegalTransition, set_status
 from rollmux.core.placement import build_policy
 from rollmux.core.records import (
+    Bind,
     Compact,
     Grant,
     Leave,
@@ -37,6 +38,7 @@ from rollmux.core.records import (
     MoveOut,
     Movers,
     MoversV1,
+    Node,
     Observe,
     Place,
     Release,
@@ -48,6 +50,7 @@ from rollmux.core.spec import ClusterSpec, HostGB, JobSpec
 from rollmux.core.state import ClusterState
 from rollmux.core.vocabulary import JobStatus, Phase, Pool
 from rollmux.live.codec import dump_state, load_state
+from rollmux.live.nodemap import POOLS, Binding, NodeMap
 
 EWMA = 0.3  # weight of the newest phase measurement in a job's profile
 QUEUED, RUNNING, MOVING = JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.MOVING
@@ -114,7 +117,10 @@ class LiveState:
         # or fewer rollout nodes than it declared, and compaction may later narrow it: its
         # rollout permits name the nodes it has now.
         policy = build_policy(cfg, cluster)
+        self.spec = cluster  # as configured; with a node inventory the pools' caps follow it
         self.cluster = ClusterState(env, cluster, policy, cfg)
+        # Which machine each group node index is (live/nodemap.py), once nodes are reported.
+        self.nodes = NodeMap()
         self.jobs: dict[str, LiveJob] = {}
         self.grants = 0      # permits granted so far (for status)
         # How a live `observe` carries out the decisions it makes (a `Movers`, a `Compact`): the
@@ -124,6 +130,7 @@ class LiveState:
             Submit: self._submit, Place: self._place, Grant: self._grant, Release: self._release,
             Tail: self._tail, Observe: self._observe, Compact: self._compact, Memory: self._memory,
             Movers: self._movers, MoversV1: self._movers_v1, MoveOut: self._move_out, Leave: self._leave,
+            Node: self._node, Bind: self._bind,
         }
 
     def apply(self, kind: str, payload: dict, replay: bool = False) -> Group | None:
@@ -190,6 +197,29 @@ class LiveState:
                                  commit=_replayed if replay else self.commit, rollout_factor=r.rollout_factor)
         except _Journaled:
             pass
+
+    def _node(self, r: Node, replay: bool) -> None:
+        """The inventory changed: the pools' capacity is the live nodes' from now on."""
+        if r.pool is None:
+            self.nodes.lose(r.node_id)
+        else:
+            self.nodes.join(r.node_id, r.pool)
+        if self.cluster.renumbered is None:  # (the map follows renumberings from now on)
+            self.cluster.renumbered = {}
+        self.cluster.set_capacity({p: self.nodes.capacity(p) for p in POOLS})
+
+    def _bind(self, r: Bind, replay: bool) -> None:
+        self.nodes.apply(Binding(r.group_id, r.pool, r.index, r.node_id))
+        self.cluster.renumbered.pop(r.group_id, None)  # (the renumbering this binding follows is read)
+
+    @property
+    def inventory(self) -> bool:
+        """Nodes were reported: placements are bound to them (live/nodemap.py)."""
+        return self.cluster.renumbered is not None
+
+    def node_ids(self, group_id: int, pool: str, indices) -> list[str | None]:
+        """The node ids of a group's node indices of one pool (None where unbound)."""
+        return self.nodes.nodes(group_id, pool, list(indices))
 
     def _memory(self, r: Memory, replay: bool) -> None:
         job = self.jobs[r.job_id]

@@ -104,3 +104,19 @@ class NodeMap:
     def release(self, group_id: int) -> list[Binding]:
         """The bindings that free every node of the group (it is gone)."""
         return [Binding(g, p, i, None) for (g, p, i) in sorted(self.bound) if g == group_id]
+
+
+def due(nodes: NodeMap, groups: Mapping[int, tuple[int, int]], renumbered: Mapping[int, Mapping[int, int]]
+        ) -> list[int]:
+    """The groups whose bindings no longer match their placement: gone (bound, not in `groups`),
+    renumbered, or holding another count of nodes of a pool (`groups`: id -> (rollout, train)
+    node counts), in id order."""
+    held: dict[int, dict[str, int]] = {}
+    for g, p, _ in nodes.bound:
+        held.setdefault(g, {}).setdefault(p, 0)
+        held[g][p] += 1
+    out = set(held) - set(groups) | set(renumbered)
+    for g, (r, t) in groups.items():
+        if held.get(g, {}).get("rollout", 0) != r or held.get(g, {}).get("train", 0) != t:
+            out.add(g)
+    return sorted(out)

@@ -97,8 +97,13 @@ class Permits:
         ctl.request(job_id, phase, on_grant)
 
     def _grant_record(self, job_id: str, phase: str, grant, m) -> Grant:
-        """The `grant` record of a controller's grant to member `m`: where it runs and its lease."""
-        return Grant(
+        """The `grant` record of a controller's grant to member `m`: where it runs and its lease
+        (with a node inventory, which nodes those are: live/nodemap.py)."""
+        ids = {}
+        if self.state.inventory and grant.pool in (Pool.ROLLOUT, Pool.TRAIN):
+            ids = {"node_ids": self.state.node_ids(grant.group_id, grant.pool, grant.nodes),
+                   "train_held_ids": self.state.node_ids(grant.group_id, Pool.TRAIN, grant.train_held)}
+        return Grant(**ids,
             group_id=grant.group_id, job_id=job_id, phase=grant.phase, pool=grant.pool, nodes=list(grant.nodes),
             switch_s=grant.switch_s, granted_at=grant.granted_at, tail_share=grant.tail_share,
             epoch=self.state.jobs[job_id].epoch, units=grant.units,

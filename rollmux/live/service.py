@@ -41,13 +41,14 @@ from pydantic import ValidationError
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.lifecycle import may_move
-from rollmux.core.records import Leave, MoveOut, Submit, config_from, config_record
+from rollmux.core.records import DECISIONS, Leave, MoveOut, Node, Submit, config_from, config_record
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
 from rollmux.core.vocabulary import JobStatus, Pool
 from rollmux.live.access import ADMIN_ONLY, INTERNAL, JOB, JOB_OR_ADMIN, Access, Op, hash_token
 from rollmux.live.handoff import Inbox, settle
 from rollmux.live.in_process import ADMIN, InProcessApi
+from rollmux.live.inventory import Inventory
 from rollmux.live.journal import JournalError, MemoryStore, Store, open_store
 from rollmux.live.live_state import LiveState
 from rollmux.live.permits import Permits
@@ -84,7 +85,11 @@ def live_refusal(cfg: SchedulerConfig) -> str | None:
     return None
 
 
-class SchedulerCore(Access, Supervision, Permits, InProcessApi):
+# Records after which a node inventory's bindings are brought in line (live/inventory.py).
+REBINDS = (*DECISIONS, Node)
+
+
+class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
     """The service's logic, free of HTTP and Ray (so it is testable in-process)."""
 
     def __init__(self, cluster: dict | None = None, cfg: SchedulerConfig | None = None,
@@ -279,6 +284,8 @@ class SchedulerCore(Access, Supervision, Permits, InProcessApi):
         result = self.state.apply_record(record)
         if isinstance(record, Submit):
             self._token_of[record.token_hash] = record.job.job_id
+        elif self.state.inventory and isinstance(record, REBINDS):
+            self._rebind()
         return result
 
     # -- submission and placement -----------------------------------------------------------
@@ -328,7 +335,19 @@ class SchedulerCore(Access, Supervision, Permits, InProcessApi):
             out.update(rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes),
                        nodes={Pool.ROLLOUT: list(m.rollout_nodes), Pool.TRAIN: list(m.train_nodes)},
                        mode="colocated" if colocated else "disaggregated")
+            ids = self.placement_nodes(job.group_id, list(m.rollout_nodes), list(m.train_nodes))
+            if ids is not None:  # which machines those are (live/inventory.py)
+                out["node_ids"] = ids
+        elif job.status in (JobStatus.QUEUED, JobStatus.MOVING):  # waiting to be placed (again)
+            out["queue_position"] = self.queue_position(job_id)
         return out
+
+    def queue_position(self, job_id: str) -> int | None:
+        """1 for the head of the placement queue; None when not queued."""
+        for i, jid in enumerate(self._queue):
+            if jid == job_id:
+                return i + 1
+        return None
 
     def _op_drain(self) -> None:
         self._drain()
@@ -413,7 +432,8 @@ class SchedulerCore(Access, Supervision, Permits, InProcessApi):
     # -- inspection ---------------------------------------------------------------------
     def _op_job(self, caller: str, job_id: str) -> dict:
         """One job's view (its own token, or the admin's)."""
-        return job_view(self.state.jobs[job_id], time.time(), self.state.cluster.planned.get(job_id))
+        view = job_view(self.state.jobs[job_id], time.time(), self.state.cluster.planned.get(job_id))
+        return {**view, **self._placement(job_id)}
 
     def _op_status(self, caller: str, offset: int = 0, limit: int = PAGE) -> dict:
         """The admin's view of everything, a page at a time."""
@@ -463,4 +483,6 @@ OPS: dict[str, Op] = {
     "metrics": Op(SchedulerCore._op_metrics, INTERNAL),
     "stop_waiting": Op(SchedulerCore._op_stop_waiting, INTERNAL),
     "nodes_lost": Op(SchedulerCore._op_nodes_lost, INTERNAL),
+    "node_up": Op(SchedulerCore._op_node_up, INTERNAL),
+    "node_down": Op(SchedulerCore._op_node_down, INTERNAL),
 }

@@ -91,7 +91,7 @@ def test_every_operation_is_in_the_table_with_who_may_call_it():
     assert set(OPS) == ops
     assert {op for op, e in OPS.items() if e.scope == "admin"} == {"submit", "status"}
     assert {op for op, e in OPS.items() if e.scope == "internal"} == {"drain", "dump", "metrics", "stop_waiting",
-                                                                       "nodes_lost"}
+                                                                       "nodes_lost", "node_up", "node_down"}
     assert all(e.active for e in OPS.values() if e.scope == "job")
     core = SchedulerCore(default_cluster().model_dump())
     try:

@@ -15,6 +15,7 @@ service journals it, then applies it, and a restart replays the journal through 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Callable
 
 from rollmux.core.accounting import Ledger
@@ -121,6 +122,9 @@ class ClusterState:
         self.fold_terms = (FoldTerms(cfg.regroup.margin, cfg.colocation.fold_below, cfg.regroup.migration_scale)
                            if folds else None)
         self.folded = 0  # lone members that folded into co-location
+        # With a node map (the live plane's, live/nodemap.py): the groups whose rollout node
+        # indices were renumbered (old -> new) since the map last read them; None: not kept.
+        self.renumbered: dict[int, dict[int, int]] | None = None
         self.departures = Departures(self)
         self.drift = DriftRepair(self)
         # The one table of what `apply` carries out (Ray autoscaler style: explicit, no lookup by name).
@@ -235,6 +239,21 @@ class ClusterState:
     def compact(self, group_id: int, progress: Progress, commit: Commit | None = None) -> int:
         """Rollout compaction of one group (`DriftRepair.compact`); the nodes it gives back."""
         return self.drift.compact(group_id, progress, commit or self.apply)
+
+    def set_capacity(self, nodes: Mapping[str, int]) -> None:
+        """Cap each pool named in `nodes` at that many nodes (the live inventory's)."""
+        pools = self.cluster.pools
+        update = {p: getattr(pools, p).model_copy(update={"max_nodes": n}) for p, n in nodes.items()}
+        self.cluster = self.cluster.model_copy(update={"pools": pools.model_copy(update=update)})
+
+    def renumber(self, group_id: int, remap: Mapping[int, int]) -> None:
+        """The group's rollout node indices were renumbered (old -> new; an old index absent is
+        freed): noted for the node map, composed with a renumbering it has not read yet."""
+        if self.renumbered is None:
+            return
+        prev = self.renumbered.get(group_id)
+        self.renumbered[group_id] = (dict(remap) if prev is None
+                                     else {o: remap[n] for o, n in prev.items() if n in remap})
 
     # -- applying -------------------------------------------------------------------------
     def apply(self, record: Decision) -> Group | None:
@@ -354,6 +373,8 @@ class ClusterState:
             rest, remap, freed_r, freed_t = shrink(rest)
             self.ledger.release(ROLLOUT, freed_r, now)
             self.ledger.release(TRAIN, freed_t, now)
+            if freed_r:
+                self.renumber(group_id, remap)
         # Keep the order: a departure can only shorten the period, and a
         # re-ordering would cost the remaining members a transient.
         rest = plan_group(rest, self.intra, reorder=False)

@@ -99,7 +99,9 @@ class DriftRepair:
         st.ledger.release(Pool.ROLLOUT, 1, st.env.now())
         st.groups[g.group_id] = g
         ctl = st.controllers[g.group_id]
-        ctl.update_group(g, {n: n - (n > drop) for n in range(g.n_rollout + 1) if n != drop})
+        remap = {n: n - (n > drop) for n in range(g.n_rollout + 1) if n != drop}
+        ctl.update_group(g, remap)
+        st.renumber(g.group_id, remap)
         for job_id in moved:  # its rollout state is not on its new node: its next rollout cold-starts
             ctl.cold_start(job_id, repin_seconds(g.member(job_id).job, st.cluster, st.cfg.regroup.migration_scale))
         st.compacted += 1

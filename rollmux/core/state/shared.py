@@ -60,6 +60,8 @@ class Held(Protocol):
 
     def view(self, progress: Progress) -> ClusterView: ...
 
+    def renumber(self, group_id: int, remap: Mapping[int, int]) -> None: ...
+
 
 def measured(progress: Progress, estimates: Mapping[str, PhaseEstimate], planned: Mapping[str, JobSpec]) -> Progress:
     """`progress` as the planner reads it: through `MeasuredProgress` when some job is planned
