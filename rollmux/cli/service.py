@@ -35,6 +35,10 @@ def serve(
                                     help="Shortest phase lease (s); a lease is 2x the declared worst case."),
     watch_ray: Optional[str] = typer.Option(None, "--watch-ray",
                                             help="Ray cluster whose dead nodes re-admit the jobs on them."),
+    ray_address: Optional[str] = typer.Option(None, "--ray",
+                                              help="Ray cluster whose pool nodes (custom resource rollout_pool or "
+                                                   "train_pool) are the inventory: capacity, and the machines "
+                                                   "placements and permits name."),
     wait_store: float = typer.Option(0.0, "--wait-store", min=0.0,
                                      help="Wait this long for a store another server holds (a Redis writer "
                                           "lease of a killed server lapses after 10 s)."),
@@ -62,10 +66,12 @@ def serve(
         token = admin_token(admin_token_file)
         core, telemetry, journal = _start_core(store, wait_store, cluster, cfg, token,
                                                heartbeat_timeout_s=heartbeat_timeout, lease_min_s=lease_min)
-        if watch_ray:
+        if watch_ray or ray_address:
             import ray
-            ray.init(address=watch_ray, log_to_driver=False)
+            ray.init(address=ray_address or watch_ray, log_to_driver=False)
             core.watch_ray_nodes()
+            if ray_address:
+                core.watch_ray_inventory()
         scheme = "https" if tls_cert else "http"
         out.print(f"rollmux scheduler on {scheme}://{listen}; journal {journal.url} "
                   f"({core.recovered_records} records recovered); admin token in {admin_token_file}; "

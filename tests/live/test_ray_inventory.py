@@ -1,0 +1,57 @@
+"""`serve --ray`'s inventory on a multi-raylet Ray cluster (rollmux/live/inventory.py): the pools'
+nodes are the machines placements name, and a node removed places its jobs again."""
+
+from __future__ import annotations
+
+import time
+
+import ray
+from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from rollmux.core.spec import default_cluster
+from rollmux.live.service import SchedulerCore
+from tests.factories import make_job
+
+
+@ray.remote(num_cpus=0)
+def _where() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def _wait(pred, what: str, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_pool_nodes_are_the_inventory_and_a_removed_one_moves_its_job():
+    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, include_dashboard=False))
+    rollout = cluster.add_node(num_cpus=1, resources={"rollout_pool": 1})
+    trains = [cluster.add_node(num_cpus=1, resources={"train_pool": 1}) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="rollmux-inventory", log_to_driver=False)
+    core = SchedulerCore(default_cluster().model_dump(), check_every_s=0.2)
+    try:
+        core.watch_ray_inventory()
+        ids = {n.node_id: n for n in (rollout, *trains)}
+        assert core.state.nodes.capacity("rollout") == 1 and core.state.nodes.capacity("train") == 2
+        got = core.submit(make_job("a", rollout=100.0, train=100.0, slo=1.0).model_dump(exclude_none=True))
+        (r_id,), (t_id,) = got["node_ids"]["rollout"], got["node_ids"]["train"]
+        assert r_id == rollout.node_id and t_id in ids
+        # A worker pinned to the node the placement names runs there.
+        pinned = _where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(r_id, soft=False)).remote()
+        assert ray.get(pinned, timeout=60) == r_id
+        cluster.remove_node(ids[t_id])
+        moved = _wait(lambda: core.request("job", "<admin>", "a").result().get("node_ids"), "a placed again")
+        _wait(lambda: core.state.jobs["a"].epoch == 2, "a's second placement")
+        moved = core.request("job", "<admin>", "a").result()["node_ids"]
+        assert moved["train"] != [t_id] and moved["train"][0] in ids and core.state.nodes.capacity("train") == 1
+    finally:
+        core.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
