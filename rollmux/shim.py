@@ -174,6 +174,21 @@ class JobShim:
         """The permit of the phase running now (None between phases); hooks read it."""
         return self._grant
 
+    def node_strategies(self, held: bool = False) -> list:
+        """Ray scheduling strategies that put a worker on each node the running phase's permit
+        names, in its order (`held`: the training nodes an init holds too): `NodeAffinity`,
+        not soft, so a worker never lands elsewhere. ValueError when the permit names no
+        machines (the service has no node inventory: `rollmux serve --ray`)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        grant = self._grant
+        if grant is None:
+            raise RuntimeError(f"{self.job_id}: node_strategies() outside a phase")
+        ids = grant.train_held_ids if held else grant.node_ids
+        if len(ids) != len(grant.train_held if held else grant.nodes) or any(n is None for n in ids):
+            raise ValueError(f"{self.job_id}: the {grant.phase} permit names no machine for every node "
+                             "(the service needs a node inventory: rollmux serve --ray)")
+        return [NodeAffinitySchedulingStrategy(node_id=n, soft=False) for n in ids]
+
     def phase(self, name: str):
         """Mark a phase: use as `with shim.phase(name):` or as a decorator `@shim.phase(name)`."""
         return _PhaseMarker(self, name)

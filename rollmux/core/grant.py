@@ -33,6 +33,9 @@ class Grant:
     workers: tuple[tuple[int, ...], ...] = ()  # rollout: per node, the slots covered (() = all)
     keep: tuple[tuple[int, ...], ...] = ()     # rollout: per node, the slots a migrated tail keeps
     train_held: tuple[int, ...] = ()           # init: the training nodes it holds too
+    # With the service's node inventory (live/nodemap.py): the machines of `nodes` and `train_held`.
+    node_ids: tuple[str | None, ...] = ()
+    train_held_ids: tuple[str | None, ...] = ()
 
     def slots(self, i: int) -> tuple[int, ...]:
         """The worker slots this permit covers on its `i`-th node."""

@@ -42,7 +42,8 @@ def _grant(d: dict) -> Grant:
     return Grant(**{**{k: v for k, v in d.items() if k in _GRANT_FIELDS}, "nodes": tuple(d["nodes"]),
                     "workers": tuple(tuple(w) for w in d.get("workers", ())),
                     "keep": tuple(tuple(k) for k in d.get("keep", ())),
-                    "train_held": tuple(d.get("train_held", ()))})
+                    "train_held": tuple(d.get("train_held", ())),
+                    "node_ids": tuple(d.get("node_ids") or ()), "train_held_ids": tuple(d.get("train_held_ids") or ())})
 
 
 def _error(method: str, path: str, resp: urllib3.BaseHTTPResponse) -> ServiceError:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from rollmux.core.grant import Grant
 from rollmux.core.spec import default_cluster
 from rollmux.live.inventory import ray_inventory
 from rollmux.live.service import SchedulerCore
+from rollmux.shim import JobShim
 from tests.factories import make_job
 
 CLUSTER = default_cluster().model_dump()
@@ -146,3 +150,19 @@ def test_a_shrunk_group_keeps_each_remaining_member_on_its_machine():
         assert core.state.nodes.free("rollout") == ["r0", "r2"]
     finally:
         core.shutdown()
+
+
+def test_the_shim_names_no_node_strategies_without_an_inventory():
+    class _One:
+        def acquire(self, job_id, phase):
+            return Grant(0, job_id, phase, "rollout", (0,), 0.0, 0.0, 0.0)
+
+        def tail_started(self, job_id):
+            pass
+
+        def release(self, timings):
+            pass
+
+    shim = JobShim("a", _One())
+    with shim.phase("rollout"), pytest.raises(ValueError, match="rollmux serve --ray"):
+        shim.node_strategies()

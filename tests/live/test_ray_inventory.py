@@ -7,11 +7,29 @@ import time
 
 import ray
 from ray.cluster_utils import Cluster
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rollmux.core.spec import default_cluster
+from rollmux.live.client import _grant
 from rollmux.live.service import SchedulerCore
+from rollmux.shim import JobShim, PhaseTimings
 from tests.factories import make_job
+
+
+class _InProcess:
+    """The shim's permit client over an in-process core (one job, its token)."""
+
+    def __init__(self, core: SchedulerCore, token: str) -> None:
+        self.core, self.token = core, token
+
+    def acquire(self, job_id: str, phase: str):
+        return _grant(self.core.acquire(job_id, phase, self.token))
+
+    def tail_started(self, job_id: str) -> None:
+        self.core.tail_started(job_id, self.token)
+
+    def release(self, t: PhaseTimings) -> None:
+        self.core.release(t.job_id, t.phase, {"wait_s": t.wait_s, "onload_s": t.onload_s, "run_s": t.run_s,
+                                              "offload_s": t.offload_s}, self.token)
 
 
 @ray.remote(num_cpus=0)
@@ -43,9 +61,12 @@ def test_the_pool_nodes_are_the_inventory_and_a_removed_one_moves_its_job():
         got = core.submit(make_job("a", rollout=100.0, train=100.0, slo=1.0).model_dump(exclude_none=True))
         (r_id,), (t_id,) = got["node_ids"]["rollout"], got["node_ids"]["train"]
         assert r_id == rollout.node_id and t_id in ids
-        # A worker pinned to the node the placement names runs there.
-        pinned = _where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(r_id, soft=False)).remote()
-        assert ray.get(pinned, timeout=60) == r_id
+        # The shim pins the phase's workers to the nodes its permit names: they run there.
+        shim = JobShim("a", _InProcess(core, got["token"]))
+        for phase, want in (("rollout", r_id), ("train", t_id)):
+            with shim.phase(phase):
+                (strategy,) = shim.node_strategies()
+                assert ray.get(_where.options(scheduling_strategy=strategy).remote(), timeout=60) == want
         cluster.remove_node(ids[t_id])
         moved = _wait(lambda: core.request("job", "<admin>", "a").result().get("node_ids"), "a placed again")
         _wait(lambda: core.state.jobs["a"].epoch == 2, "a's second placement")
