@@ -5,7 +5,7 @@ Bad input of any kind exits with status 2 and one line naming the place.
 
 # Each module registers its commands on import; the import order is their order in `--help`.
 # isort: off
-from rollmux.cli import simulate, study, service, harness  # noqa: F401
+from rollmux.cli import simulate, study, service, launch, harness  # noqa: F401
 # isort: on
 from rollmux.cli.app import app, main
 

@@ -132,6 +132,20 @@ def _open_store(store: str, wait_s: float):
         time.sleep(0.5)  # the holder's lease lapses on its own; nothing to wait on but time
 
 
+def read_job(job_file: Path) -> dict:
+    """A job record from its file (YAML or JSON), validated as a trace line; InputError naming the file."""
+    import yaml
+    text = job_file.read_text() if job_file.exists() else None
+    if text is None:
+        raise InputError(str(job_file), "no such file")
+    try:
+        record = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(str(job_file), f"not valid YAML/JSON ({exc})") from None
+    parse_jobs([json.dumps(record)], str(job_file))  # same validation and messages as a trace line
+    return record
+
+
 def _admin_client(url: str, admin_token_file: Path):
     from rollmux.live.client import HttpPermitClient
     from rollmux.live.server import admin_token
@@ -158,16 +172,8 @@ def submit(
     admin_token_file: Path = _TOKEN_FILE,
 ) -> None:
     """Submit one job to the running scheduler; prints where it was placed and the job's token."""
-    import yaml
     try:
-        text = job_file.read_text() if job_file.exists() else None
-        if text is None:
-            raise InputError(str(job_file), "no such file")
-        try:
-            record = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InputError(str(job_file), f"not valid YAML/JSON ({exc})") from None
-        parse_jobs([json.dumps(record)], str(job_file))  # same validation and messages as a trace line
+        record = read_job(job_file)
         client = _admin_client(url, admin_token_file)
         placed = _api_call(lambda: client.submit(record), str(job_file))
         # The token is the job's credential for every later call: print it once, keep it secret.

@@ -208,3 +208,22 @@ class HttpPermitClient:
                                        timeout=urllib3.Timeout(connect=every_s * 4, read=every_s * 4))
                 except urllib3.exceptions.HTTPError:  # a restarting server: beat again soon
                     wait = min(every_s, 0.1)
+
+
+def from_env(heartbeat_s: float = 1.0) -> tuple[str, HttpPermitClient]:
+    """The job `rollmux run` launched: its id and a client acting for it, from the environment
+    (`ROLLMUX_URL`, `ROLLMUX_JOB_ID`, `ROLLMUX_TOKEN_FILE`; `ROLLMUX_CA`: a CA bundle to trust).
+    RuntimeError naming what is missing."""
+    import os
+    names = ("ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE")
+    missing = [n for n in names if not os.environ.get(n)]
+    if missing:
+        raise RuntimeError(f"rollmux.init(): {', '.join(missing)} not set (launch the job with rollmux run)")
+    url, job_id, token_file = (os.environ[n] for n in names)
+    try:
+        token = open(token_file).read().strip()
+    except OSError as exc:
+        raise RuntimeError(f"rollmux.init(): ROLLMUX_TOKEN_FILE {token_file}: {exc.strerror}") from None
+    client = HttpPermitClient(url, heartbeat_s=heartbeat_s, verify=os.environ.get("ROLLMUX_CA") or True)
+    client.register(job_id, token)
+    return job_id, client
