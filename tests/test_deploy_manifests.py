@@ -202,9 +202,9 @@ def test_the_scheduler_runs_rollmux_serve_with_real_flags_and_its_store(docs, tm
     (cfg_vol,) = [n for n, v in vols.items() if v.get("configMap", {}).get("name") == "rollmux-cluster"]
     assert str(params["cluster"]) == f"{mounts[cfg_vol]}/cluster.yaml"
     cluster_file(docs, tmp_path)
-    # --watch-ray: the RayCluster's head Service (KubeRay names it <cluster>-head-svc), Ray client port.
+    # --ray: the RayCluster's head Service (KubeRay names it <cluster>-head-svc), Ray client port.
     ray = one(docs, "RayCluster")
-    watch = urlsplit(params["watch_ray"])
+    watch = urlsplit(params["ray_address"])
     head_ports = {p["name"]: p["containerPort"]
                   for p in container(ray["spec"]["headGroupSpec"]["template"]["spec"], "ray-head")["ports"]}
     assert (watch.scheme, watch.hostname, watch.port) == ("ray", f"{ray['metadata']['name']}-head-svc",
@@ -314,27 +314,31 @@ def test_the_guides_rollmux_commands_use_real_flags():
 
 
 def test_the_guides_client_code_calls_real_apis():
-    """The guide's Python block: the client's and the shim's keyword arguments and methods exist."""
+    """The guide's Python blocks: the client's and the shim's keyword arguments and methods exist
+    (`rollmux.init(...)` makes a JobShim)."""
     import ast
     import inspect
 
     from rollmux.live.client import HttpPermitClient
     from rollmux.shim import JobShim
-    (src,) = [b for lang, b in code_blocks(GUIDE.read_text()) if lang == "python"]
-    tree = ast.parse(src)
+    blocks = [b for lang, b in code_blocks(GUIDE.read_text()) if lang == "python"]
+    assert len(blocks) >= 2
     classes = {"HttpPermitClient": HttpPermitClient, "JobShim": JobShim}
     made = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                getattr(node.value.func, "id", None) in classes:
-            cls = classes[node.value.func.id]
-            made[node.targets[0].id] = cls
-            params = inspect.signature(cls).parameters
-            assert {k.arg for k in node.value.keywords} <= set(params), cls
+    for tree in map(ast.parse, blocks):
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+                continue
+            func = node.value.func
+            name = "JobShim" if getattr(func, "attr", None) == "init" else getattr(func, "id", None)
+            if name in classes:
+                cls = made[node.targets[0].id] = classes[name]
+                params = inspect.signature(cls).parameters
+                assert {k.arg for k in node.value.keywords} <= set(params), cls
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) in made:
+                assert callable(getattr(made[node.value.id], node.attr, None)), f"{node.value.id}.{node.attr}"
     assert set(made.values()) == set(classes.values())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) in made:
-            assert callable(getattr(made[node.value.id], node.attr, None)), f"{node.value.id}.{node.attr}"
 
 
 def test_a_made_up_flag_fails_the_check():

@@ -25,7 +25,8 @@ seen = {"argv": os.sys.argv[1:]}
 for phase in ("rollout", "train"):
     with rollmux.phase(phase):
         (strategy,) = shim.node_strategies()
-        seen[phase] = {"named": shim.grant.node_ids[0], "ran": ray.get(where.options(scheduling_strategy=strategy).remote())}
+        ran = ray.get(where.options(scheduling_strategy=strategy).remote())
+        seen[phase] = {"named": shim.grant.node_ids[0], "ran": ran}
 shim.client.finish(shim.job_id)
 with open(os.environ["OUT"], "w") as f:
     json.dump(seen, f)
