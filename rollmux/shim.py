@@ -239,20 +239,15 @@ _current = _CurrentJob()
 _process_shim: JobShim | None = None
 
 
-def init(job_id: str | None = None, client: PermitClient | None = None, **hooks) -> JobShim:
+def init(job_id: str, client: PermitClient, **hooks) -> JobShim:
     """Set the job's context once: `phase` and `progress` below then act for this job.
 
     The context is the calling thread's, and the process's default (a job with
     several threads calls this once; jobs sharing a process call it in their own
     threads). `hooks` are JobShim's keyword arguments (onload, offload, on_tail, ...).
-    Without `job_id` and `client`, a job launched by `rollmux run` talks to the service its
-    environment names (rollmux/live/client.py `from_env`)."""
+    `rollmux.init()` without arguments (rollmux/job.py) finds both in the environment
+    `rollmux run` sets."""
     global _process_shim
-    if job_id is None and client is None:
-        from rollmux.live.client import from_env
-        job_id, client = from_env()
-    elif job_id is None or client is None:
-        raise ValueError("rollmux.init: give both job_id and client, or neither (the environment's)")
     shim = JobShim(job_id, client, **hooks)
     _current.shim = _process_shim = shim
     return shim

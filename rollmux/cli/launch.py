@@ -4,7 +4,7 @@ The launcher submits the job with the admin token, writes the job's own token to
 its owner may read (mode 0600), and starts ENTRYPOINT with the service's URL, the job id and
 the token file's path in its environment (`ROLLMUX_URL`, `ROLLMUX_JOB_ID`,
 `ROLLMUX_TOKEN_FILE`), never on its command line. Inside the job, `rollmux.init()` reads them
-(rollmux/shim.py), and `JobShim.node_strategies()` pins each phase's workers to the machines its
+(rollmux/job.py), and `JobShim.node_strategies()` pins each phase's workers to the machines its
 permit names. `--local` runs ENTRYPOINT as a local driver process; otherwise it goes through
 Ray's job submission API (`--ray-address`, the dashboard's http://HEAD:8265) with the variables
 in its runtime environment; a remote cluster must see the token file's path (a shared volume,
