@@ -12,7 +12,7 @@ from rollmux.workload import find_traces_dir
 
 runner = CliRunner()
 # Regrouping alone: no pairing (core/repair/pairing.py), at the margin the mode had without it.
-ALONE = ("--no-colo-pair", "--colo-margin", "0.75")
+ALONE = ("--no-colo-pair", "--colo-margin", "0.75", "--no-colo-fold")  # co-located jobs alone, as before folding
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rollmux"
 # Which rollmux layers each layer may import (its own included). Bottom up: errors; core (the
 # scheduling model every executor shares); workload; sim (the simulator and what it prices); study;
 # on the side, shim (job-facing) and live (the service) sit on core only; jobs (the demo's jobs, shipped
-# in the package) see only what a user's job sees, the shim; adapters (real RL libraries under the shim)
+# in the package) see only what a user's job sees, the shim; job (`rollmux.init()` for a job `rollmux run`
+# launched) joins the shim to the service's HTTP client; adapters (real RL libraries under the shim)
 # see the shim and weightsync; harness (what exercises the live plane end to end: chaos, demo, profiler)
 # sees all of those, and only its demo job list imports adapters; cli sees everything.
 ALLOWED: dict[str, set[str]] = {
     "errors": {"errors"},
     "data": set(),
-    "__init__": {"shim"},  # lazily, on first use of rollmux.phase / init / progress (module __getattr__)
+    "__init__": {"shim", "job"},  # lazily, on first use of rollmux.phase / init / progress (module __getattr__)
     "core": {"errors", "core"},
     "workload": {"errors", "core", "workload"},
     "sim": {"errors", "core", "sim"},
@@ -25,10 +26,12 @@ ALLOWED: dict[str, set[str]] = {
     "shim": {"errors", "core", "shim"},
     "live": {"errors", "core", "shim", "live"},  # the service only: nothing that runs jobs or syncs weights
     "jobs": {"errors", "core", "shim", "jobs"},  # the demo jobs that ship in the package: job-facing, like a user's
+    "job": {"shim", "live", "job"},  # rollmux.init() from `rollmux run`'s environment: the shim and its HTTP client
     "weightsync": {"weightsync"},
     "adapters": {"errors", "shim", "weightsync", "adapters"},
     "harness": {"errors", "core", "workload", "shim", "live", "jobs", "weightsync", "adapters", "harness"},
     "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "weightsync", "jobs", "adapters", "harness",
+            "job",
             "cli"},
 }
 # Heavy or service frameworks the scheduling model and the simulator must run without.

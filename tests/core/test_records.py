@@ -38,12 +38,15 @@ def _every_record() -> list:
             rec.Grant(group_id=1, job_id="a", phase=Phase.ROLLOUT, pool="rollout", nodes=[0], switch_s=2.0,
                       granted_at=3.0, tail_share=0.25, epoch=1, units=4, workers=[[0, 1, 2, 3]], keep=[[0]],
                       train_held=[], at=9.0, grant_no=4, lease_s=60.0, rollout_nodes=[0], train_nodes=[0],
-                      rollout_factor=1.0),
+                      rollout_factor=1.0, node_ids=["n-r0"], train_held_ids=[]),
             rec.Release(job_id="a", phase=Phase.TRAIN,
                     timings={"wait_s": 0.0, "onload_s": 1.0, "run_s": 2.0, "offload_s": 0.0}),
             rec.Tail(job_id="a"), rec.Observe(job_id="a", rollout_s=100.0, train_s=50.0, at=4.0, rollout_factor=1.5),
             rec.Compact.of(1, 2), rec.Memory(job_id="a", host_gb={"rollout": 11.0}), rec.Movers.of(7, (move,), True),
-            rec.MoveOut.of("a", "regroup"), rec.Leave.of("a", JobStatus.FAILED, "no heartbeat")]
+            rec.MoveOut.of("a", "regroup"), rec.Leave.of("a", JobStatus.FAILED, "no heartbeat"),
+            rec.Node(node_id="n-r0", pool="rollout"), rec.Node(node_id="n-t9", pool=None),
+            rec.Bind(group_id=1, pool="rollout", index=0, node_id="n-r0"),
+            rec.Bind(group_id=1, pool="train", index=0, node_id=None)]
 
 
 def test_every_kind_has_one_record_type_and_every_record_reads_back_as_it_was_written():
@@ -62,6 +65,9 @@ def test_a_permit_is_the_grants_fields_in_order_without_the_records_version():
     permit = grant.permit()
     assert list(permit) == [f for f in rec.Grant.model_fields if f not in ("kind", "version")]
     assert json.loads(json.dumps(permit))["phase"] == "rollout"
+    # Granted without a node inventory, its line holds no node ids, and it reads back without them.
+    plain = grant.model_copy(update={"node_ids": None, "train_held_ids": None})
+    assert "node_ids" not in _line(plain)[1] and "node_ids" not in parse("grant", _line(plain)[1]).permit()
     # Read from an older journal, a permit holds only what that journal wrote.
     old = {k: v for k, v in _line(grant)[1].items() if k not in ("lease_s", "version", "train_held")}
     assert set(parse("grant", old).permit()) == set(old)

@@ -221,7 +221,7 @@ class Waiters:
                         continue
                     self.errors.append(f"submit {job_id}: {exc}")
                     return
-                if status != 201:
+                if status not in (201, 202):  # 202: accepted, waiting in line for nodes
                     self.errors.append(f"submit {job_id}: {status} {out}")
                     return
                 self.tokens[job_id] = out["token"]
