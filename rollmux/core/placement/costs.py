@@ -56,7 +56,6 @@ def iteration_cost(plan: PlacementPlan) -> float:
     return plan.delta_cost_per_hour * plan.group.shape.period_s / 3600
 
 
-
 @dataclass(frozen=True)
 class FoldTerms:
     """When a group's last member folds into co-location (core/repair/fold.py): the saving over

@@ -37,7 +37,7 @@ from rollmux.core.placement.options.paired import (
     pair_saving,
     paired_seed,
 )
-from rollmux.core.repair.moves import Move, OwedProgress, Regroup, migration_seconds, migration_usd, slice_rate
+from rollmux.core.repair.moves import Move, OwedProgress, Regroup, migration_usd, slice_rate
 from rollmux.core.repair.regroup import dissolve_decision, shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
 
@@ -76,8 +76,7 @@ def saving_bound(a: JobSpec, left_a: int, colo_a: float, b: JobSpec, b_least: tu
              "pair": max(alone_b.group.cost_per_hour(cluster) * period / 3600,
                          least_busy(a, cfg, cluster) + b_least[2]),
              "move_a": migration_usd(a, cluster, scale), "move_b": migration_usd(b, cluster, scale)}
-    return (pair_saving(a, b, left_a, costs, fold)
-            - margin * migration_seconds(a, cluster, scale) * rate_a / 3600)
+    return pair_saving(a, b, left_a, costs, fold) - margin * costs["move_a"]
 
 
 def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocated: Sequence[Group],
@@ -105,6 +104,7 @@ def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocate
               for g, left_a, colo_a in tries]
     best: Pairing | None = None
     firsts: list[tuple[Group, int, float, Regroup]] = []  # planned first movers, for a trio
+    move_b = migration_usd(job, cluster, scale)
     for (g, left_a, colo_a), bound in sorted(zip(tries, bounds), key=lambda c: -c[1]):
         low = bound <= (0.0 if best is None else best.saving_usd)
         if low and (not fold or len(firsts) >= TRIO_FIRSTS):
@@ -118,8 +118,7 @@ def pair_decision(job: JobSpec, colo: PlacementPlan, view: ClusterView, colocate
             continue  # (planned for a trio only)
         costs = {"colo_a": colo_a, "colo_b": colo_b, "alone_a": iteration_cost(alone_a),
                  "alone_b": iteration_cost(own), "pair": group_cost_per_period(d.moves[0].plan.group, cluster),
-                 "move_a": migration_usd(g.members[0].job, cluster, scale),
-                 "move_b": migration_usd(job, cluster, scale)}
+                 "move_a": migration_usd(g.members[0].job, cluster, scale), "move_b": move_b}
         saving = pair_saving(g.members[0].job, job, left_a, costs, fold) - margin * d.cost_usd
         if saving > 0 and (best is None or saving > best.saving_usd):
             best = Pairing(seed, (d,), saving)
@@ -141,6 +140,14 @@ def trios(job: JobSpec, colo_b: float, own: PlacementPlan, seed: PlacementPlan, 
     back when left alone). Two jobs whose phases leave a group idle half the time (rollout-heavy
     ones, say) may cost more paired than co-located, and less three to a group."""
     cfg, cluster = policy.cfg, view.cluster
+    alone: dict[int, float | None] = {}  # co-located placement -> its job's $ per iteration in a group of its own
+
+    def alone_cost(g: Group) -> float | None:
+        if g.group_id not in alone:
+            plan = isolated_plan(g.members[0].job, view, cfg)
+            alone[g.group_id] = None if plan is None else iteration_cost(plan)
+        return alone[g.group_id]
+
     out = []
     for g1, left_1, colo_1, d1 in firsts:
         mv1 = d1.moves[0]
@@ -149,19 +156,15 @@ def trios(job: JobSpec, colo_b: float, own: PlacementPlan, seed: PlacementPlan, 
             if g2.group_id == g1.group_id:
                 continue
             d2 = dissolve_decision(g2, room2, policy, scale, margin, fold)
-            if d2 is None:
+            if d2 is None or alone_cost(g1) is None or alone_cost(g2) is None:
                 continue
-            members = [(job, job.iterations, colo_b, iteration_cost(own))]
-            for g, left, colo in ((g1, left_1, colo_1), (g2, left_2, colo_2)):
-                alone = isolated_plan(g.members[0].job, view, cfg)
-                if alone is None:
-                    break
-                members.append((g.members[0].job, left, colo, iteration_cost(alone)))
-            else:
-                saving = (founding_saving(d2.moves[0].plan.group, members, cluster, cfg, fold)
-                          - margin * (d1.cost_usd + d2.cost_usd))
-                if saving > 0:
-                    out.append(Pairing(seed, (d1, d2), saving))
+            members = [(job, job.iterations, colo_b, iteration_cost(own)),
+                       (g1.members[0].job, left_1, colo_1, alone_cost(g1)),
+                       (g2.members[0].job, left_2, colo_2, alone_cost(g2))]
+            saving = (founding_saving(d2.moves[0].plan.group, members, cluster, cfg, fold)
+                      - margin * (d1.cost_usd + d2.cost_usd))
+            if saving > 0:
+                out.append(Pairing(seed, (d1, d2), saving))
     return out
 
 

@@ -124,8 +124,7 @@ def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, 
     moves, added = planned
     saving = (group.cost_per_hour(cluster) - added) * max(horizon, 0.0) / 3600
     if is_colocated(group):  # priced per iteration, as it was placed
-        saving = min(saving, colocated_saving(group, moves[0].plan, view, policy.cfg,
-                                              fold))
+        saving = min(saving, colocated_saving(group, moves[0].plan, view, policy.cfg, fold))
     if saving <= margin * cost or saving <= 0:
         return None
     return Regroup(group.group_id, tuple(moves), True, saving, cost)

@@ -58,10 +58,7 @@ def pair_saving(a: JobSpec, b: JobSpec, left_a: int, costs: Mapping[str, float],
     before = left_a * costs["colo_a"] + left_b * costs["colo_b"]
     after = n * costs["pair"]
     for x, left in (("a", left_a - n), ("b", left_b - n)):
-        if fold is None:
-            after += left * costs[f"alone_{x}"]
-        else:
-            after += after_partners(left, costs[f"alone_{x}"], costs[f"colo_{x}"], costs[f"move_{x}"], fold)
+        after += after_partners(left, costs[f"alone_{x}"], costs[f"colo_{x}"], costs.get(f"move_{x}", 0.0), fold)
     return before - after
 
 
