@@ -44,6 +44,7 @@ from rollmux.core.colo_fit import modelled_factors
 from rollmux.core.elastic import MIN_SHARE, nonscaling_share
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.vocabulary import Mode
 from rollmux.errors import InputError
 
 # The paper's hardware: H20 (rollout) and H800 (train) HBM bandwidth, TB/s.
@@ -83,8 +84,8 @@ def narrowed_gpus(job: JobSpec, cluster: ClusterSpec) -> int | None:
 
 def gpu_options(job: JobSpec, cluster: ClusterSpec, narrow: bool = True) -> tuple[int, ...]:
     """The GPU counts a co-located placement of `job` may run on: the veRL model's G, then (with
-    `narrow`) the narrowed G' where there is one."""
-    g = narrowed_gpus(job, cluster) if narrow else None
+    `narrow`, for a job that can take elastic rollout) the narrowed G' where there is one."""
+    g = narrowed_gpus(job, cluster) if narrow and job.can(Mode.ELASTIC_ROLLOUT) else None
     return (colocated_gpus(job),) if g is None else (colocated_gpus(job), g)
 
 

@@ -32,6 +32,7 @@ import math
 from rollmux.core.config import MAX_SCALE, MIN_SHARE
 from rollmux.core.group import Member
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.vocabulary import Mode
 
 # The rollout model's fixed parts, shared with the workload's performance model
 # (workload/perf.py imports them from here: core never imports workload).
@@ -46,6 +47,12 @@ def nonscaling_share(job: JobSpec) -> float:
     """Share c of the job's rollout time that more rollout nodes do not shorten (fixed part + tail)."""
     fixed = ROLLOUT_FIXED_S + (TURNS * ENV_LATENCY_S if (job.model or "").endswith("-mt") else 0.0)
     return min(MAX_NONSCALING, job.tail_frac + fixed / job.rollout_s.median)
+
+
+def least_share(job: JobSpec) -> float:
+    """The least share of its nominal rollout time the job's rollout takes on any count of rollout
+    nodes it may use: its non-scaling share, or 1 when it cannot take elastic rollout."""
+    return nonscaling_share(job) if job.can(Mode.ELASTIC_ROLLOUT) else 1.0
 
 
 def rollout_factor(job: JobSpec, nominal: int, nodes: int) -> float:
@@ -65,9 +72,10 @@ def node_counts(nominal: int, elastic: bool, min_share: float = MIN_SHARE, max_s
 
 def allowed_factor(job: JobSpec, cluster: ClusterSpec, nodes: int) -> float | None:
     """The factor a member of `job` on `nodes` rollout nodes must carry; None when no elastic
-    shape allows that count (validate_plan's I3)."""
+    shape allows that count (validate_plan's I3), and for a job that cannot take elastic rollout
+    on any count but its nominal one (compaction then cannot narrow it)."""
     k0 = cluster.pools.rollout.nodes_for(job.rollout_gpus)
-    if nodes not in node_counts(k0, True):
+    if nodes not in node_counts(k0, job.can(Mode.ELASTIC_ROLLOUT)):
         return None
     return rollout_factor(job, k0, nodes)
 
@@ -82,13 +90,14 @@ def member_rollout_gpus(member: Member, cluster: ClusterSpec) -> float:
 
 def busy_time_bound_elastic(jobs, cluster: ClusterSpec) -> float:
     """The busy-time bound (sim/baselines.busy_time_bound) when every job may roll out at its
-    cheapest elastic shape: rollout GPU-seconds scale as (k / k0) * factor(k), least at the
-    fewest nodes (the non-scaling share then holds fewer GPUs). Training as nominal."""
+    cheapest elastic shape (its nominal one if it cannot take elastic rollout): rollout
+    GPU-seconds scale as (k / k0) * factor(k), least at the fewest nodes (the non-scaling share
+    then holds fewer GPUs). Training as nominal."""
     pr = cluster.pools.rollout.price_per_gpu_hour
     pt = cluster.pools.train.price_per_gpu_hour
     total = 0.0
     for j in jobs:
         k0 = cluster.pools.rollout.nodes_for(j.rollout_gpus)
-        share = min(k / k0 * rollout_factor(j, k0, k) for k in node_counts(k0, True))
+        share = min(k / k0 * rollout_factor(j, k0, k) for k in node_counts(k0, j.can(Mode.ELASTIC_ROLLOUT)))
         total += j.iterations * (j.rollout_gpus * j.mean_rollout_s * share * pr + j.train_gpus * j.mean_train_s * pt)
     return total / 3600

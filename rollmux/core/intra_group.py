@@ -26,6 +26,9 @@ from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.period_sample import PeriodStats, mean_rollout, period_stats
 from rollmux.core.slo_order import choose_slots
 from rollmux.core.spec import JobSpec
+from rollmux.core.vocabulary import Mode
+
+TAIL_MIGRATION = Mode.TAIL_MIGRATION.value  # (a plain str: vocabulary.py)
 
 
 @dataclass(frozen=True)
@@ -142,8 +145,10 @@ def head_finish(node_tails: list[list[tuple[float, float]]], start: float, work:
 
 
 def tail_share(job: JobSpec, shared: bool, cfg: "IntraConfig") -> float:
-    """Tail fraction migrated: only when migration is on and someone else shares the nodes."""
-    return job.tail_frac if cfg.migration and shared else 0.0
+    """Tail fraction migrated: only when migration is on, someone else shares the nodes and the
+    job can take it (`JobSpec.cannot`). The planner, both executors' controllers and the sampled
+    period all read it, so a job that cannot migrate its tail is planned and priced without it."""
+    return job.tail_frac if cfg.migration and shared and TAIL_MIGRATION not in job.cannot else 0.0
 
 
 def schedule(members: Sequence[Member], n_rollout: int, n_train: int,

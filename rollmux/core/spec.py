@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+
+from rollmux.core.vocabulary import Mode
 
 
 class _Strict(BaseModel):
@@ -109,6 +111,32 @@ class JobSpec(_Strict):
     drift: Drift | None = None
     # Measured co-located phase times; None: the co-located model estimates them (colo_model.py).
     colocated: ColocatedProfile | None = None
+    # The execution modes its adapter cannot take (vocabulary.py `Mode`), sorted and without
+    # repeats; empty (the default): every mode the configuration enables. Written out only when set.
+    cannot: tuple[Mode, ...] = ()
+
+    @field_validator("cannot", mode="before")
+    @classmethod
+    def _mode_names(cls, value: Any) -> Any:
+        # (ValueError, not TypeError: pydantic reports only the former as the field's error)
+        if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+            raise ValueError(f"must be a list of mode names ({', '.join(MODE_NAMES)})")  # noqa: TRY004
+        bad = [v for v in value if not isinstance(v, str) or v not in MODE_NAMES]
+        if bad:
+            raise ValueError(f"unknown mode {bad[0]!r}; choose from {', '.join(MODE_NAMES)}")
+        return tuple(sorted({Mode(v) for v in value}))
+
+    @model_serializer(mode="wrap")
+    def _without_empty_cannot(self, handler: Any) -> Any:
+        # A job that can take every mode is written as before the field existed (traces, journals).
+        data = handler(self)
+        if not self.cannot and isinstance(data, dict):
+            data.pop("cannot", None)
+        return data
+
+    def can(self, mode: Mode) -> bool:
+        """Whether the scheduler may run this job in `mode` (it is not in `cannot`)."""
+        return mode not in self.cannot
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> "JobSpec":
         """A copy; with `update`, its derived values (solo time, iterations, SLO budget) recomputed."""
@@ -155,6 +183,7 @@ class JobSpec(_Strict):
         return self.slo_iter_s * self.iterations
 
 
+MODE_NAMES = tuple(sorted(m.value for m in Mode))
 _DERIVED = tuple(n for n, v in vars(JobSpec).items() if isinstance(v, cached_property))
 
 

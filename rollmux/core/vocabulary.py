@@ -1,4 +1,4 @@
-"""The scheduler's one vocabulary: phases, pools, placement cases and job statuses.
+"""The scheduler's one vocabulary: phases, pools, placement cases, job statuses and execution modes.
 
 Every name the scheduler, its journal, its status API and its metrics share is a member of
 one of these `StrEnum`s. A member *is* its string (`Phase.ROLLOUT == "rollout"`, same hash),
@@ -52,6 +52,17 @@ class JobStatus(StrEnum):
     DONE = "done"            # finished its work
     FAILED = "failed"        # missed heartbeats, or hung past a phase lease
     CANCELLED = "cancelled"  # cancelled by the admin or by the job itself
+
+
+class Mode(StrEnum):
+    """An execution mode the scheduler may use for a job, which a job may declare it cannot
+    take (`JobSpec.cannot`): its adapter or framework cannot carry it out. A job without
+    `cannot` may be run in every mode the configuration enables."""
+
+    COLOCATE = "colocate"  # every phase on its own training nodes (veRL style): never placed or folded there
+    ELASTIC_ROLLOUT = "elastic_rollout"  # its rollout keeps the rollout nodes it declares (no other count)
+    TAIL_MIGRATION = "tail_migration"  # its rollout's long tail is never moved to a few of its workers
+    MOVE = "move"  # once placed its state is not moved by a repair (regroup, pairing, fold, re-pin, eviction)
 
 
 # Statuses a job leaves no more (a `leave` record's).

@@ -131,3 +131,27 @@ def test_a_phase_measured_at_no_time_is_no_estimate():
     assert st.observe("a", gid, 0.0, 0.0, {}) == [] and "a" not in st.estimates  # (was a ZeroDivisionError)
     st.observe("a", gid, 100.0, 100.0, {})
     assert st.estimates["a"].count == 1
+
+
+def _drifted_pair(cannot_a: list[str], cannot_b: list[str]) -> tuple[ClusterState, list[str]]:
+    """Two complementary jobs sharing a group; `a` measured 3x slower than declared breaks b's
+    budget: the drift repair evicts a member. The state and the evicted jobs."""
+    st = _state(repair=True)
+    gid = st.place(make_job("a", rollout=100, train=100, slo=2.0, cannot=cannot_a), {}).group.group_id
+    assert st.place(make_job("b", rollout=100, train=100, slo=2.0, cannot=cannot_b), {}).group.group_id == gid
+    return st, st.observe("a", gid, 300.0, 300.0, {})
+
+
+def test_the_drift_repair_evicts_the_slower_member():
+    st, evicted = _drifted_pair([], [])
+    assert evicted == ["a"] and list(st.arriving) == ["a"]
+
+
+def test_the_drift_repair_evicts_another_member_than_one_that_cannot_be_moved():
+    st, evicted = _drifted_pair(["move"], [])
+    assert evicted == ["b"] and list(st.arriving) == ["b"]
+
+
+def test_the_drift_repair_moves_nobody_where_no_member_can_be_moved():
+    st, evicted = _drifted_pair(["move"], ["move"])
+    assert evicted == [] and st.arriving == {} and len(st.groups) == 1

@@ -228,6 +228,17 @@ def test_grant_carries_tail_share_only_on_a_shared_node():
     assert {x.job_id: x.tail_share for x in granted} == {"a": 0.3, "c": 0.0}
 
 
+def test_grant_carries_no_tail_share_for_a_job_that_cannot_migrate_its_tail():
+    g = make_group([(make_job("a", tail_frac=0.3, cannot=["tail_migration"]), (0,)),
+                    (make_job("b", tail_frac=0.3), (0,))], 1)
+    ctl = GroupController(SimEnvironment(), g, intra(migration=True))
+    granted = []
+    ctl.request("a", "rollout", granted.append)
+    ctl.release("a", "rollout")
+    ctl.request("b", "rollout", granted.append)
+    assert {x.job_id: x.tail_share for x in granted} == {"a": 0.0, "b": 0.3}
+
+
 def test_grant_records_the_environment_time():
     env = SimEnvironment(start=42.0)
     ctl = GroupController(env, shared_node_group(1), intra())

@@ -14,6 +14,7 @@ from rollmux.core.intra_group import (
     PhaseTimes,
     best_order,
     earliest_start,
+    group_planning_times,
     head_finish,
     period,
     plan_group,
@@ -169,6 +170,27 @@ def test_next_rollout_starts_at_head_end_and_runs_slower_under_a_tail():
     assert rb.end == pytest.approx(101.0 + 76.75)
 
 
+def test_a_job_that_cannot_migrate_its_tail_holds_its_node_to_the_end_of_its_rollout():
+    cfg = intra(migration=True, warm_switch_s=0.0, migration_overhead_s=1.0)
+    b = make_job("b", rollout=100, train=10, tail_frac=0.0)
+    for cannot, b_start in (([], 70.0), (["tail_migration"], 100.0)):  # (as the test above, then without)
+        a = make_job("a", rollout=100, train=10, tail_frac=0.3, cannot=cannot)
+        _, records = run(make_group([(a, (0,)), (b, (0,))], 1), cfg, meta=1)
+        ra, rb = (next(r for r in records if r.job_id == j and r.phase == "rollout") for j in "ab")
+        assert rb.start == pytest.approx(b_start)
+        assert (ra.head_end == ra.end) == bool(cannot)
+
+
+def test_a_job_that_cannot_migrate_its_tail_is_planned_without_the_straggler_recompute():
+    cfg = intra(migration=True, migration_overhead_s=1.0)
+    b = make_job("b", tail_frac=0.3)
+    for cannot, overhead in (([], 1.0), (["tail_migration"], 0.0)):
+        a = make_job("a", tail_frac=0.3, cannot=cannot)
+        times = group_planning_times(make_group([(a, (0,)), (b, (0,))], 1).members, cfg)
+        assert times[0].rollout == pytest.approx(planning_times(a, cfg.plan_quantile).rollout + overhead)
+        assert times[1].rollout == pytest.approx(planning_times(b, cfg.plan_quantile).rollout + 1.0)
+
+
 def test_warm_switch_charged_when_node_changes_job():
     g = make_group([(make_job("a", rollout=50, train=50, sync=0), (0,)),
                     (make_job("b", rollout=50, train=50, sync=0), (0,))], 1)
@@ -212,6 +234,7 @@ def test_tail_share_only_when_migrating_on_a_shared_node():
     assert tail_share(job, True, intra(migration=True)) == 0.3
     assert tail_share(job, False, intra(migration=True)) == 0.0
     assert tail_share(job, True, intra(migration=False)) == 0.0
+    assert tail_share(make_job(tail_frac=0.3, cannot=["tail_migration"]), True, intra(migration=True)) == 0.0
 
 
 def test_planning_times_use_worst_case_rollout_and_scaled_train():

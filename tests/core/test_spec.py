@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from rollmux.core.spec import ClusterSpec, HostGB, PoolSpec, RolloutDist, default_cluster
+from rollmux.core.spec import ClusterSpec, HostGB, JobSpec, PoolSpec, RolloutDist, default_cluster
+from rollmux.core.vocabulary import Mode
 from tests.factories import make_cluster, make_job
 
 # -- RolloutDist ---------------------------------------------------------------------------
@@ -138,6 +139,37 @@ def test_job_rejects_out_of_range_fields(kwargs):
 
 def test_job_keeps_unknown_fields_as_extras():
     assert make_job(colour="blue").model_extra == {"colour": "blue"}
+
+
+# -- JobSpec.cannot: modes a job cannot take ------------------------------------------------
+
+def test_a_job_without_cannot_takes_every_mode_and_is_written_as_before():
+    job = make_job("a")
+    assert job.cannot == () and all(job.can(m) for m in Mode)
+    assert "cannot" not in job.model_dump() and "cannot" not in job.model_dump_json()
+
+
+def test_cannot_is_stored_sorted_without_repeats_and_read_back_from_json():
+    job = make_job("a", cannot=["move", "colocate", "move"])
+    assert job.cannot == (Mode.COLOCATE, Mode.MOVE)
+    assert not job.can(Mode.MOVE) and job.can(Mode.TAIL_MIGRATION)
+    assert JobSpec.model_validate_json(job.model_dump_json()) == job
+
+
+def test_a_copy_keeps_cannot():
+    job = make_job("a", cannot=["elastic_rollout"])
+    assert job.model_copy(update={"slo": 3.0}).cannot == (Mode.ELASTIC_ROLLOUT,)
+    assert JobSpec(**dict(job)).cannot == (Mode.ELASTIC_ROLLOUT,)
+
+
+@pytest.mark.parametrize("value, says", [(["bogus"], "unknown mode 'bogus'"), ("move", "list of mode names"),
+                                         ([3], "unknown mode 3")])
+def test_cannot_rejects_what_is_not_a_list_of_known_mode_names(value, says):
+    with pytest.raises(ValidationError) as exc:
+        make_job("a", cannot=value)
+    (err,) = exc.value.errors()
+    assert err["loc"] == ("cannot",) and says in err["msg"]
+    assert "colocate, elastic_rollout, move, tail_migration" in err["msg"]
 
 
 # -- ClusterSpec ---------------------------------------------------------------------------

@@ -80,6 +80,13 @@ def test_invalid_nested_value_names_dotted_field():
     assert exc.value.place == "t.jsonl:1: field 'host_gb.rollout'"
 
 
+def test_an_unknown_mode_a_job_cannot_take_names_line_field_and_choices():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a"), job_record("b", cannot=["colocate", "bogus"])), "t.jsonl")
+    assert exc.value.place == "t.jsonl:2: field 'cannot'"
+    assert "unknown mode 'bogus'" in exc.value.reason and "tail_migration" in exc.value.reason
+
+
 def test_max_below_median_names_rollout_field():
     with pytest.raises(InputError) as exc:
         parse_jobs(lines(job_record("a", rollout_s={"median": 10, "sigma": 0.1, "max": 5})), "t.jsonl")
@@ -174,6 +181,15 @@ def test_dump_load_round_trip(tmp_path):
     assert trace.jobs == jobs
     assert trace.warnings == []
     assert trace.source == str(path)
+
+
+def test_dump_load_round_trip_keeps_the_modes_a_job_cannot_take(tmp_path):
+    jobs = [make_job("a", cannot=["tail_migration", "colocate"]), make_job("b")]
+    path = tmp_path / "trace.jsonl"
+    dump_jobs(jobs, path)
+    assert load_jobs(path).jobs == jobs
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert first["cannot"] == ["colocate", "tail_migration"] and "cannot" not in second
 
 
 def test_load_missing_trace_is_an_input_error(tmp_path):

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from rollmux.core.group import Group
 from rollmux.core.placement.model import Case, ClusterView, PlacementPlan
-from rollmux.core.spec import ClusterSpec
+from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.vocabulary import Mode
 
 # Plans that change an existing group (the rest found a new one).
 JOINED = (Case.DIRECT, Case.SCALING, Case.TRAIN_SCALING)
@@ -73,6 +74,14 @@ class FoldTerms:
         its group and `colo` co-located, folds for a move of `move_usd`."""
         saving = left * (alone - colo)
         return colo < self.below * alone and saving > 0 and saving > self.margin * move_usd
+
+
+def fold_terms_for(job: JobSpec, fold: FoldTerms | None) -> FoldTerms | None:
+    """`fold` where `job` may fold: a job that cannot run co-located or cannot be moved
+    (`JobSpec.cannot`) never does, so its pricing must not assume it (None)."""
+    if fold is None or not job.can(Mode.COLOCATE) or not job.can(Mode.MOVE):
+        return None
+    return fold
 
 
 def after_partners(left: int, alone: float, colo: float | None, move_usd: float, fold: FoldTerms | None) -> float:

@@ -23,6 +23,7 @@ from rollmux.core.placement.admission import period_budget
 from rollmux.core.placement.index import MARGIN, group_bounds, progress_rows
 from rollmux.core.placement.model import ClusterView
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.vocabulary import Mode
 
 
 class JoinTest:
@@ -88,6 +89,8 @@ def least_cycles(jobs: Sequence[JobSpec], own_sum: np.ndarray, own_train: np.nda
     if not cfg.elastic_rollout:
         return out
     for i, job in enumerate(jobs):
+        if not job.can(Mode.ELASTIC_ROLLOUT):
+            continue  # (its nominal shape only)
         k0 = cluster.pools.rollout.nodes_for(job.rollout_gpus)
         f = min(rollout_factor(job, k0, k) for k in node_counts(k0, True, cfg.min_share, cfg.max_scale))
         rollout = own_sum[i] - own_train[i] - job.sync_s

@@ -12,17 +12,18 @@ from rollmux.core.intra_group import PhaseTimes, job_planning_times
 from rollmux.core.placement.admission import period_budget
 from rollmux.core.placement.model import ClusterView
 from rollmux.core.spec import JobSpec
+from rollmux.core.vocabulary import Mode
 
 
 class Newcomer:
     """The job to place, in the terms the search's options need.
 
     `k0`, `kt`: its nominal rollout and training nodes; `counts`: the rollout-node counts it may
-    use (its nominal one alone, or the elastic range), `factor[k]` its rollout factor on k nodes
-    and `own_cycle[k]` its planned rollout + train + sync there; `least`: its planning times at
-    its fastest shape; `shortest`: that shape's cycle; `slack_new`: its own period budget;
-    `iso_delta`: the Δ of its nominal isolated group when joined options must cost less (None:
-    every joined option counts, Algorithm 1)."""
+    use (its nominal one alone, or the elastic range unless the job cannot take elastic rollout),
+    `factor[k]` its rollout factor on k nodes and `own_cycle[k]` its planned rollout + train +
+    sync there; `least`: its planning times at its fastest shape; `shortest`: that shape's
+    cycle; `slack_new`: its own period budget; `iso_delta`: the Δ of its nominal isolated group
+    when joined options must cost less (None: every joined option counts, Algorithm 1)."""
 
     __slots__ = ("job", "k0", "kt", "pr", "pt", "free_r", "free_t", "slack_new", "own", "counts", "factor",
                  "own_cycle", "least", "shortest", "iso_delta")
@@ -36,8 +37,9 @@ class Newcomer:
         self.free_r, self.free_t = view.free_rollout_nodes, view.free_train_nodes
         self.slack_new = period_budget(job, view.progress)  # a migrating job brings its past
         own = self.own = job_planning_times(job, cfg)  # (either plan: a factor scales each draw too)
-        self.counts = node_counts(self.k0, shapes.elastic_rollout, shapes.min_share, shapes.max_scale)
-        if shapes.elastic_rollout:
+        elastic = shapes.elastic_rollout and job.can(Mode.ELASTIC_ROLLOUT)  # (else its declared width only)
+        self.counts = node_counts(self.k0, elastic, shapes.min_share, shapes.max_scale)
+        if elastic:
             self.factor = {k: rollout_factor(job, self.k0, k) for k in self.counts}
             self.own_cycle = {k: own.rollout * f + own.train + own.sync for k, f in self.factor.items()}
             fastest = min(self.factor.values())

@@ -11,6 +11,7 @@ from rollmux.core.elastic import allowed_factor
 from rollmux.core.group import Group, residency_ok
 from rollmux.core.placement.model import Case, ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.vocabulary import Mode
 
 
 class PlanInvalid(ValueError):
@@ -25,8 +26,8 @@ def validate_plan(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
       I2 an existing group keeps its nodes and gains only those the plan adds: rollout nodes,
          and training nodes only up to what the job needs (training scaling);
       I3 the job is pinned to as many distinct rollout nodes as it needs (or an elastic count
-         with the rollout factor core/elastic.py gives it), to the group's first training
-         nodes, and all pins name real nodes;
+         with the rollout factor core/elastic.py gives it, unless it cannot take elastic
+         rollout), to the group's first training nodes, and all pins name real nodes;
       I4 residency: every node's pinned members fit in its host DRAM;
       I5 the group has at most max_group_size members;
       I6 added nodes fit in the pools' node caps;
@@ -66,10 +67,13 @@ def validate_plan(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
 
 
 def _check_colocated(plan: PlacementPlan, job: JobSpec, view: ClusterView) -> None:
-    """A co-located plan's invariants (placement/options/colocated.py): C1 the job alone, in a new group;
-    C2 no rollout nodes, the job's G (or narrowed G') GPUs' worth of new training nodes, all pinned;
-    C3 its rollout and training host state fit one training node; C4 node cap; C5 Δ = their price."""
+    """A co-located plan's invariants (placement/options/colocated.py): C0 the job can take the
+    co-located mode (`JobSpec.cannot`); C1 the job alone, in a new group; C2 no rollout nodes,
+    the job's G (or narrowed G') GPUs' worth of new training nodes, all pinned; C3 its rollout
+    and training host state fit one training node; C4 node cap; C5 Δ = their price."""
     g, pool = plan.group, view.cluster.pools.train
+    if not job.can(Mode.COLOCATE):
+        raise PlanInvalid(f"C0: job {job.job_id} cannot run co-located")
     if plan.job_id != job.job_id or g.job_ids() != (job.job_id,) or view.group(g.group_id) is not None:
         raise PlanInvalid(f"C1: co-located job {job.job_id} must be alone in a new group")
     allowed = {pool.nodes_for(n) for n in gpu_options(job, view.cluster)}  # (G, or a narrowed G')

@@ -26,6 +26,9 @@ the re-pin is made only when the saving per period over the members' remaining p
 fewest any member has left) pays at least `margin` times what the group costs during the stall
 (the regroup hysteresis).
 
+A member that cannot take elastic rollout is never narrowed (no node it holds is dropped), and
+one that cannot be moved is never re-pinned (`JobSpec.cannot`).
+
 A node is dropped only while idle (no phase, no migrated tail, no init waiting on it),
 so no running rollout loses a node; a member pinned on it then is not rolling out, and its next
 rollout permit covers the nodes it keeps. The controller renumbers the rest (as after `shrink`).
@@ -45,6 +48,7 @@ from rollmux.core.placement.admission import group_fits, period_budget
 from rollmux.core.placement.costs import group_cost_per_period
 from rollmux.core.repair.moves import repin_seconds
 from rollmux.core.spec import ClusterSpec
+from rollmux.core.vocabulary import Mode
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ def narrowed(group: Group, drop: int, cluster: ClusterSpec, repin: bool = False)
     """`group` without rollout node `drop` (the rest renumbered), each member pinned there
     narrowed onto its other nodes at the elastic factor of its new count, or (`repin`) a
     member holding that node alone re-pinned (module docstring); None when such a member may
-    not be re-pinned or a count leaves the elastic range (unplanned)."""
+    not be re-pinned (or cannot be moved) or a count leaves the elastic range (or the member
+    cannot take elastic rollout: `allowed_factor`) (unplanned)."""
     rest = [n for n in range(group.n_rollout) if n != drop]
     remap = {old: new for new, old in enumerate(rest)}
     pinned = Counter(n for m in group.members for n in m.rollout_nodes if n != drop)
@@ -73,7 +78,7 @@ def narrowed(group: Group, drop: int, cluster: ClusterSpec, repin: bool = False)
             nodes = tuple(n for n in nodes if n != drop)
             if nodes:
                 factor = allowed_factor(m.job, cluster, len(nodes))
-            elif repin and rest:
+            elif repin and rest and m.job.can(Mode.MOVE):
                 target = min(rest, key=lambda n: (pinned[n], n))
                 pinned[target] += 1
                 nodes = (target,)

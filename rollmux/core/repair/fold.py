@@ -26,14 +26,18 @@ from rollmux.core.placement import ClusterView
 from rollmux.core.placement.costs import FoldTerms, group_cost_per_period, iteration_cost
 from rollmux.core.placement.options.colocated import folding_option
 from rollmux.core.repair.moves import ChargedProgress, Move, Regroup, migration_seconds, migration_usd
+from rollmux.core.vocabulary import Mode
 
 
 def fold_decision(group: Group, view: ClusterView, cfg: IntraConfig, speed: float, narrow: bool,
                   terms: FoldTerms) -> Regroup | None:
     """Move the one member of `group` to co-location when that pays by `terms` (module
     docstring); None otherwise, or when the group has other members, is co-located already or is
-    not planned. `speed` and `narrow`: the co-located mode's settings."""
+    not planned, or its member cannot be moved or run co-located (`JobSpec.cannot`). `speed` and
+    `narrow`: the co-located mode's settings."""
     if len(group.members) != 1 or is_colocated(group) or group.shape is None:
+        return None
+    if not (group.members[0].job.can(Mode.MOVE) and group.members[0].job.can(Mode.COLOCATE)):
         return None
     job, cluster = group.members[0].job, view.cluster
     mig = migration_seconds(job, cluster, terms.scale)

@@ -26,7 +26,13 @@ from rollmux.core.config import IntraConfig
 from rollmux.core.group import Group
 from rollmux.core.intra_group import job_planning_times, plan_group
 from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
-from rollmux.core.placement.costs import FoldTerms, after_partners, group_cost_per_period, iteration_cost
+from rollmux.core.placement.costs import (
+    FoldTerms,
+    after_partners,
+    fold_terms_for,
+    group_cost_per_period,
+    iteration_cost,
+)
 from rollmux.core.placement.model import with_plan
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.placement.options.paired import (
@@ -185,14 +191,15 @@ def founding_saving(group: Group, members: Sequence[tuple[JobSpec, int, float, f
     (job, iterations left, $ per co-located iteration, $ per iteration alone in a group).
     Before: each co-located. After: one period of `group` per iteration while all run; as
     each leaves (fewest left first) the group shrinks and is re-planned as the executor does
-    (core/state/cluster.py `leave`), and the last one pays `after_partners` (it may fold)."""
+    (core/state/cluster.py `leave`), and the last one pays `after_partners` (it may fold, unless
+    it cannot run co-located or be moved: `fold_terms_for`)."""
     before = sum(left * colo for _, left, colo, _ in members)
     order = sorted(members, key=lambda m: m[1])
     after, done = 0.0, 0
     for i, (j, left, colo, alone) in enumerate(order):
         span = max(left - done, 0)
         if i == len(order) - 1:
-            after += after_partners(span, alone, colo, migration_usd(j, cluster, fold.scale), fold)
+            after += after_partners(span, alone, colo, migration_usd(j, cluster, fold.scale), fold_terms_for(j, fold))
             break
         after += span * group_cost_per_period(group, cluster)
         done = max(done, left)

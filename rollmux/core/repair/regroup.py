@@ -30,6 +30,7 @@ from rollmux.core.placement import ClusterView, PlacementPlan, PlacementPolicy
 from rollmux.core.placement.costs import (
     FoldTerms,
     after_partners,
+    fold_terms_for,
     group_cost_per_period,
     iteration_cost,
     plan_added_cost,
@@ -37,6 +38,7 @@ from rollmux.core.placement.costs import (
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.repair.moves import Regroup, migration_seconds, migration_usd, plan_moves, slice_rate
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.vocabulary import Mode
 
 
 def shrink(group: Group) -> tuple[Group, dict[int, int], int, int]:
@@ -94,7 +96,7 @@ def colocated_saving(group: Group, plan: PlacementPlan, view: ClusterView, cfg: 
         if alone is None:
             return -math.inf
         move = 0.0 if fold is None else migration_usd(job, view.cluster, fold.scale)
-        saving -= after_partners(left - shared, iteration_cost(alone), colo, move, fold)
+        saving -= after_partners(left - shared, iteration_cost(alone), colo, move, fold_terms_for(job, fold))
     return saving
 
 
@@ -108,7 +110,10 @@ def dissolve_decision(group: Group, view: ClusterView, policy: PlacementPolicy, 
     (conservative: after that the old group could have shrunk). Cost: each migration holds a
     job-sized slice of both pools for its migration time. `margin` > 1 is the hysteresis
     that keeps groups from churning on small savings. `fold`: a co-located mover left alone
-    later may fold back (`colocated_saving`)."""
+    later may fold back (`colocated_saving`). A group with a member that cannot be moved
+    (`JobSpec.cannot`) is never dissolved."""
+    if any(not m.job.can(Mode.MOVE) for m in group.members):
+        return None
     cluster = view.cluster
     charges = {m.job_id: migration_seconds(m.job, cluster, scale) for m in group.members}
     wait_s = group.shape.period_s if group.shape is not None else 0.0

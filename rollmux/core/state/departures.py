@@ -25,6 +25,7 @@ from rollmux.core.records import Movers
 from rollmux.core.repair.fold import fold_decision
 from rollmux.core.repair.regroup import colocated_stake, dissolve_decision
 from rollmux.core.state.shared import Held, Progress
+from rollmux.core.vocabulary import Mode
 
 # Co-located jobs a departure's consolidation pass tries to move into groups, at most.
 COLO_TRIES = 4
@@ -64,14 +65,15 @@ class Departures:
     def candidates(self, rest: Group | None = None, progress: Progress | None = None) -> list[Group]:
         """The small groups a departure may have made movable, smallest first (stable order).
 
-        Small: at most `consolidate` members, not dissolving. Room appears only in a group
-        that lost a member (`rest`, what is left of the departed job's group; None: it is
-        gone) or is new, and, under node caps, as freed nodes. So without caps a small group
-        is revisited only when one of its members could join such a group: `rest` or one
-        that appeared or lost a member since the last pass (`IndexedGroups.roomier`, taken
-        and cleared here), by the policy's cheap necessary check `could_join` (as `join_matrix`);
-        with caps, or with a policy without that check, every small group is. `rest` itself was just
-        tried: left out. The pass adds and removes no group, so the list is taken once."""
+        Small: at most `consolidate` members, not dissolving, none that cannot be moved
+        (`JobSpec.cannot`). Room appears only in a group that lost a member (`rest`, what is
+        left of the departed job's group; None: it is gone) or is new, and, under node caps, as
+        freed nodes. So without caps a small group is revisited only when one of its members
+        could join such a group: `rest` or one that appeared or lost a member since the last
+        pass (`IndexedGroups.roomier`, taken and cleared here), by the policy's cheap necessary
+        check `could_join` (as `join_matrix`); with caps, or with a policy without that check,
+        every small group is. `rest` itself was just tried: left out. The pass adds and removes
+        no group, so the list is taken once."""
         st = self.state
         groups = st.groups
         self._pass_targets = None  # (set below when the pass knows which groups have new room)
@@ -86,7 +88,7 @@ class Departures:
         skip = st.dissolving if rest is None else st.dissolving | {rest.group_id}
         if st.cfg.colocation.regroup:  # a co-located job is a group of one (on its own training nodes)
             small = list(small) + list(st.colocated.values())
-        small = [g for g in small if g.group_id not in skip]
+        small = [g for g in small if g.group_id not in skip and all(m.job.can(Mode.MOVE) for m in g.members)]
         pools = st.cluster.pools
         join_matrix = None if st.join_bounds is None else st.join_bounds.join_matrix
         if indexed and join_matrix is not None and pools.rollout.max_nodes is None and pools.train.max_nodes is None:

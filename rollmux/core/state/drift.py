@@ -29,7 +29,7 @@ from rollmux.core.repair.moves import migration_seconds, plan_moves, repin_secon
 from rollmux.core.repair.regroup import shrink
 from rollmux.core.spec import JobSpec
 from rollmux.core.state.shared import Held, Progress, measured
-from rollmux.core.vocabulary import Pool
+from rollmux.core.vocabulary import Mode, Pool
 
 Commit = Callable[[Movers | Compact], object]  # carries out one decision (default: `ClusterState.apply`)
 
@@ -180,7 +180,8 @@ class DriftRepair:
         st.controllers[group_id].update_group(g)
 
     def _evict(self, g: Group, progress: Progress, commit: Commit) -> list[str]:
-        """Move members out of `g` (re-planned) until its period fits every staying member's budget."""
+        """Move members out of `g` (re-planned) until its period fits every staying member's budget;
+        a member that cannot be moved (`JobSpec.cannot`) is never the one evicted."""
         st = self.state
         staying = [m for m in g.members if m.job_id not in st.arriving]
         movers: list[str] = []
@@ -188,7 +189,10 @@ class DriftRepair:
             rest = plan_group(shrink(Group(g.group_id, g.n_rollout, g.n_train, tuple(staying)))[0], st.intra)
             if group_fits(rest, progress, st.intra):  # the policy's own SLO admission test
                 break
-            victim = max(staying, key=lambda m: m.job.solo_iter_s)
+            movable = [m for m in staying if m.job.can(Mode.MOVE)]
+            if not movable:
+                break  # nobody may go: the group runs on as it is
+            victim = max(movable, key=lambda m: m.job.solo_iter_s)
             charges = {victim.job_id: migration_seconds(victim.job, st.cluster, st.cfg.regroup.migration_scale)}
             st.dissolving.add(g.group_id)  # not a target of its own eviction
             try:

@@ -14,6 +14,7 @@ from rollmux.core.colo_model import colocated_iter_s
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
+from rollmux.core.placement.admission import group_fits
 from rollmux.core.placement.costs import iteration_cost
 from rollmux.core.placement.options.colocated import choose, colocated_option, colocated_slo_ok
 from rollmux.core.placement.options.isolated import isolated_plan
@@ -162,3 +163,24 @@ def test_the_co_located_option_is_planned_at_the_estimate_the_groups_are_planned
     assert mean == pytest.approx(colocated_iter_s(job, CLUSTER, mean_rollout(job, mean_cfg.plan_chains,
                                                                              mean_cfg.plan_length)))
     assert mean < worst
+
+
+# -- a job that cannot run co-located (`JobSpec.cannot`) ----------------------------------------
+
+def test_a_job_that_cannot_run_colocated_is_placed_disaggregated_within_its_slo():
+    assert place(rollout_heavy(), view()).case is Case.COLOCATED  # (as the first test: it would be)
+    job = rollout_heavy(cannot=["colocate"])
+    plan = place(job, view())
+    assert plan.case is Case.ISOLATED and plan.group.member("a").rollout_nodes == (0, 1)
+    assert group_fits(plan.group, {}, CFG)
+
+
+def test_no_colocated_option_for_a_job_that_cannot_take_it():
+    assert colocated_option(rollout_heavy(), view(), CFG) is not None
+    assert colocated_option(rollout_heavy(cannot=["colocate"]), view(), CFG) is None
+
+
+def test_validate_plan_refuses_a_colocated_plan_for_a_job_that_cannot_take_it():
+    plan = colocated_option(rollout_heavy(), view(), CFG)
+    with pytest.raises(PlanInvalid, match="C0"):
+        validate_plan(plan, rollout_heavy(cannot=["colocate"]), view())

@@ -24,11 +24,11 @@ def view() -> ClusterView:
     return ClusterView(CLUSTER, (), None, None, 5, 0, {})
 
 
-def wide(job_id: str = "a", slo: float = 1.5):
+def wide(job_id: str = "a", slo: float = 1.5, **kw):
     """A train-heavy 16:8 job: co-located on one H800 node its rollout is slower, its iteration
     still within its SLO, and it holds half the nodes."""
     return make_job(job_id, rollout=100.0, train=300.0, rollout_gpus=16, train_gpus=8, tail_frac=0.1, slo=slo,
-                    colo=TRAIN_HEAVY_COLO)
+                    colo=TRAIN_HEAVY_COLO, **kw)
 
 
 @pytest.mark.parametrize("rollout_gpus, train_gpus, narrowed", [
@@ -88,3 +88,18 @@ def test_validate_plan_refuses_a_co_located_plan_on_other_training_nodes():
         validate_plan(three, job, view())
     lone = make_job("b", rollout_gpus=8, train_gpus=8)  # no narrowed shape: one node only
     assert narrowed_gpus(lone, CLUSTER) is None
+
+
+def test_a_job_that_cannot_take_elastic_rollout_is_never_narrowed():
+    job = wide(cannot=["elastic_rollout"])
+    assert colocated_option(job, view(), CFG, narrow=True).group.n_train == 2  # its G alone
+    plan = make_policy(CFG, colocate=True, elastic_rollout=True, colo_narrow=True).place(job, view())
+    validate_plan(plan, job, view())  # (where `wide()` runs co-located on one node: the test above)
+    assert plan.case is Case.ISOLATED and plan.group.member("a").rollout_nodes == (0, 1)
+    assert plan.group.member("a").rollout_factor == 1.0
+
+
+def test_validate_plan_refuses_a_narrowed_plan_for_a_job_that_cannot_take_elastic_rollout():
+    plan = colocated_option(wide(), view(), CFG, narrow=True)
+    with pytest.raises(PlanInvalid, match="C2"):
+        validate_plan(plan, wide(cannot=["elastic_rollout"]), view())

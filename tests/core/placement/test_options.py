@@ -22,6 +22,7 @@ from rollmux.core.placement import (
     trial,
     validate_plan,
 )
+from rollmux.core.placement.admission import group_fits
 from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.placement.options import isolated
 from rollmux.core.placement.why import Refusal
@@ -122,6 +123,31 @@ def test_an_isolated_job_takes_fewer_rollout_nodes_when_its_slo_allows():
     assert tight.group.n_rollout == 2 and tight.group.member("c").rollout_factor == 1.0
 
 
+def test_a_job_that_cannot_take_elastic_rollout_joins_on_its_declared_nodes():
+    g = founded(0, make_job("a", rollout=50.0, train=50.0, slo=3.0))
+    wide = make_job("b", rollout=100.0, train=100.0, rollout_gpus=16, slo=2.0, cannot=["elastic_rollout"])
+    p = policy(elastic=True)  # (where the job without `cannot` joins on one node: the test above)
+    plan = place(p, wide, view(g))
+    assert plan.case is Case.SCALING and plan.added_rollout_nodes == 1
+    m = plan.group.member("b")
+    assert len(m.rollout_nodes) == 2 and m.rollout_factor == 1.0
+    assert group_fits(plan.group, {}, CFG) and p.shape_stats.fewer_nodes == 0
+
+
+def test_a_job_that_cannot_take_elastic_rollout_founds_its_group_on_its_declared_nodes():
+    p = policy(elastic=True)
+    plan = place(p, make_job("b", rollout_gpus=16, slo=2.0, cannot=["elastic_rollout"]), view())
+    assert plan.case is Case.ISOLATED and plan.group.n_rollout == 2
+    assert plan.group.member("b").rollout_factor == 1.0 and p.shape_stats.isolated_fewer == 0
+
+
+def test_its_departure_time_placement_keeps_its_declared_nodes_too():
+    g = founded(0, make_job("a", rollout=50.0, train=50.0, slo=3.0))
+    wide = make_job("b", rollout=100.0, train=100.0, rollout_gpus=16, slo=2.0, cannot=["elastic_rollout"])
+    plan = policy(elastic=True).place_joined(wide, view(g))
+    assert plan is not None and len(plan.group.member("b").rollout_nodes) == 2
+
+
 # -- validate_plan --------------------------------------------------------------------------------
 
 def _iso(member: Member, n_rollout: int, n_train: int = 1) -> PlacementPlan:
@@ -138,6 +164,13 @@ def test_validate_plan_checks_the_elastic_factor_and_range():
         validate_plan(_iso(Member(job, (0, 1), (0,), 0.9), 2), job, view())  # nominal nodes, faster
     with pytest.raises(PlanInvalid, match="^I3:"):
         validate_plan(_iso(Member(job, tuple(range(5)), (0,), rollout_factor(job, 2, 5)), 5), job, view())
+
+
+def test_validate_plan_refuses_an_elastic_count_for_a_job_that_cannot_take_it():
+    job = make_job("b", rollout_gpus=16, cannot=["elastic_rollout"])
+    validate_plan(_iso(Member(job, (0, 1), (0,)), 2), job, view())
+    with pytest.raises(PlanInvalid, match="^I3:"):
+        validate_plan(_iso(Member(job, (0,), (0,), rollout_factor(job, 2, 1)), 1), job, view())
 
 
 def test_validate_plan_allows_training_nodes_only_up_to_the_newcomers_need():

@@ -21,16 +21,19 @@ CLUSTER = make_cluster()
 CFG = intra()
 
 
-def _job(job_id: str, train: float = 300.0, slo: float = 1.4, rollout_gpus: int = 16):
+def _job(job_id: str, train: float = 300.0, slo: float = 1.4, rollout_gpus: int = 16, **kw):
     # Rollout 200 s, a fifth of it fixed (elastic.ROLLOUT_FIXED_S): 1.8x as long on one node.
-    return make_job(job_id, rollout=200.0, train=train, slo=slo, rollout_gpus=rollout_gpus)
+    return make_job(job_id, rollout=200.0, train=train, slo=slo, rollout_gpus=rollout_gpus, **kw)
 
 
-def _group(train: float = 300.0, slo: float = 1.4):
+def _group(train: float = 300.0, slo: float = 1.4, cannot: dict[str, list[str]] | None = None):
     """Two 16-GPU jobs on three rollout nodes, sharing node 1 and the training node: training-
     bound (600 s per meta-iteration against 400 s on node 1); one narrowed member's cycle
-    (1.8 x 200 + 300 + 5 s) fits a 1.4 SLO, both on one node (720 s of rollouts) does not."""
-    return plan_group(make_group([(_job("a", train, slo), (0, 1)), (_job("b", train, slo), (1, 2))], 3), CFG)
+    (1.8 x 200 + 300 + 5 s) fits a 1.4 SLO, both on one node (720 s of rollouts) does not.
+    `cannot`: job id -> the modes it cannot take."""
+    cannot = cannot or {}
+    a, b = (_job(j, train, slo, cannot=cannot.get(j, [])) for j in "ab")
+    return plan_group(make_group([(a, (0, 1)), (b, (1, 2))], 3), CFG)
 
 
 def test_narrowing_drops_the_node_and_slows_the_members_pinned_there_by_the_elastic_model():
@@ -54,6 +57,20 @@ def test_a_training_bound_group_gives_a_node_back_within_every_slo():
     assert small.n_rollout == 2 and drop in (0, 2)
     assert group_fits(small, {}, CFG)
     assert group_cost_per_period(small, CLUSTER) < group_cost_per_period(g, CLUSTER)
+
+
+def test_a_member_that_cannot_take_elastic_rollout_is_not_narrowed():
+    g = _group(cannot={"a": ["elastic_rollout"]})
+    assert narrowed(g, 0, CLUSTER) is None and narrowed(g, 1, CLUSTER) is None  # a holds 0 and 1
+    small, drop = compact(g, CLUSTER, CFG, {}, idle={0, 1, 2})
+    assert drop == 2 and small.member("a").rollout_factor == 1.0 and len(small.member("a").rollout_nodes) == 2
+
+
+def test_no_compaction_when_no_member_on_an_idle_node_can_narrow():
+    fixed = {"a": ["elastic_rollout"], "b": ["elastic_rollout"]}
+    assert compact(_group(), CLUSTER, CFG, {}, idle={0, 1, 2}) is not None  # (the test above: b would)
+    g = _group(cannot=fixed)
+    assert compact(g, CLUSTER, CFG, {}, idle={0, 1, 2}) is None and group_fits(g, {}, CFG)
 
 
 def test_only_an_idle_node_is_dropped():

@@ -131,11 +131,12 @@ def test_a_departure_with_room_but_no_small_group_revisits_none():
     assert state.consolidation_candidates(rest, {}) == []
 
 
-def _with_colocated(colo_regroup: bool) -> tuple[ClusterState, int]:
-    """A co-located train-heavy job, then a rollout-heavy 16:8 job in a group of its own."""
+def _with_colocated(colo_regroup: bool, cannot: list[str] | None = None) -> tuple[ClusterState, int]:
+    """A co-located train-heavy job (that cannot take `cannot`), then a rollout-heavy 16:8 job in
+    a group of its own."""
     cfg = config(GROUPS, colocate=True, colo_regroup=colo_regroup)
     state = ClusterState(SimEnvironment(), CLUSTER, make_policy(colocate=True), cfg)
-    x = state.place(make_job("x", rollout=50.0, train=300.0), {})
+    x = state.place(make_job("x", rollout=50.0, train=300.0, cannot=cannot or []), {})
     state.place(make_job("y", rollout=300.0, train=50.0, rollout_gpus=16), {})
     return state, x.group.group_id
 
@@ -152,6 +153,12 @@ def test_a_colocated_job_moves_when_the_pass_finds_it_a_group():
     state, x = _with_colocated(True)
     assert state.after_departure(None, {"x": (0, 0.0), "y": (0, 0.0)}) == ["x"]
     assert x in state.dissolving and "x" in state.arriving
+
+
+def test_a_colocated_job_that_cannot_be_moved_is_no_candidate_and_stays():
+    state, x = _with_colocated(True, cannot=["move"])  # (the tests above: it is one, and moves)
+    assert x in state.colocated and state.consolidation_candidates(None, {}) == []
+    assert state.after_departure(None, {"x": (0, 0.0), "y": (0, 0.0)}) == [] and state.arriving == {}
 
 
 def test_a_colocated_job_is_priced_per_iteration_not_per_hour():

@@ -9,7 +9,7 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.grant import Grant
 from rollmux.core.group_controller import ROLLOUT, TRAIN
 from rollmux.core.placement import Case, build_policy
-from rollmux.core.placement.costs import FoldTerms, after_partners, group_cost_per_period
+from rollmux.core.placement.costs import FoldTerms, after_partners, fold_terms_for, group_cost_per_period
 from rollmux.core.placement.options.colocated import colocated_option
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.records import Leave, MoveOut, Movers, Place
@@ -30,17 +30,17 @@ def _state(cfg=SHIPPED) -> ClusterState:
     return ClusterState(SimEnvironment(), CLUSTER, build_policy(cfg, CLUSTER), cfg)
 
 
-def slow_colo(job_id: str, slo: float = 2.0, arrival: float = 0.0):
+def slow_colo(job_id: str, slo: float = 2.0, arrival: float = 0.0, **kw):
     """An 8:8 job 1.3x slower co-located (as the authors' 7B-4k) yet cheaper there: H800s
     alone cost less than an H20 and an H800 node for 1.3x the time."""
-    return make_job(job_id, rollout=150.0, train=150.0, slo=slo, arrival=arrival, colo=(1.3, 1.3))
+    return make_job(job_id, rollout=150.0, train=150.0, slo=slo, arrival=arrival, colo=(1.3, 1.3), **kw)
 
 
-def heavy(job_id: str, arrival: float = 0.0, duration: float = 200_000.0):
+def heavy(job_id: str, arrival: float = 0.0, duration: float = 200_000.0, **kw):
     """A rollout-heavy 8:8 job (the authors' 8B-32k): cheaper co-located than paired, cheaper
     three to a 2-rollout-node group than co-located."""
     return make_job(job_id, rollout=888.0, train=559.5, sync=10.0, arrival=arrival, duration=duration, slo=1.5,
-                    colo=ROLLOUT_HEAVY_COLO)
+                    colo=ROLLOUT_HEAVY_COLO, **kw)
 
 
 def _alone(st: ClusterState, job) -> int:
@@ -82,6 +82,21 @@ def test_a_member_whose_budget_cannot_take_the_slower_colocated_iteration_stays(
     progress = {"t": (10, 3_000.0), "l": (10, 3_000.0)}
     assert _decide(st, gt, progress) is None  # co-located it runs 1.3x its solo time: past its SLO
     assert _decide(st, gl, progress) is not None
+
+
+@pytest.mark.parametrize("mode", ["move", "colocate"])
+def test_a_lone_member_that_cannot_be_moved_or_run_colocated_does_not_fold(mode):
+    st = _state()
+    gf, gs = _alone(st, slow_colo("f")), _alone(st, slow_colo("s", cannot=[mode]))
+    progress = {"f": (10, 3_000.0), "s": (10, 3_000.0)}
+    assert _decide(st, gf, progress) is not None  # the same job without `cannot` folds
+    assert _decide(st, gs, progress) is None
+
+
+@pytest.mark.parametrize("mode", ["move", "colocate"])
+def test_pricing_never_assumes_a_fold_of_a_job_that_cannot_take_one(mode):
+    assert fold_terms_for(slow_colo("a"), TERMS) is TERMS and fold_terms_for(slow_colo("a"), None) is None
+    assert fold_terms_for(slow_colo("a", cannot=[mode]), TERMS) is None
 
 
 def test_only_a_lone_disaggregated_member_folds():
@@ -177,6 +192,14 @@ def test_an_arrival_founds_a_trio_where_no_pair_pays():
     assert place.plan.case == Case.PAIRED and [m.moves[0].job_id for m in movers] == ["a", "b"]
     trio = movers[-1].moves[0].plan.group
     assert sorted(trio.job_ids()) == ["a", "b", "c"] and (trio.n_rollout, trio.n_train) == (2, 1)
+
+
+def test_a_colocated_job_that_cannot_be_moved_joins_no_trio():
+    st = _state()  # (the test above: c founds a trio with a and b)
+    for j in ("a", "b"):
+        st.place(heavy(j, cannot=["move"] if j == "a" else []), {})
+    got = st.decide(heavy("c"), {})
+    assert all(m.moves[0].job_id != "a" for m in got[1:]) and st.group_of["a"] in st.colocated
 
 
 def test_without_folding_no_trio_is_priced():

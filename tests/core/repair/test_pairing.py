@@ -8,7 +8,7 @@ import pytest
 from rollmux.core.env import SimEnvironment
 from rollmux.core.intra_group import job_planning_times
 from rollmux.core.placement import Case, build_policy, validate_plan
-from rollmux.core.placement.costs import group_cost_per_period, iteration_cost, plan_added_cost
+from rollmux.core.placement.costs import FoldTerms, group_cost_per_period, iteration_cost, plan_added_cost
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.placement.options.paired import least_busy, least_cycle, pair_saving
 from rollmux.core.records import Place
@@ -22,6 +22,7 @@ from tests.factories import BALANCED_COLO, GROUPS, SHIPPED, config, make_cluster
 
 CLUSTER = make_cluster()
 ON = SHIPPED
+TERMS = FoldTerms(margin=2.0)
 COSTS = {"colo_a": 2.0, "colo_b": 3.0, "alone_a": 4.0, "alone_b": 5.0, "pair": 4.5}
 
 
@@ -31,11 +32,11 @@ def _policy_plan(st: ClusterState, job, progress):
     return place.plan
 
 
-def balanced(job_id: str, arrival: float = 0.0, duration: float = 100_000.0, slo: float = 1.5):
+def balanced(job_id: str, arrival: float = 0.0, duration: float = 100_000.0, slo: float = 1.5, **kw):
     """An 8:8 job whose phases are as long as each other: co-located alone, two of them
     interleave in one group (one rolls out while the other trains)."""
     return make_job(job_id, rollout=150.0, train=150.0, arrival=arrival, duration=duration, slo=slo,
-                    colo=BALANCED_COLO)
+                    colo=BALANCED_COLO, **kw)
 
 
 def _state(colo_pair: bool = True) -> ClusterState:
@@ -56,6 +57,16 @@ def test_pair_saving_charges_whoever_outlives_the_other_alone():
     assert pair_saving(a, b, left_a, COSTS) == pytest.approx(left_a * 0.5 - 100 * 2.0)
 
 
+def test_pair_saving_does_not_price_a_fold_for_a_job_that_cannot_run_colocated():
+    a, b = make_job("a", duration=50_000.0), make_job("b")
+    costs = {**COSTS, "move_a": 1.0, "move_b": 1.0}
+    left_a = a.iterations  # b runs its last iterations alone: with folding, back co-located at 3
+    folding = pair_saving(a, b, left_a, costs, TERMS)
+    assert folding > pair_saving(a, b, left_a, costs)
+    fixed = make_job("b", cannot=["colocate"])
+    assert pair_saving(a, fixed, left_a, costs, TERMS) == pytest.approx(pair_saving(a, fixed, left_a, costs))
+
+
 def test_an_arrival_founds_a_group_with_a_colocated_job_that_moves_in():
     st = _state()
     a, b = balanced("a"), balanced("b")
@@ -72,6 +83,14 @@ def test_an_arrival_founds_a_group_with_a_colocated_job_that_moves_in():
     assert regroup.group_id == colo_a and regroup.dissolve
     assert move.job_id == "a" and move.plan.group.group_id == pairing.plan.group.group_id
     assert set(move.plan.group.job_ids()) == {"a", "b"} and move.migration_s > 0
+
+
+def test_no_pairing_with_a_colocated_job_that_cannot_be_moved():
+    st = _state()  # (the test above: b founds a group with a)
+    st.place(balanced("a", cannot=["move"]), {})
+    b = balanced("b")
+    plan_b = _policy_plan(st, b, {"a": (3, 1000.0)})
+    assert plan_b.case == Case.COLOCATED and st.pair(b, plan_b, {"a": (3, 1000.0)}) is None
 
 
 def test_place_applies_the_pairing_and_reserves_the_movers_slot():

@@ -62,6 +62,13 @@ def test_a_long_lived_lone_member_moves_into_an_open_group_and_its_slot_is_plann
     assert d.saving_usd > 2.0 * d.cost_usd > 0
 
 
+def test_a_lone_member_that_cannot_be_moved_stays_where_it_was_placed():
+    host, _, _ = _host_and_lone()  # (the test above: its lone member would move)
+    fixed = make_job("l", rollout=100, train=100, slo=2.0, duration=200.0 * 400, cannot=["move"])
+    stay = plan_group(make_group([(fixed, (0,))], 2, group_id=1), intra())
+    assert dissolve_decision(stay, _view([host]), make_policy(), scale=1.0, margin=2.0) is None
+
+
 def test_no_move_when_the_saving_does_not_pay_for_the_migration():
     host, lone, _ = _host_and_lone(duration=205.0 * 2)  # two iterations left: gone before it pays
     assert dissolve_decision(lone, _view([host]), make_policy(), scale=1.0, margin=2.0) is None

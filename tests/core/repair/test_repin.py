@@ -19,10 +19,12 @@ CFG = intra()
 REPIN = Repin(SchedulerConfig().regroup.margin, SchedulerConfig().regroup.migration_scale)  # as shipped
 
 
-def _pair(slo: float = 1.8, duration: float = 200_000.0, third: bool = False):
+def _pair(slo: float = 1.8, duration: float = 200_000.0, third: bool = False, fixed: str = ""):
     """Two (or three) 1+1 jobs, each alone on its rollout node of two, sharing the training node:
-    rollout 100 s, training 80 s, so both fit one rollout node (a 200 s round robin)."""
-    jobs = [make_job(j, rollout=100.0, train=80.0, slo=slo, duration=duration) for j in "abc"]
+    rollout 100 s, training 80 s, so both fit one rollout node (a 200 s round robin). `fixed`:
+    the jobs that cannot be moved."""
+    jobs = [make_job(j, rollout=100.0, train=80.0, slo=slo, duration=duration, cannot=["move"] if j in fixed else [])
+            for j in "abc"]
     pins = [(jobs[0], (0,)), (jobs[1], (1,))] + ([(jobs[2], (0,))] if third else [])
     return plan_group(make_group(pins, 2), CFG)
 
@@ -43,6 +45,18 @@ def test_a_pair_left_on_two_rollout_nodes_shares_one_again():
     small, drop = compact(g, CLUSTER, CFG, {}, idle={0, 1}, repin=REPIN)
     assert small.n_rollout == 1 and len(repinned(g, drop)) == 1
     assert group_cost_per_period(small, CLUSTER) < group_cost_per_period(g, CLUSTER)
+
+
+def test_a_member_that_cannot_be_moved_is_not_re_pinned():
+    g = _pair(fixed="a")
+    assert narrowed(g, 0, CLUSTER, repin=True) is None  # a is alone on node 0
+    small, drop = compact(g, CLUSTER, CFG, {}, idle={0, 1}, repin=REPIN)
+    assert drop == 1 and repinned(g, drop) == ["b"] and small.member("a").rollout_nodes == (0,)
+
+
+def test_no_re_pin_when_no_member_can_be_moved():
+    g = _pair(fixed="ab")
+    assert compact(g, CLUSTER, CFG, {}, idle={0, 1}, repin=REPIN) is None and group_fits(g, {}, CFG)
 
 
 def test_the_cold_start_is_charged_to_every_members_budget():

@@ -18,11 +18,12 @@ When RollMux's placement (placement/policy.py, with `colocation.enabled`) has it
 disaggregated answer for an arrival, the cheapest valid group placement or else an isolated
 group, `choose` sets the co-located option against it:
 
-* valid when the job is an arrival (a job that already ran, i.e. a migrant, stays
-  disaggregated: moving a job between modes would need a priced migration of its own),
-  its training nodes fit the pool's cap, its rollout and training host state fit one
-  training node together (both phases' state stay resident there), and its co-located
-  iteration time meets its SLO (`colocated_slo_ok`);
+* valid when the job can take the co-located mode (`JobSpec.cannot`; nor is a narrowed G'
+  offered to a job that cannot take elastic rollout), when it is an arrival (a job that
+  already ran, i.e. a migrant, stays disaggregated: moving a job between modes would need a
+  priced migration of its own), its training nodes fit the pool's cap, its rollout and
+  training host state fit one training node together (both phases' state stay resident
+  there), and its co-located iteration time meets its SLO (`colocated_slo_ok`);
 * chosen when it costs less per iteration than the disaggregated answer (placement/costs.py:
   `iteration_cost` under Δ pricing, `plan_added_cost` under stretch pricing).
 
@@ -52,6 +53,7 @@ from rollmux.core.placement.admission import period_budget
 from rollmux.core.placement.costs import iteration_cost
 from rollmux.core.placement.model import Case, ClusterView, PlacementPlan
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.vocabulary import Mode
 
 
 def colocated_slo_ok(job: JobSpec, cluster: ClusterSpec, speed: float = 1.0, gpus: int | None = None) -> bool:
@@ -98,8 +100,10 @@ def folding_option(job: JobSpec, view: ClusterView, cfg: IntraConfig,
 def _cheapest(job: JobSpec, view: ClusterView, cfg: IntraConfig, speed: float, narrow: bool,
               slo_ok: Callable[[int], bool]) -> PlacementPlan | None:
     """The co-located plan on G or (`narrow`) a narrowed G' whose SLO check `slo_ok(gpus)`
-    passes and that costs least per iteration; None when none is valid."""
-    if job.host_gb.rollout + job.host_gb.train > view.cluster.pools.train.host_gb_per_node + 1e-9:
+    passes and that costs least per iteration; None when none is valid, or the job cannot take
+    the co-located mode (`JobSpec.cannot`: neither placed nor folded there)."""
+    if (not job.can(Mode.COLOCATE)
+            or job.host_gb.rollout + job.host_gb.train > view.cluster.pools.train.host_gb_per_node + 1e-9):
         return None
     plans = [p for p in (_colocated_plan(job, view, cfg, speed, g) for g in gpu_options(job, view.cluster, narrow)
                          if slo_ok(g)) if p is not None]

@@ -36,12 +36,13 @@ from typing import Callable
 import numpy as np
 
 from rollmux.core.config import IntraConfig
-from rollmux.core.elastic import nonscaling_share
+from rollmux.core.elastic import least_share, nonscaling_share
 from rollmux.core.group import Group
 from rollmux.core.intra_group import job_planning_times
-from rollmux.core.placement.costs import FoldTerms, after_partners, group_cost_per_period
+from rollmux.core.placement.costs import FoldTerms, after_partners, fold_terms_for, group_cost_per_period
 from rollmux.core.placement.model import Case, ClusterView, PlacementPlan, with_plan
 from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.vocabulary import Mode
 
 # Co-located jobs an arrival prices a pairing with, at most (each a placement search).
 PAIR_TRIES = 8
@@ -52,13 +53,15 @@ def pair_saving(a: JobSpec, b: JobSpec, left_a: int, costs: Mapping[str, float],
     """$ the pairing saves over both jobs' remaining iterations (module docstring); `costs`:
     per iteration, "colo_a", "colo_b", "alone_a", "alone_b", and "pair" per shared period.
     With `fold` (`colocation.fold`), whoever outlives the other folds back to co-location when
-    that pays (core/repair/fold.py), for its move's price ("move_a", "move_b")."""
+    that pays (core/repair/fold.py), for its move's price ("move_a", "move_b"), unless it cannot
+    run co-located or be moved (`fold_terms_for`)."""
     left_b = b.iterations
     n = min(left_a, left_b)
     before = left_a * costs["colo_a"] + left_b * costs["colo_b"]
     after = n * costs["pair"]
-    for x, left in (("a", left_a - n), ("b", left_b - n)):
-        after += after_partners(left, costs[f"alone_{x}"], costs[f"colo_{x}"], costs.get(f"move_{x}", 0.0), fold)
+    for x, job, left in (("a", a, left_a - n), ("b", b, left_b - n)):
+        after += after_partners(left, costs[f"alone_{x}"], costs[f"colo_{x}"], costs.get(f"move_{x}", 0.0),
+                                fold_terms_for(job, fold))
     return before - after
 
 
@@ -66,19 +69,21 @@ def least_busy(job: JobSpec, cfg: IntraConfig, cluster: ClusterSpec) -> float:
     """A lower bound on the $ one iteration of the job keeps its nodes busy in any group: its
     nominal training nodes for its planned training, and its rollout's node-seconds on any
     count of rollout nodes (elastic: `nodes` x rollout x (c + (1 - c) x nominal / nodes) >=
-    (1 - c) x nominal x rollout, core/elastic.py)."""
+    (1 - c) x nominal x rollout, core/elastic.py; nominal x rollout for a job that cannot take
+    elastic rollout)."""
     pt, pools = job_planning_times(job, cfg), cluster.pools
-    rollout = (1 - nonscaling_share(job)) * pools.rollout.nodes_for(job.rollout_gpus) * pt.rollout
+    share = 1 - nonscaling_share(job) if job.can(Mode.ELASTIC_ROLLOUT) else 1.0
+    rollout = share * pools.rollout.nodes_for(job.rollout_gpus) * pt.rollout
     return (rollout * pools.rollout.node_price_per_hour
             + pt.train * pools.train.nodes_for(job.train_gpus) * pools.train.node_price_per_hour) / 3600
 
 
 def least_cycle(job: JobSpec, cfg: IntraConfig) -> float:
     """A lower bound on the job's planned cycle in any group: its rollout on as many engines as
-    elastic rollout could give it (only its non-scaling share left, core/elastic.py), then its
-    training and sync."""
+    elastic rollout could give it (only its non-scaling share left, core/elastic.py; all of it
+    for a job that cannot take elastic rollout), then its training and sync."""
     pt = job_planning_times(job, cfg)
-    return nonscaling_share(job) * pt.rollout + pt.train + pt.sync
+    return least_share(job) * pt.rollout + pt.train + pt.sync
 
 
 def paired_seed(own: PlacementPlan) -> PlacementPlan:
@@ -98,9 +103,10 @@ def pair_candidates(seed: PlacementPlan, room: ClusterView, colocated: Sequence[
                     join_matrix: Callable[..., np.ndarray], progress: Mapping[str, tuple[int, float]],
                     cluster: ClusterSpec) -> list[tuple[Group, int, float]]:
     """The co-located placements worth pricing a pairing with, as (placement, A's remaining
-    iterations, its cost per co-located iteration): of those the policy's cheap check
-    (`join_matrix`, placement/joinable.py) says could join the seed's group, the PAIR_TRIES
-    whose own nodes would cost most over their remaining iterations."""
+    iterations, its cost per co-located iteration): of those that can be moved (`JobSpec.cannot`)
+    and that the policy's cheap check (`join_matrix`, placement/joinable.py) says could join the
+    seed's group, the PAIR_TRIES whose own nodes would cost most over their remaining iterations."""
+    colocated = [g for g in colocated if g.members[0].job.can(Mode.MOVE)]  # (a job that cannot move stays)
     can = join_matrix((seed.group,), [g.members[0].job for g in colocated], room)[:, 0]
     tries = []
     for g in (g for g, ok in zip(colocated, can) if ok):
