@@ -91,18 +91,3 @@ def test_missing_extra_is_one_line_and_survives_pickling():
     assert extra_for(ModuleNotFoundError("x", name="torch.nn")) == "demo"
     assert extra_for(ModuleNotFoundError("x", name="transformers")) == "trl"
     assert extra_for(ModuleNotFoundError("x", name="numpy")) is None
-
-
-@pytest.mark.parametrize("installed", [True, False])
-def test_the_demo_adds_the_trl_job_exactly_when_the_trl_extra_is_installed(monkeypatch, installed):
-    from typer.testing import CliRunner
-
-    import rollmux.cli.harness as cli
-    import rollmux.harness.demo as demo
-    seen: dict = {}
-    monkeypatch.setattr(cli, "has_extra", lambda extra: installed)
-    monkeypatch.setattr(demo, "run_demo", lambda **kw: seen.update(kw) or {"jobs": []})
-    res = CliRunner().invoke(cli.app, ["demo", "--iterations", "1"])
-    assert res.exit_code == 0, res.output
-    assert seen["trl"] is installed
-    assert ("the TRL job is left out: pip install 'rollmux[trl]' adds it" in res.stderr) is (not installed)

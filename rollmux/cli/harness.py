@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from rollmux.cli.app import app, bench_app, err, fail, out, report_and_exit
-from rollmux.errors import InputError, has_extra, require_extra
+from rollmux.errors import InputError, require_extra
 
 
 @app.command()
@@ -51,26 +51,22 @@ def profile(
 @app.command()
 def demo(
     iterations: int = typer.Option(20, "--iterations", min=1, help="GRPO iterations per job."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here (else: stdout)."),
     png: Path = typer.Option(Path("demo_timeline.png"), "--png", help="Timeline picture of phases on nodes."),
-    trl: Optional[bool] = typer.Option(None, "--trl/--no-trl",
-                                       help="Add a TRL GRPOTrainer job (rollmux.adapters.trl). Default: "
-                                            "added when the trl extra is installed; --trl requires it."),
 ) -> None:
-    """Emulated Ray cluster: three real GRPO jobs and a TRL job (with the trl extra) multiplexed, then solo."""
+    """A multi-node Ray cluster on this host, `rollmux serve --ray` on it, three real GRPO jobs launched
+    with `rollmux run` (one node killed mid-run), then the same jobs solo."""
     try:
         require_extra("demo", "demo")  # the jobs are torch models: say so before Ray starts
-        if trl:
-            require_extra("demo --trl", "trl")
-        elif trl is None:
-            trl = has_extra("trl")
-            if not trl:
-                err.print("note: the TRL job is left out: pip install 'rollmux\\[trl]' adds it", highlight=False)
         from rollmux.harness.demo import run_demo
-        result = run_demo(iterations=iterations, json_out=json_out, png_out=png, trl=trl)
-        out.print_json(json.dumps(result))
+        result = run_demo(iterations=iterations, json_out=json_out, png_out=png)
+        if json_out is None:
+            out.print_json(json.dumps(result))
     except InputError as exc:
         fail(exc)
+    except RuntimeError as exc:  # a job, the service or the cluster failed: what, and where its log ends
+        err.print(f"error: rollmux demo: {exc}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
 
 
 @app.command()

@@ -1,51 +1,31 @@
-"""`rollmux demo`: three real GRPO jobs multiplexed on an emulated Ray cluster, then solo.
+"""`rollmux demo`: real GRPO jobs launched with `rollmux run` on a multi-node Ray cluster under
+`rollmux serve --ray`, one node killed mid-run, then the same jobs solo.
 
-The jobs' workers and their loop (init, then rollout -> train -> sync; long-tail
-migration; weight sync through rollmux.weightsync) are in `demo_jobs`.
+Cluster, service and launcher: `demo_launch` (a raylet per pool node with its `rollout_pool` or
+`train_pool` resource; the service's node inventory is the cluster; every job is its own
+`rollmux run --local` driver). Each job (`demo_job`) starts its workers on the nodes its permits
+name and restarts them where a move puts it; the jobs' workers and their loop (rollout -> train
+-> sync, long-tail migration, weight sync through rollmux.weightsync) are in `demo_jobs`.
 
-`--trl` (`run_demo(trl=True)`, needs rollmux[trl]) adds a fourth job, framework
-"trl": TRL's real GRPOTrainer through `rollmux.adapters.trl`, in one Ray actor on
-its training node that holds its own shim and HTTP client (the driver only
-heartbeats for it). Its rollout phases are logged on the rollout node its
-placement names (its generator copies run in its process; every emulated node is
-this host). Submitted last with a 3x SLO, it joins heavy + large's group. Every
-job's JSON entry says its framework ("grpo-example" or "trl"), group, whether its
-final weights are bit-identical to its solo run, and its reward and loss curves.
+Profiles: each job is submitted with phase times in seconds at the scale of its preset's solo
+times (heavy 0.151/0.104 with tail_frac 0.5, large 0.010/0.235, small 0.004/0.022) on the
+paper's cluster with the switch costs measured here (warm 5 ms: an onload from host memory plus
+a permit round trip; cold 0.1 s: a restore). The shipped profile decides where they run: who is
+co-located, who shares a group, who is paired later.
 
-Cluster: `ray.cluster_utils.Cluster` with a head node (num_cpus=1) and worker nodes
-of num_cpus=1 carrying one custom resource each that names the node
-(`rollout_node_k`, `train_node_k`; the "GPUs"). Two rollout nodes and one
-training node start up front; nodes the placement needs beyond that are added.
+Node loss: once a group of two or more has done part of its work, its rollout node's raylet is
+removed. The service's inventory sees it go, places the group's members again, and each job
+restarts its rollout workers where its next permit says, redoing the step the loss broke.
 
-Profiles: each job is submitted with phase times in seconds at the scale of its
-preset's solo times (heavy 0.151/0.104 with tail_frac 0.5, large 0.010/0.235,
-small 0.004/0.022) on the paper's cluster with the switch costs measured here
-(warm 5 ms: an onload from host memory plus a permit round trip; cold 0.1 s: a
-restore from disk). The scheduler then groups heavy + large (complementary; the
-heavy job's tail may migrate on their shared rollout node) and gives small its
-own group. Drift repair is off: these are scales, not measurements.
+Solo run: the same jobs with fresh workers, no permits and no offloading, all at once (both runs
+share this host's cores the same way). Every job's final weights and rewards must be identical to
+its solo run's (on-policy).
 
-Node mapping: for each pool, the (group_id, group-local node index) pairs the
-scheduler returns are numbered in submission order, k = 0, 1, ...; pair k runs on
-`{pool}_node_k`. Workers are pinned with `resources={name: 0.01}` (num_cpus=0).
-
-Scheduler: a `SchedulerCore` (no journal) served over HTTP on loopback by
-`ThreadServer`, with an admin token. The driver submits the jobs with the admin
-token; each job then talks to the scheduler only through its own
-`HttpPermitClient` (its job token, heartbeats every second, the Ray node ids of
-its workers), as a job on a real cluster would. Ray is the engine the jobs'
-workers run on; the scheduler also watches Ray for lost nodes.
-
-Solo run: the same jobs on dedicated nodes (Solo-D), no permits and no
-offloading, on the same worker processes reset to a fresh job of the same config
-and seed. The three jobs run at the same time in both runs, as they would on a
-cluster, so both see the same sharing of this host's cores by the emulated nodes.
-
-Idle share of a pool = 1 - busy worker-time / sum over its used nodes of the span
-the node was held (first phase start to last phase end on it) times its worker
-slots (rollout: 2, train: 1); a node is held only while its group has members,
-in both runs. Double grants: two jobs' phase intervals overlapping on one worker
-slot of the multiplexed run's log (`chaos.checks.double_grants`).
+Off node: a phase whose workers reported (from inside, `ray.get_runtime_context().get_node_id()`)
+a node other than the one its permit named. Idle share of a pool: 1 - the time some phase ran on
+a node / the time the node was held (first to last phase on it), over the pool's nodes. Double
+grants: two jobs' phase intervals overlapping on one worker slot of the multiplexed run's log
+(`chaos.checks.double_grants`).
 """
 
 from __future__ import annotations
@@ -53,69 +33,92 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-import ray
 
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.group_controller import worker_slots
 from rollmux.core.spec import default_cluster
+from rollmux.harness import demo_launch as dl
 from rollmux.harness.chaos.checks import double_grants
-from rollmux.harness.demo_jobs import (
-    SYNC_STRATEGY,
-    Hooks,
-    PhaseLog,
-    drive,
-    drive_trl,
-    make_shim,
-    spawn,
-    spawn_trl,
-)
+from rollmux.harness.demo_jobs import SYNC_STRATEGY, PhaseLog
 from rollmux.live.client import HttpPermitClient
-from rollmux.live.codec import live_job_record
-from rollmux.live.local import ThreadServer
-from rollmux.live.service import SchedulerCore
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
-DEMO_NAMESPACE = "rollmux-demo"
 # job_id -> (preset, rollout profile, train profile, tail_frac) -- ms of wall time used as profile seconds
 JOBS = {"heavy": ("heavy", 0.151, 0.104, 0.5), "large": ("large", 0.010, 0.235, 0.0),
         "small": ("small", 0.004, 0.022, 0.0)}
-# `--trl`: a TRL GRPOTrainer job (rollmux.adapters.trl; needs rollmux[trl]) at the scale of its solo phases on
-# one host (rollout 0.10-0.17 s, train 0.06-0.10 s). Its looser SLO (3x solo) lets it join heavy + large's
-# group; at 2x the scheduler rightly keeps it alone (its multiplexed iteration would come close to 2x solo).
-TRL_JOBS = {"trl": ("trl", 0.100, 0.060, 0.0)}
-TRL_SLO = 3.0
 WARM_SWITCH_S, COLD_SWITCH_S = 0.005, 0.1
-HEARTBEAT_S, HEARTBEAT_TIMEOUT_S = 1.0, 30.0
 # Two worker slots per rollout node: a migrated tail keeps one, the next rollout gets the other.
 # Aborting and recomputing stragglers costs milliseconds here, not the simulator's default second.
-CONFIG = SchedulerConfig.profile("groups").with_overrides({
-    "regroup.repair": False, "intra_group.tail_worker_frac": 0.5, "intra_group.migration_overhead_s": 0.02})
-INTRA = CONFIG.intra_for(default_cluster().model_copy(update={"warm_switch_s": WARM_SWITCH_S}))
+SETS = {"intra_group.tail_worker_frac": 0.5, "intra_group.migration_overhead_s": 0.02}
+INTRA = SchedulerConfig.profile("shipped").with_overrides(SETS).intra_for(
+    default_cluster().model_copy(update={"warm_switch_s": WARM_SWITCH_S}))
 TAIL_THRESHOLD = 0.8
 N_PROMPTS = 16  # responses per batch (every preset's prompts_per_batch)
 
 
-def _idle_share(rows: list[dict], slots: dict[str, int]) -> dict:
-    """Per pool: 1 - busy worker-time / (each node's held span x its worker slots)."""
-    res = {}
-    for pool in ("rollout", "train"):
-        spans: dict[str, list[float]] = {}
-        busy = 0.0
-        for r in rows:
-            if r["pool"] == pool:
-                sp = spans.setdefault(r["node"], [r["start"], r["end"]])
-                sp[0], sp[1] = min(sp[0], r["start"]), max(sp[1], r["end"])
-                busy += (r["end"] - r["start"]) * len(r["slots"])
-        held = sum((e - s) * slots[pool] for s, e in spans.values())
-        res[pool] = round(1.0 - busy / held, 4) if held > 0 else None
-    return res
+def _idle_share(rows: list[dict], pool_of, tenures: dict | None = None, without: list | None = None) -> dict:
+    """Per pool: 1 - the time some phase ran on a node / the time the node was held, summed over the
+    pool's nodes. A node is held for each tenure (`tenures`: a group bound to it, from the service's
+    node map; without them, one tenure) from the first phase in it to the last; `without`: intervals
+    left out of both (moves and node losses)."""
+    by_node: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        by_node.setdefault(r["node"], []).append((r["start"], r["end"]))
+    busy = {"rollout": 0.0, "train": 0.0}
+    held = {"rollout": 0.0, "train": 0.0}
+    for node, iv in by_node.items():
+        pool = pool_of(node)
+        for lo, hi in (tenures or {}).get(node, [(float("-inf"), float("inf"))]):
+            inside = [(s, e) for s, e in iv if lo <= s < hi]
+            if inside:
+                span = [(min(s for s, _ in inside), max(e for _, e in inside))]
+                held[pool] += _length(span, without or [])
+                busy[pool] += _length(inside, without or [])
+    return {p: round(1.0 - busy[p] / held[p], 4) if held[p] > 0 else None for p in busy}
+
+
+def _length(intervals: list[tuple[float, float]], minus: list[tuple[float, float]]) -> float:
+    """The length of the union of `intervals`, less what the `minus` intervals cover."""
+    def union(iv):
+        out: list[list[float]] = []
+        for s, e in sorted(iv):
+            if out and s <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], e)
+            else:
+                out.append([s, e])
+        return out
+    total = 0.0
+    cuts = union(minus)
+    for s, e in union(intervals):
+        total += e - s - sum(max(0.0, min(e, ce) - max(s, cs)) for cs, ce in cuts)
+    return total
+
+
+def _tenures(journal: Path, offset: float) -> dict[str, list[tuple[float, float]]]:
+    """Per Ray node, the intervals a group was bound to it (the journal's `bind` records, on the
+    clock of the phase log: wall time - `offset`)."""
+    import sqlite3
+    con = sqlite3.connect(journal)
+    try:
+        rows = con.execute("SELECT payload, written_at FROM records WHERE kind = 'bind' ORDER BY seq").fetchall()
+    finally:
+        con.close()
+    bound: dict[tuple, tuple[str, float]] = {}
+    out: dict[str, list[tuple[float, float]]] = {}
+    for payload, at in rows:
+        b = json.loads(payload)
+        key, t = (b["group_id"], b["pool"], b["index"]), at - offset
+        if key in bound:
+            node, since = bound.pop(key)
+            out.setdefault(node, []).append((since, t))
+        if b["node_id"] is not None:
+            bound[key] = (b["node_id"], t)
+    for node, since in bound.values():
+        out.setdefault(node, []).append((since, float("inf")))
+    return out
 
 
 def _double_grants(rows: list[dict]) -> list[str]:
@@ -125,7 +128,7 @@ def _double_grants(rows: list[dict]) -> list[str]:
                            "start": r["start"], "end": r["end"]} for r in rows])
 
 
-def _timeline(rows: list[dict], png: Path, slots: dict[str, int], jobs=JOBS) -> None:
+def _timeline(rows: list[dict], png: Path, jobs=JOBS) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -138,7 +141,8 @@ def _timeline(rows: list[dict], png: Path, slots: dict[str, int], jobs=JOBS) -> 
             ax.broken_barh([(r["start"] - t0, r["end"] - r["start"])], (lanes.index((r["node"], k)) - 0.4, 0.8),
                            facecolors=colors.get(r["job"], "grey"), edgecolor="black", linewidth=0.3,
                            hatch="//" if r["phase"] == "train" else None)
-    ax.set_yticks(range(len(lanes)), [f"{n}/w{k}" if slots[n.split("_")[0]] > 1 else n for n, k in lanes])
+    wide = {n for n, k in lanes if k > 0}  # nodes with more than one worker slot in use
+    ax.set_yticks(range(len(lanes)), [f"{n}/w{k}" if n in wide else n for n, k in lanes])
     ax.set_xlabel("wall time (s)")
     ax.set_title("RollMux demo: phases on worker slots (multiplexed run; hatched = train)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=j) for j, c in colors.items()], loc="upper right")
@@ -147,268 +151,188 @@ def _timeline(rows: list[dict], png: Path, slots: dict[str, int], jobs=JOBS) -> 
     plt.close(fig)
 
 
-def _all_at_once(run: str, fn, jobs=JOBS) -> None:
-    """fn(job_id) for every demo job, each in its own thread; the first failure is raised."""
-    errors: dict[str, BaseException] = {}
-
-    def guarded(j: str) -> None:
-        try:
-            fn(j)
-        except BaseException as exc:  # noqa: BLE001 -- re-raised below, in the caller's thread
-            errors[j] = exc
-    threads = [threading.Thread(target=guarded, args=(j,)) for j in jobs]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        j, exc = next(iter(errors.items()))
-        raise RuntimeError(f"{run} run failed for {sorted(errors)}: {j}: {exc!r}") from exc
-
-
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
+
 @dataclass(frozen=True)
 class _Plan:
-    """What one demo run is asked to do: its jobs (id -> preset and profile), each job's framework
-    and SLO, the iterations per job and the seed."""
+    """What one demo run is asked to do: its jobs (id -> preset and profile), the SLO, the iterations
+    per job and the seed."""
 
     jobs: dict[str, tuple[str, float, float, float]]
-    framework: dict[str, str]
-    slo_of: dict[str, float]
+    slo: float
     iterations: int
     seed: int
 
 
-@dataclass
-class _Placed:
-    """The jobs as submitted: group, job token, own client, and emulated node per pool of each job;
-    `index` numbers each pool's (group_id, group-local node index) pairs in submission order."""
-
-    node_of: dict[str, dict[str, str]] = field(default_factory=dict)
-    group_of: dict[str, int] = field(default_factory=dict)
-    tokens: dict[str, str] = field(default_factory=dict)
-    clients: dict[str, HttpPermitClient] = field(default_factory=dict)
-    index: dict[str, dict[tuple[int, int], int]] = field(default_factory=lambda: {"rollout": {}, "train": {}})
-
-
-@dataclass(frozen=True)
-class _Runs:
-    """Both runs: per-job results and phase logs, and the measured switch costs (warm and cold)."""
-
-    mux: dict
-    solo: dict
-    log: PhaseLog
-    solo_log: PhaseLog
-    warm: list
-    cold: list
-
-
-class _Nodes:
-    """The emulated Ray cluster: a head node (num_cpus=1) and worker nodes named by a custom resource
-    each (`rollout_node_k`, `train_node_k`), added as the placement needs them."""
-
-    def __init__(self, stack: contextlib.ExitStack) -> None:
-        from ray.cluster_utils import Cluster
-        self.cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, include_dashboard=False))
-        stack.callback(self.cluster.shutdown)
-        self.have = {"rollout": 0, "train": 0}
-
-    def grow(self, wanted: dict[str, int]) -> None:
-        """Add nodes until each pool has at least `wanted[pool]`, then wait for them."""
-        for pool, n in wanted.items():
-            while self.have[pool] < n:
-                self.cluster.add_node(num_cpus=1, resources={f"{pool}_node_{self.have[pool]}": 1})
-                self.have[pool] += 1
-        self.cluster.wait_for_nodes()
-
-
 def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path = Path("demo_timeline.png"),
              seed: int = 0, slo: float = 2.0, quiet: bool = False, trl: bool = False) -> dict:
-    """Run the demo (with `trl`, a TRL job too); returns (and writes to json_out) its report."""
+    """Run the demo; returns (and writes to json_out) its report."""
     say = (lambda *a: None) if quiet else print
-    png_out = Path(png_out)
-    jobs = {**JOBS, **(TRL_JOBS if trl else {})}
-    plan = _Plan(jobs, {j: "trl" if j in TRL_JOBS else "grpo-example" for j in jobs},
-                 {j: TRL_SLO if j in TRL_JOBS else slo for j in jobs}, iterations, seed)
+    plan = _Plan(dict(JOBS), slo, iterations, seed)
     t_demo = time.perf_counter()
-    # Torn down in reverse: job clients (heartbeats), the admin client, the server, Ray, the cluster.
-    with contextlib.ExitStack() as stack:
-        nodes = _Nodes(stack)
-        nodes.grow({"rollout": 2, "train": 1})
-        _connect_ray(stack, nodes)
-        say(f"cluster up in {time.perf_counter() - t_demo:.1f}s: {sorted(k for k in ray.cluster_resources() if '_node_' in k)}")
-        server, admin = _serve(stack)
-        say(f"scheduler serving on {server.url}")
-        slots = {"rollout": worker_slots(INTRA)[0], "train": 1}  # a job's rollout workers: one per slot
-        placed = _submit(stack, plan, server.url, admin, say)
-        nodes.grow({"rollout": len(placed.index["rollout"]), "train": len(placed.index["train"])})
-        actors, trl_actors, cold = _start_workers(stack, plan, placed, slots)
-        mux, log, warm = _multiplexed(plan, placed, actors, trl_actors, server.url, say)
-        solo, solo_log = _solo(plan, actors, trl_actors, say)
-        runs = _Runs(mux, solo, log, solo_log, warm, cold)
-        result, same, doubles = _report(plan, placed, runs, slots, png_out)
-        _say_report(say, plan, placed, runs, result, same, doubles)
-        say(f"warm switch {result['warm_switch_s'] * 1e3:.2f} ms, cold switch {result['cold_switch_s'] * 1e3:.2f} ms; "
-            f"sync ({SYNC_STRATEGY}) {result['sync']['mean_s'] * 1e3:.2f} ms; "
-            f"on-policy identical: {result['on_policy_identical']}; demo wall {time.perf_counter() - t_demo:.1f}s")
+    slots = worker_slots(INTRA)[0]  # a job's rollout workers: one per slot of its rollout node
+    with contextlib.ExitStack() as stack:  # torn down in reverse: jobs, service, Ray, the cluster
+        # ROLLMUX_DEMO_WORKDIR keeps the run's files (job files and logs, the service's log and journal).
+        work = Path(os.environ.get("ROLLMUX_DEMO_WORKDIR") or
+                    stack.enter_context(tempfile.TemporaryDirectory(prefix="rollmux-demo-")))
+        work.mkdir(parents=True, exist_ok=True)
+        cluster = dl.PoolCluster(stack)
+        say(f"cluster up in {time.perf_counter() - t_demo:.1f}s: head + "
+            + ", ".join(f"{len(v)} {p} nodes" for p, v in cluster.nodes.items()))
+        server = dl.start_service(stack, work, cluster.address, WARM_SWITCH_S, COLD_SWITCH_S, SETS)
+        admin = HttpPermitClient(server.url, admin_token=server.admin_token)
+        stack.callback(admin.close)
+        say(f"rollmux serve --ray on {server.url} (journal and logs in {work})")
+        specs = {j: {"preset": pr, "rollout_s": r, "train_s": t, "tail_frac": tf, "slo": slo}
+                 for j, (pr, r, t, tf) in plan.jobs.items()}
+        t_mux = time.perf_counter()
+        got = dl.launch(stack, work, server, admin, cluster.address, specs, iterations, seed, slots, N_PROMPTS,
+                        TAIL_THRESHOLD, say)
+        kill = dl.kill_shared_rollout_node(cluster, admin, list(plan.jobs), got.procs)
+        say(f"killed rollout node {cluster.label(kill['killed'])} under {kill['jobs_on_it']}")
+        codes = dl.wait_all(got.procs)
+        say(f"multiplexed run: {time.perf_counter() - t_mux:.2f}s; exit codes {codes}")
+        views = {j: admin.job(j) for j in plan.jobs}
+        mux = _results(got.out, plan, codes, work)
+        solo, solo_log = _solo(plan, slots, cluster, work, say)
+        tenures = _tenures(work / "journal.db", time.time() - time.perf_counter())
+        result = _report(plan, cluster, got, kill, views, codes, mux, solo, solo_log, png_out, tenures)
+        _say_report(say, result)
+        say(f"demo wall {time.perf_counter() - t_demo:.1f}s")
         if json_out is not None:
             Path(json_out).write_text(json.dumps(result, indent=2))
         return result
 
 
-def _connect_ray(stack: contextlib.ExitStack, nodes: _Nodes) -> None:
-    """Join the emulated cluster; its workers import rollmux from this tree (PYTHONPATH)."""
-    pypath = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
-    ray.init(address=nodes.cluster.address, namespace=DEMO_NAMESPACE, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": pypath}})
-    stack.callback(ray.shutdown)
-
-
-def _serve(stack: contextlib.ExitStack) -> tuple[ThreadServer, HttpPermitClient]:
-    """The scheduler (no journal) served over HTTP on loopback, and the driver's admin client."""
-    cluster_spec = {**default_cluster().model_dump(), "warm_switch_s": WARM_SWITCH_S,
-                    "cold_switch_s": COLD_SWITCH_S}
-    admin_token = secrets.token_urlsafe(32)
-    # No drift repair: the profiles above are made-up scales, so measured times would read as drift.
-    core = SchedulerCore(cluster_spec, CONFIG,
-                         heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
-                         watch_ray_nodes=True, admin_token=admin_token, tail_threshold=TAIL_THRESHOLD)
-    stack.callback(core.shutdown)  # if the server does not come up (a no-op after server.stop)
-    server = ThreadServer(core)
-    stack.callback(server.stop)
-    admin = HttpPermitClient(server.url, admin_token=admin_token)
-    stack.callback(admin.close)
-    return server, admin
-
-
-def _submit(stack: contextlib.ExitStack, plan: _Plan, url: str, admin: HttpPermitClient, say) -> _Placed:
-    """Submit every job (admin token) and map its placement onto emulated nodes ("Node mapping")."""
-    placed = _Placed()
-    for jid, (_, r_s, t_s, tail) in plan.jobs.items():
-        p = admin.submit(live_job_record(jid, r_s, t_s, plan.slo_of[jid], tail_frac=tail))
-        placed.group_of[jid], placed.tokens[jid] = p["group_id"], p["token"]
-        # From here on the job talks to the scheduler only with its own token, from its own client.
-        placed.clients[jid] = HttpPermitClient(url, heartbeat_s=HEARTBEAT_S)
-        placed.clients[jid].register(jid, p["token"])
-        stack.callback(placed.clients[jid].close)
-        placed.node_of[jid] = {}
-        for pool in ("rollout", "train"):
-            key = (p["group_id"], p[f"{pool}_nodes"][0])
-            k = placed.index[pool].setdefault(key, len(placed.index[pool]))
-            placed.node_of[jid][pool] = f"{pool}_node_{k}"
-        say(f"submitted {jid}: group {p['group_id']} ({p['case']}) -> {placed.node_of[jid]}")
-    return placed
-
-
-def _start_workers(stack: contextlib.ExitStack, plan: _Plan, placed: _Placed,
-                   slots: dict[str, int]) -> tuple[dict, dict, list]:
-    """One rollout worker per slot, one trainer and a weight-sync group per GRPO job, one actor for the
-    TRL job; each warmed up, its cold start timed, then offloaded. Returns (actors, TRL actors, cold starts)."""
-    node_of = placed.node_of
-    ckdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="rollmux-demo-"))
-    actors = {j: spawn(JOBS[j][0], plan.seed, node_of[j]["rollout"], node_of[j]["train"], slots["rollout"])
-              for j in JOBS}
-    # The TRL job: one actor (trainer, generator copies, shim) on its training node; it warms up as it starts.
-    trl_actors = {j: spawn_trl(plan.seed, node_of[j]["train"], slots["rollout"]) for j in plan.jobs if j in TRL_JOBS}
-    for j, a in actors.items():  # heartbeats carry where the workers run (a lost node re-admits the job)
-        placed.clients[j].set_nodes(j, sorted(set(ray.get([w.node_id.remote() for w in a.all()]))))
-    for j, a in trl_actors.items():
-        placed.clients[j].set_nodes(j, [ray.get(a.node_id.remote())])
-    for j, a in actors.items():  # one unrecorded iteration warms every path (solo: all resident)
-        drive(j, a, 1, PhaseLog(), ("", ""), N_PROMPTS)
-    cold = ray.get([w.cold_start.remote(os.path.join(ckdir, f"{j}-{i}.pt"))
-                    for j, a in actors.items() for i, w in enumerate(a.all())])
-    ray.get([w.offload.remote() for a in actors.values() for w in a.all()])  # waiting jobs hold no state
-    return actors, trl_actors, cold
-
-
-def _multiplexed(plan: _Plan, placed: _Placed, actors: dict, trl_actors: dict, url: str,
-                 say) -> tuple[dict, PhaseLog, list]:
-    """The multiplexed run: init (gated), then rollout -> train -> sync through the shims, every job at
-    once. Returns (per-job results, phase log, warm switch times)."""
-    warm: list = []
-    log = PhaseLog()
-    mux: dict = {}
-
-    def run_mux(j):
-        nodes = (placed.node_of[j]["rollout"], placed.node_of[j]["train"])
-        if j in trl_actors:  # the job's own process holds its shim and talks to the scheduler
-            mux[j] = drive_trl(j, trl_actors[j], plan.iterations, log, nodes, url, placed.tokens[j], TAIL_THRESHOLD)
-            placed.clients[j].finish(j)
-            return
-        hooks = Hooks(actors[j], warm)
-        shim = make_shim(j, placed.clients[j], hooks, TAIL_THRESHOLD)
-        mux[j] = drive(j, actors[j], plan.iterations, log, nodes, N_PROMPTS, shim, hooks)
-        placed.clients[j].finish(j)  # its releases are confirmed; it leaves the group
-
-    t_mux = time.perf_counter()
-    _all_at_once("multiplexed", run_mux, plan.jobs)
-    say(f"multiplexed run: {time.perf_counter() - t_mux:.2f}s")
-    return mux, log, ray.get(warm)
-
-
-def _solo(plan: _Plan, actors: dict, trl_actors: dict, say) -> tuple[dict, PhaseLog]:
-    """The solo run: every job on dedicated nodes, all at once, no permits, state resident throughout."""
-    solo_log = PhaseLog()
-    solo: dict = {}
-    ray.get([w.reset.remote() for a in actors.values() for w in a.all()])
-    ray.get([w.onload.remote() for a in actors.values() for w in a.all()])  # solo: resident throughout
-    t_solo = time.perf_counter()
-    _all_at_once("solo", lambda j: solo.__setitem__(j, drive_trl(
-        j, trl_actors[j], plan.iterations, solo_log, (f"rollout_solo_{j}", f"train_solo_{j}")) if j in trl_actors
-        else drive(j, actors[j], plan.iterations, solo_log, (f"rollout_solo_{j}", f"train_solo_{j}"), N_PROMPTS)),
-        plan.jobs)
-    say(f"solo run: {time.perf_counter() - t_solo:.2f}s")
-    ray.get([w.leave_sync.remote() for a in actors.values() for w in a.all()])
-    return solo, solo_log
-
-
-def _report(plan: _Plan, placed: _Placed, runs: _Runs, slots: dict[str, int],
-            png_out: Path) -> tuple[dict, dict[str, bool], list[str]]:
-    """The demo's JSON report (and its timeline picture), per job whether the multiplexed run's final
-    weights and rewards are identical to the solo run's, and the multiplexed run's double grants."""
+def _results(out: Path, plan: _Plan, codes: dict[str, int], work: Path) -> dict[str, dict]:
+    """Each launched job's results (its JSON and final weights); RuntimeError naming a job that failed."""
     import torch
-    jobs, mux, solo = plan.jobs, runs.mux, runs.solo
-    same = {j: set(mux[j].weights) == set(solo[j].weights) and
-            all(torch.equal(mux[j].weights[k], solo[j].weights[k]) for k in mux[j].weights)
-            and mux[j].rewards == solo[j].rewards for j in jobs}
-    _timeline(runs.log.rows, png_out, slots, jobs)
-    doubles = _double_grants(runs.log.rows)
-    sync_s = [x for j in jobs for x in mux[j].sync_s]
-    result = {
-        "jobs": [{"job_id": j, "framework": plan.framework[j], "group_id": placed.group_of[j],
-                  "iterations": plan.iterations, "final_reward": mux[j].rewards[-1], "slo": plan.slo_of[j],
-                  "mean_iter_s_solo": round(solo[j].iter_s, 4), "mean_iter_s_mux": round(mux[j].iter_s, 4),
-                  "weights_identical_to_solo": same[j],
-                  "reward_curve": [round(x, 4) for x in mux[j].rewards],
-                  "loss_curve": [round(x, 6) for x in mux[j].losses]}
-                 for j in jobs],
-        "idle_share": {"solo": _idle_share(runs.solo_log.rows, slots), "mux": _idle_share(runs.log.rows, slots)},
-        "on_policy_identical": bool(all(same.values())),
-        "warm_switch_s": round(_mean(runs.warm), 6),
-        "cold_switch_s": round(_mean(runs.cold), 6),
-        "timeline_png": str(png_out),
-        "long_tail_migrations": sum(mux[j].migrations for j in jobs),
-        "double_grants": len(doubles),
-        "sync": {"strategy": SYNC_STRATEGY, "mean_s": round(_mean(sync_s), 6)},
-    }
-    return result, same, doubles
-
-
-def _say_report(say, plan: _Plan, placed: _Placed, runs: _Runs, result: dict, same: dict[str, bool],
-                doubles: list[str]) -> None:
-    """Each job's curves and times, the first double grants, and the idle shares, one line each."""
-    mux, solo = runs.mux, runs.solo
+    res = {}
     for j in plan.jobs:
-        say(f"{j:>6} ({plan.framework[j]}, group {placed.group_of[j]}) reward curve: "
-            f"{' '.join(f'{x:.3f}' for x in mux[j].rewards)}  "
-            f"iter solo {solo[j].iter_s * 1e3:.0f} ms, mux {mux[j].iter_s * 1e3:.0f} ms; "
-            f"tails migrated {mux[j].migrations}, responses recomputed {mux[j].aborted}; "
-            f"weights identical to solo: {same[j]}")
-        say(f"{'':>6} loss curve: {' '.join(f'{x:.4f}' for x in mux[j].losses)}")
-    for d in doubles[:5]:
-        say(f"double grant: {d}")
-    say(f"idle share solo {result['idle_share']['solo']}  mux {result['idle_share']['mux']}")
+        path = out / f"{j}.json"
+        if codes[j] != 0 or not path.exists():
+            tail = (work / f"{j}.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"job {j} failed (rollmux run exit {codes[j]}); its output ends:\n{tail}")
+        res[j] = json.loads(path.read_text())
+        res[j]["weights"] = torch.load(out / f"{j}.pt", weights_only=True)
+    return res
+
+
+def _solo(plan: _Plan, slots: int, cluster, work: Path, say) -> tuple[dict, PhaseLog]:
+    """The solo run: each job its own driver process (as in the multiplexed run), all at once, with
+    fresh workers, no permits, state resident throughout. Returns per-job results and the phase log."""
+    import torch
+    out, t_solo = work / "results", time.perf_counter()
+    procs = {j: dl.start_solo(work, cluster.address, j, plan.jobs[j][0], plan.seed, plan.iterations, slots,
+                              N_PROMPTS, out) for j in plan.jobs}
+    codes = dl.wait_all(procs)
+    say(f"solo run: {time.perf_counter() - t_solo:.2f}s")
+    solo, log = {}, PhaseLog()
+    for j in plan.jobs:
+        if codes[j] != 0:
+            tail = (work / f"solo-{j}.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the solo run of {j} failed (exit {codes[j]}); its output ends:\n{tail}")
+        solo[j] = json.loads((out / f"solo-{j}.json").read_text())
+        solo[j]["weights"] = torch.load(out / f"solo-{j}.pt", weights_only=True)
+        log.rows.extend(solo[j]["rows"])
+    return solo, log
+
+
+def _launcher_block(cluster, kill: dict, views: dict, mux: dict, codes: dict) -> dict:
+    """The `launcher` block: nodes, each job's mode, phases and off-node phases, the node loss."""
+    jobs = []
+    for j, r in mux.items():
+        phases = {(row["phase"], row["iter"], row["node"], row.get("ran")) for row in r["rows"]}
+        jobs.append({"job_id": j, "mode": r["first_mode"], "modes": r["modes"], "groups": r["groups"],
+                     "phases": len(phases),
+                     "off_node": sum(1 for (_, _, named, ran) in phases if ran != named),
+                     "moves": r["moves"], "restarts": len(r["restarts"]),
+                     "restart_s": round(sum(e["end"] - e["start"] for e in r["restarts"]), 3)})
+    moved = [j for j in kill["jobs_on_it"] if views[j]["epoch"] > kill["epochs_before"][j]]
+    groups: dict[int, list[str]] = {}
+    for j, r in mux.items():
+        for g in r["groups"]:
+            groups.setdefault(g, []).append(j)
+    return {"nodes": {p: len(ids) for p, ids in cluster.nodes.items()}, "jobs": jobs,
+            "groups": {str(g): members for g, members in sorted(groups.items())},
+            "off_node_total": sum(x["off_node"] for x in jobs),
+            "node_loss": {"killed": kill["killed"], "jobs_on_it": kill["jobs_on_it"], "jobs_moved": len(moved),
+                          "jobs_lost": sum(1 for j in kill["jobs_on_it"] if codes[j] != 0
+                                           or views[j]["status"] != "done")}}
+
+
+def _report(plan: _Plan, cluster, got, kill: dict, views: dict, codes: dict, mux: dict, solo: dict,
+            solo_log: PhaseLog, png_out: Path, tenures: dict) -> dict:
+    """The demo's JSON report (and its timeline picture)."""
+    import torch
+    for j, r in mux.items():
+        r["first_mode"] = got.placed[j].get("mode")
+        r["modes"] = sorted({"colocated" if cluster.pool_of(row["node"]) == "train" else "disaggregated"
+                             for row in r["rows"] if row["phase"] == "rollout"})
+    launcher = _launcher_block(cluster, kill, views, mux, codes)
+    rows = [{**row, "node": cluster.label(row["node"])} for r in mux.values() for row in r["rows"]]
+    same = {j: set(mux[j]["weights"]) == set(solo[j]["weights"])
+            and all(torch.equal(mux[j]["weights"][k], solo[j]["weights"][k]) for k in mux[j]["weights"])
+            and mux[j]["rewards"] == solo[j]["rewards"] for j in plan.jobs}
+    _timeline(rows, Path(png_out), plan.jobs)
+    doubles = _double_grants(rows)
+    held = {cluster.label(n): t for n, t in tenures.items()}
+    pool_of = lambda n: n.split("-")[0]  # noqa: E731 -- `rollout-0`, `train-solo-heavy`
+    return {
+        "jobs": [{"job_id": j, "framework": "grpo-example", "group_id": got.placed[j].get("group_id"),
+                  "mode": mux[j]["first_mode"], "iterations": plan.iterations,
+                  "final_reward": mux[j]["rewards"][-1], "slo": plan.slo,
+                  "mean_iter_s_solo": round(solo[j]["iter_s"], 4), "mean_iter_s_mux": round(mux[j]["iter_s"], 4),
+                  "mean_iter_s_mux_steady": _steady(mux[j]["iters"], mux),
+                  "weights_identical_to_solo": same[j],
+                  "reward_curve": [round(x, 4) for x in mux[j]["rewards"]],
+                  "loss_curve": [round(x, 6) for x in mux[j]["losses"]]} for j in plan.jobs],
+        "idle_share": {"solo": _idle_share(solo_log.rows, pool_of),
+                       "mux": _idle_share(rows, pool_of, held),
+                       "mux_between_moves": _idle_share(rows, pool_of, held, _events(mux))},
+        "on_policy_identical": bool(all(same.values())),
+        "warm_switch_s": round(_mean([x for r in mux.values() for x in r["warm"]]), 6),
+        "cold_switch_s": round(_mean([x for r in mux.values() for x in r["cold"]]), 6),
+        "timeline_png": str(png_out),
+        "long_tail_migrations": sum(r["migrations"] for r in mux.values()),
+        "double_grants": len(doubles),
+        "sync": {"strategy": SYNC_STRATEGY, "mean_s": round(_mean([x for r in mux.values() for x in r["sync_s"]]), 6)},
+        "launcher": launcher,
+    }
+
+
+def _events(mux: dict) -> list[tuple[float, float]]:
+    """When some job of the run restarted workers or waited to be placed again."""
+    return [(e["start"], e["end"]) for r in mux.values() for e in r["restarts"] + r["recoveries"]]
+
+
+def _steady(iters: list, mux: dict) -> float | None:
+    """Mean seconds of the iterations during which no job of the run restarted workers or waited to be
+    placed again (a group mate's restart holds its permit); None if every one overlapped one."""
+    events = _events(mux)
+    xs = [b - a for a, b in iters if not any(s < b and a < e for s, e in events)]
+    return round(_mean(xs), 4) if xs else None
+
+
+def _say_report(say, result: dict) -> None:
+    """Each job's curves and times, the launcher's figures and the idle shares, one line each."""
+    for j in result["jobs"]:
+        say(f"{j['job_id']:>6} ({j['mode']}, group {j['group_id']}) reward curve: "
+            f"{' '.join(f'{x:.3f}' for x in j['reward_curve'])}  iter solo {j['mean_iter_s_solo'] * 1e3:.0f} ms, "
+            f"mux {j['mean_iter_s_mux'] * 1e3:.0f} ms "
+            f"(between moves {(j['mean_iter_s_mux_steady'] or 0) * 1e3:.0f} ms); "
+            f"weights identical to solo: {j['weights_identical_to_solo']}")
+    la = result["launcher"]
+    for j in la["jobs"]:
+        say(f"{j['job_id']:>6}: modes {j['modes']}, {j['phases']} phases, {j['off_node']} off node, "
+            f"{j['moves']} moves, {j['restarts']} worker restarts")
+    say(f"node loss: {la['node_loss']}; off-node phases {la['off_node_total']}; double grants "
+        f"{result['double_grants']}; tails migrated {result['long_tail_migrations']}")
+    idle = result["idle_share"]
+    say(f"idle share solo {idle['solo']}  mux {idle['mux']} (between moves {idle['mux_between_moves']})")
+    say(f"warm switch {result['warm_switch_s'] * 1e3:.2f} ms, cold switch {result['cold_switch_s'] * 1e3:.2f} ms; "
+        f"sync ({SYNC_STRATEGY}) {result['sync']['mean_s'] * 1e3:.2f} ms; "
+        f"on-policy identical: {result['on_policy_identical']}")

@@ -10,7 +10,11 @@ emulated node. An iteration runs four phases through the job's shim:
   cancels the responses still running on the slots the job gives up (a worker
   checks `is_canceled()` between tokens), offloads those workers and only then
   lets the scheduler hand the slots on; the aborted responses are recomputed
-  from scratch on the slots kept, to the same tokens;
+  from scratch on the slots kept, to the same tokens. The cancellation is the
+  worker's own (`Worker.abort`, served by a control thread of the actor while
+  `respond` runs), not `ray.cancel`: Ray's cancellation of an actor task that
+  has not started yet can leave a gap in the actor's task sequence, after
+  which the actor refuses its queue (seen as a demo that never finished);
 - train: the trainer assembles the batch from the responses (object refs,
   never fetched by the driver) and takes its GRPO step;
 - sync: the trainer's weights go to every rollout worker through
@@ -38,24 +42,32 @@ from rollmux.shim import JobShim, slots_given_up
 
 SYNC_STRATEGY = "topology"  # rollmux.weightsync: each training rank sends 1/N, rollout ranks all-gather
 SYNC_TIMEOUT_S = 300.0      # the weight-sync group's rendezvous and store timeout (SyncGroup's default)
+# A worker's control thread (Ray concurrency group): `abort` reaches the actor while `respond` runs.
+CONTROL = {"control": 1}
 
 
 class Worker:
     """One side of a GRPO job on one emulated node: a rollout worker slot, or the trainer."""
 
-    def __init__(self, size: str, seed: int, side: str, slot: int = 0) -> None:
+    def __init__(self, size: str, seed: int, side: str, slot: int = 0, warm_up: bool = True,
+                 sync_timeout_s: float = SYNC_TIMEOUT_S) -> None:
         from rollmux.jobs.grpo.job import GRPOJob, make_config, run_solo
         self.side, self.size, self.seed, self.slot = side, size, seed, slot
-        run_solo(GRPOJob(make_config(size, seed + 1)), 1)  # warm up torch (autograd, kernels) off the clock
+        self.sync_timeout_s = sync_timeout_s
+        if warm_up:  # torch's first autograd and kernels, off the clock (a restart mid-run pays them)
+            run_solo(GRPOJob(make_config(size, seed + 1)), 1)
         self.sync = None
+        self._aborted: set[tuple[int, int]] = set()
         self.reset()
 
     def reset(self) -> None:
         """A fresh job (same config and seed); the other side never runs here, so it stays offloaded."""
         from rollmux.jobs.grpo.job import GRPOJob, make_config
+        self._aborted.clear()
         self.job = GRPOJob(make_config(self.size, self.seed))
         self.job.offload("trainer" if self.side == "rollout" else "rollout")
 
+    @ray.method(concurrency_group="control")
     def node_id(self) -> str:
         """The Ray node this worker runs on (the job's heartbeats carry it)."""
         return ray.get_runtime_context().get_node_id()
@@ -65,7 +77,7 @@ class Worker:
         port found free first and bound later could be taken in between: EADDRINUSE.)"""
         import torch.distributed as dist
         self._store = dist.TCPStore("127.0.0.1", 0, 1 + n_rollout, is_master=True, wait_for_workers=False,
-                                    timeout=timedelta(seconds=SYNC_TIMEOUT_S))
+                                    timeout=timedelta(seconds=self.sync_timeout_s))
         return self._store.port
 
     def join_sync(self, port: int, n_rollout: int) -> None:
@@ -74,7 +86,7 @@ class Worker:
         role = "train" if self.side == "trainer" else "rollout"
         store = getattr(self, "_store", None) if role == "train" else None
         self.sync = SyncGroup(role, 0 if role == "train" else self.slot, 1, n_rollout, master_port=port,
-                              strategy=SYNC_STRATEGY, store=store, timeout_s=SYNC_TIMEOUT_S)
+                              strategy=SYNC_STRATEGY, store=store, timeout_s=self.sync_timeout_s)
 
     def leave_sync(self) -> None:
         """Leave the weight-sync group (every member calls it)."""
@@ -102,8 +114,16 @@ class Worker:
         return time.perf_counter() - t
 
     def respond(self, it: int, index: int):
-        """One prompt's responses; None if the task was cancelled (its tail migrated away)."""
-        return self.job.respond(it, index, abort=ray.get_runtime_context().is_canceled)
+        """One prompt's responses; None if it was aborted (its tail migrated away)."""
+        try:
+            return self.job.respond(it, index, abort=lambda: (it, index) in self._aborted)
+        finally:
+            self._aborted.discard((it, index))
+
+    @ray.method(concurrency_group="control")
+    def abort(self, it: int, index: int) -> None:
+        """Stop prompt `index` of iteration `it` between two tokens (or before it starts)."""
+        self._aborted.add((it, index))
 
     def train(self, it: int, *responses) -> dict:
         return self.job.train(self.job.assemble(it, list(responses)), it)
@@ -121,6 +141,27 @@ class Worker:
     def weights(self):
         return self.job.weights()
 
+    def load_weights(self, weights) -> None:
+        """Rollout worker: the policy a restarted worker starts from (the trainer's current weights)."""
+        self.job.set_rollout_weights(weights)
+
+    def export_state(self) -> bytes:
+        """Trainer: everything needed to resume bit-exactly (a move carries it to the new node)."""
+        import io
+        buf = io.BytesIO()
+        self.job.checkpoint(buf)
+        return buf.getvalue()
+
+    def import_state(self, state: bytes) -> float:
+        """Trainer: resume from `export_state`'s bytes (a cold start), offloaded (the phase's onload
+        brings it in); the seconds the restore took."""
+        import io
+        t = time.perf_counter()
+        self.job.restore(io.BytesIO(state))
+        dt = time.perf_counter() - t
+        self.job.offload("all")
+        return dt
+
 
 @dataclass
 class JobActors:
@@ -134,12 +175,13 @@ class JobActors:
         return [*self.rollout, self.trainer]
 
 
-def spawn(size: str, seed: int, rollout_node: str, train_node: str, slots: int) -> JobActors:
-    """The job's actors, pinned to their emulated nodes, joined in their weight-sync group."""
-    actor = ray.remote(Worker)
-    rollout = [actor.options(num_cpus=0, resources={rollout_node: 0.01}).remote(size, seed, "rollout", s)
+def spawn(size: str, seed: int, slots: int, rollout_opts: dict | None = None,
+          train_opts: dict | None = None) -> JobActors:
+    """The job's actors (Ray options per side: where they run), joined in their weight-sync group."""
+    actor = ray.remote(concurrency_groups=CONTROL)(Worker)
+    rollout = [actor.options(num_cpus=0, **(rollout_opts or {})).remote(size, seed, "rollout", s)
                for s in range(slots)]
-    trainer = actor.options(num_cpus=0, resources={train_node: 0.01}).remote(size, seed, "trainer")
+    trainer = actor.options(num_cpus=0, **(train_opts or {})).remote(size, seed, "trainer")
     port = ray.get(trainer.host_store.remote(slots))  # the group's store, on a port the OS picked
     ray.get([trainer.join_sync.remote(port, slots)] + [w.join_sync.remote(port, slots) for w in rollout])
     return JobActors(rollout, trainer)
@@ -152,11 +194,15 @@ class PhaseLog:
     rows: list[dict] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, job: str, phase: str, pool: str, node: str, slots, it: int, start: float, end: float) -> None:
-        """Record one interval."""
+    def add(self, job: str, phase: str, pool: str, node: str, slots, it: int, start: float, end: float,
+            ran: str | None = None) -> None:
+        """Record one interval (`ran`: the node the workers reported they ran on, where known)."""
+        row = {"job": job, "phase": phase, "pool": pool, "node": node, "slots": list(slots), "iter": it,
+               "start": start, "end": end}
+        if ran is not None:
+            row["ran"] = ran
         with self._lock:
-            self.rows.append({"job": job, "phase": phase, "pool": pool, "node": node, "slots": list(slots),
-                              "iter": it, "start": start, "end": end})
+            self.rows.append(row)
 
 
 class _Rollout:
@@ -170,6 +216,7 @@ class _Rollout:
         self.busy: dict[int, tuple[Any, int]] = {}  # slot -> (ref, prompt)
         self.done: dict[int, Any] = {}              # prompt -> ref of its responses
         self.aborted = 0
+        self.ran: str | None = None  # the node the workers run on, where the caller knows it
         self.seg_start = time.perf_counter()
 
     def run(self, shim: JobShim | None) -> list[Any]:
@@ -193,7 +240,7 @@ class _Rollout:
         gone = slots_given_up(grant, self.active, self.job_id)
         for s in gone:
             if s in self.busy:
-                ray.cancel(self.busy[s][0])
+                self.actors.rollout[s].abort.remote(self.it, self.busy[s][1])
         for s in gone:
             if s in self.busy:
                 ref, b = self.busy.pop(s)
@@ -210,16 +257,13 @@ class _Rollout:
     def _segment(self) -> None:
         """Log the interval the current slots ran since the last change."""
         now = time.perf_counter()
-        self.log.add(self.job_id, "rollout", "rollout", self.node, self.active, self.it, self.seg_start, now)
+        self.log.add(self.job_id, "rollout", "rollout", self.node, self.active, self.it, self.seg_start, now, self.ran)
         self.seg_start = now
 
 
 def _finished(ref) -> bool:
-    """Whether a cancelled response task had finished anyway (its result is then kept)."""
-    try:
-        return ray.get(ref) is not None
-    except ray.exceptions.TaskCancelledError:
-        return False
+    """Whether an aborted response task had finished anyway (its result is then kept)."""
+    return ray.get(ref) is not None
 
 
 @dataclass
@@ -236,8 +280,9 @@ class JobRun:
 
 
 class Hooks:
-    """The shim's hooks for one job: onload queues on the actors (ordered before the phase's calls),
-    offload waits; `rollout` is the running rollout (its `give_up` is the tail hook)."""
+    """The shim's hooks for one job: onload and offload wait for the actors (a worker with a control
+    thread runs its calls in arrival order, not submission order); `rollout` is the running rollout
+    (its `give_up` is the tail hook)."""
 
     def __init__(self, actors: JobActors, warm: list) -> None:
         self.actors, self.warm = actors, warm
@@ -248,10 +293,10 @@ class Hooks:
     def onload(self, phase: str) -> None:
         if phase == "rollout":
             slots = self.shim.grant.slots(0)
-            self.warm.extend(self.actors.rollout[s].onload.remote() for s in slots)
+            self.warm.extend(ray.get([self.actors.rollout[s].onload.remote() for s in slots]))
             self.onloaded.update(slots)
         elif phase == "train":
-            self.warm.append(self.actors.trainer.onload.remote())
+            self.warm.append(ray.get(self.actors.trainer.onload.remote()))
 
     def offload(self, phase: str) -> None:
         if phase == "rollout":
@@ -306,59 +351,3 @@ def make_shim(job_id: str, client, hooks: Hooks, tail_threshold: float) -> JobSh
                    tail_threshold=tail_threshold)
     hooks.shim = shim
     return shim
-
-
-class TRLWorker:
-    """The demo's TRL job (rollmux.adapters.trl): TRL's GRPOTrainer, its generator copies (one per
-    rollout worker slot) and its shim, in one process: a Ray actor on the job's training node."""
-
-    def __init__(self, seed: int, slots: int) -> None:
-        import os
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model and tokenizer are built here: nothing to fetch
-        from rollmux.adapters.trl import TRLJob, TRLJobConfig
-        self.cfg = TRLJobConfig(seed=seed, slots=slots)
-        TRLJob(TRLJobConfig(seed=seed + 1, slots=slots)).run(1)  # warm up (imports, kernels) off the clock
-
-    def node_id(self) -> str:
-        """The Ray node this job runs on (the job's heartbeats carry it)."""
-        return ray.get_runtime_context().get_node_id()
-
-    def run(self, iterations: int, job_id: str | None = None, url: str | None = None, token: str | None = None,
-            tail_threshold: float = 0.8) -> dict:
-        """A fresh job of the same seed for `iterations` steps: under the scheduler at `url` with the
-        job's own token, or solo (no url: no permits, state resident throughout)."""
-        from rollmux.adapters.trl import TRLJob
-        job = TRLJob(self.cfg)
-        client = None
-        if url is not None:
-            from rollmux.live.client import HttpPermitClient
-            client = HttpPermitClient(url)
-            client.register(job_id, token)
-            job.attach(job_id, client, tail_threshold)
-        try:
-            r = job.run(iterations)
-        finally:
-            if client is not None:
-                client.close()
-        return {"rewards": r.rewards, "losses": r.losses, "weights": r.weights, "sync_s": r.sync_s,
-                "aborted": r.aborted, "iter_s": r.iter_s, "migrations": job.shim.migrations if job.shim else 0,
-                "segments": job.engine.segments, "train": job.train_intervals}
-
-
-def spawn_trl(seed: int, train_node: str, slots: int) -> Any:
-    """The TRL job's actor, pinned to its emulated training node."""
-    return ray.remote(TRLWorker).options(num_cpus=0, resources={train_node: 0.01}).remote(seed, slots)
-
-
-def drive_trl(job_id: str, actor: Any, iterations: int, log: PhaseLog, nodes: tuple[str, str],
-              url: str | None = None, token: str | None = None, tail_threshold: float = 0.8) -> JobRun:
-    """The TRL job's run (under the scheduler at `url`, or solo); its phases go to `log`. Its
-    generator copies run in the job's process; their rollout phases are logged on the rollout node
-    the placement names (every emulated node is this host)."""
-    out = ray.get(actor.run.remote(iterations, job_id, url, token, tail_threshold))
-    for slots, it, start, end in out["segments"]:
-        log.add(job_id, "rollout", "rollout", nodes[0], slots, it, start, end)
-    for it, start, end in out["train"]:
-        log.add(job_id, "train", "train", nodes[1], (0,), it, start, end)
-    return JobRun(rewards=out["rewards"], losses=out["losses"], iter_s=out["iter_s"], sync_s=out["sync_s"],
-                  aborted=out["aborted"], weights=out["weights"], migrations=out["migrations"])

@@ -101,8 +101,8 @@ class HttpPermitClient:
         self.tokens[job_id] = token
 
     def job(self, job_id: str) -> dict:
-        """The job's own status."""
-        return self._call("GET", f"/v1/jobs/{job_id}", self.tokens.get(job_id))
+        """The job's status (with its own token, or else the admin's)."""
+        return self._call("GET", f"/v1/jobs/{job_id}", self.tokens.get(job_id) or self._admin)
 
     def acquire(self, job_id: str, phase: str) -> Grant:
         """Block until the permit is granted."""
