@@ -62,6 +62,7 @@ INTEGRATION = {
     "tests/live/test_live_node_loss.py": "a Ray cluster and ThreadServer",
     "tests/live/test_ray_inventory.py": "a multi-raylet Ray cluster",
     "tests/live/test_cli_run.py": "a multi-raylet Ray cluster, ThreadServer and `rollmux run` in subprocesses",
+    "tests/live/test_serve_ray.py": "a multi-raylet Ray cluster and `rollmux serve --ray` in a subprocess",
     "tests/live/test_live_placements_why.py::test_status_and_metric_say_why": "ThreadServer",
     "tests/live/test_live_service.py::test_http_server_serves_permits": "ThreadServer",
     "tests/live/test_permit_latency_bench.py": "the benchmark's HTTP servers (threads)",

@@ -305,13 +305,14 @@ def _report(plan: _Plan, cluster, got, kill: dict, views: dict, codes: dict, mux
 
 
 def _events(mux: dict) -> list[tuple[float, float]]:
-    """When some job of the run restarted workers or waited to be placed again."""
-    return [(e["start"], e["end"]) for r in mux.values() for e in r["restarts"] + r["recoveries"]]
+    """When some job of the run started or restarted workers, or waited to be placed again (on one
+    host, a job's start-up takes the cores the others' phases run on)."""
+    return [(e["start"], e["end"]) for r in mux.values() for e in [r["startup"], *r["restarts"], *r["recoveries"]]]
 
 
 def _steady(iters: list, mux: dict) -> float | None:
-    """Mean seconds of the iterations during which no job of the run restarted workers or waited to be
-    placed again (a group mate's restart holds its permit); None if every one overlapped one."""
+    """Mean seconds of the iterations during which no job of the run started or restarted workers or
+    waited to be placed again (a group mate's restart holds its permit); None if every one overlapped one."""
     events = _events(mux)
     xs = [b - a for a, b in iters if not any(s < b and a < e for s, e in events)]
     return round(_mean(xs), 4) if xs else None

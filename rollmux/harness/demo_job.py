@@ -59,6 +59,7 @@ class LaunchedJob:
         self.shim: Any = None
         self.moves = 0
         self.started = False  # workers started later are restarts: no warm-up, on the clock
+        self.startup: dict = {}
         self.groups: set[int] = set()  # the groups whose permits the job held
         self.restarts: list[dict] = []
         self.warm: list[float] = []   # onload seconds (a warm switch)
@@ -114,11 +115,13 @@ class LaunchedJob:
         co-located job's rollout workers on its training node), warmed up, holding no permit (a
         process's start-up is not a phase: its lease would run out on a busy host)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        t0 = time.perf_counter()
         ids = self.shim.client.job(self.job_id)["node_ids"]
         for side, node in (("train", ids["train"][0]), ("rollout", (ids["rollout"] or ids["train"])[0])):
             self._start(side, node, NodeAffinitySchedulingStrategy(node_id=node, soft=False))
         self.restarts.clear()  # a start, not a restart
         self.started = True
+        self.startup = {"start": t0, "end": time.perf_counter()}
 
     def _start(self, side: str, node: str, strategy) -> None:
         """The side's workers on `node` (restarted there if they run elsewhere)."""
@@ -314,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.save(res.pop("weights"), args.out / f"{job_id}.pt")
     (args.out / f"{job_id}.json").write_text(json.dumps({
         **res, "job_id": job_id, "migrations": shim.migrations, "moves": job.moves, "restarts": job.restarts,
-        "warm": job.warm, "cold": job.cold, "groups": sorted(job.groups),
+        "warm": job.warm, "cold": job.cold, "groups": sorted(job.groups), "startup": job.startup,
         "recoveries": job.recoveries, "rows": job.log.rows}))
     return 0
 
