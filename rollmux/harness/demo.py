@@ -10,7 +10,8 @@ name and restarts them where a move puts it; the jobs' workers and their loop (r
 Profiles: each job is submitted with phase times in seconds at the scale of its preset's solo
 times (heavy 0.151/0.104 with tail_frac 0.5, large 0.010/0.235, small 0.004/0.022) on the
 paper's cluster with the switch costs measured here (warm 5 ms: an onload from host memory plus
-a permit round trip; cold 0.1 s: a restore). The shipped profile decides where they run: who is
+a permit round trip; cold 8 s: a move restarts a side's workers, new Ray worker processes that import
+torch, 6-10 s a side measured on this 2-core host). The shipped profile decides where they run: who is
 co-located, who shares a group, who is paired later.
 
 Node loss: once a group of two or more has done part of its work, its rollout node's raylet is
@@ -49,7 +50,7 @@ from rollmux.live.client import HttpPermitClient
 # job_id -> (preset, rollout profile, train profile, tail_frac) -- ms of wall time used as profile seconds
 JOBS = {"heavy": ("heavy", 0.151, 0.104, 0.5), "large": ("large", 0.010, 0.235, 0.0),
         "small": ("small", 0.004, 0.022, 0.0)}
-WARM_SWITCH_S, COLD_SWITCH_S = 0.005, 0.1
+WARM_SWITCH_S, COLD_SWITCH_S = 0.005, 8.0  # an onload; a restart of one side's workers (docstring)
 # Two worker slots per rollout node: a migrated tail keeps one, the next rollout gets the other.
 # Aborting and recomputing stragglers costs milliseconds here, not the simulator's default second.
 SETS = {"intra_group.tail_worker_frac": 0.5, "intra_group.migration_overhead_s": 0.02}
@@ -307,7 +308,8 @@ def _report(plan: _Plan, cluster, got, kill: dict, views: dict, codes: dict, mux
 def _events(mux: dict) -> list[tuple[float, float]]:
     """When some job of the run started or restarted workers, or waited to be placed again (on one
     host, a job's start-up takes the cores the others' phases run on)."""
-    return [(e["start"], e["end"]) for r in mux.values() for e in [r["startup"], *r["restarts"], *r["recoveries"]]]
+    return [(e["start"], e["end"]) for r in mux.values() for e in [r["startup"], *r["restarts"], *r["recoveries"]]
+            if e]
 
 
 def _steady(iters: list, mux: dict) -> float | None:

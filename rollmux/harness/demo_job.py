@@ -116,7 +116,10 @@ class LaunchedJob:
         process's start-up is not a phase: its lease would run out on a busy host)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         t0 = time.perf_counter()
-        ids = self.shim.client.job(self.job_id)["node_ids"]
+        ids = self.shim.client.job(self.job_id).get("node_ids")
+        if not ids or not ids.get("train"):  # queued: the workers start where the first permits say
+            self.started = True
+            return
         for side, node in (("train", ids["train"][0]), ("rollout", (ids["rollout"] or ids["train"])[0])):
             self._start(side, node, NodeAffinitySchedulingStrategy(node_id=node, soft=False))
         self.restarts.clear()  # a start, not a restart

@@ -27,7 +27,7 @@ def test_serve_shipped_with_ray_places_a_colocated_and_a_grouped_job(tmp_path):
     cluster.wait_for_nodes()
     spec = tmp_path / "cluster.yaml"
     spec.write_text(yaml.safe_dump({**default_cluster().model_dump(), "warm_switch_s": 0.005,
-                                    "cold_switch_s": 0.1}))
+                                    "cold_switch_s": 8.0}))
     server = ProcessServer(str(tmp_path / "journal.db"), tmp_path, cluster=spec, profile="shipped",
                            extra=["--ray", cluster.address, "--no-repair", *SETS])
     try:
