@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rollmux.core.spec import default_cluster
+from rollmux.live.door import DoorLimits
 from rollmux.live.local import ProcessServer, ThreadServer, free_port, wait_until_up
 
 HOUR = 3600.0
-SERVER_FLAGS = ["--heartbeat-timeout", str(HOUR), "--lease-min", str(HOUR)]
+# The waiting scenario holds --waiting long polls from this one address: no per-client connection cap.
+SERVER_FLAGS = ["--heartbeat-timeout", str(HOUR), "--lease-min", str(HOUR), "--max-connections-per-client", "0"]
+DOOR = DoorLimits(max_conns_per_client=0)
 SCRIPT = Path(__file__).resolve().with_name("permit_latency.py")  # its `--serve-memory` runs `serve_memory`
 
 def _telemetry_core(store: str | None, token: str) -> tuple[Any, Any]:
@@ -40,7 +43,7 @@ def serve_memory(listen: str, token_file: str) -> None:
     from rollmux.live.server import admin_token, parse_listen, serve
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     core, telemetry = _telemetry_core(None, admin_token(Path(token_file)))
-    serve(core, parse_listen(listen), telemetry)
+    serve(core, parse_listen(listen), telemetry, door=DOOR)
 
 
 class _MemoryProcessServer:
@@ -100,7 +103,7 @@ def start_server(kind: str, store: str) -> Server:
     if kind == "thread":
         token = "bench-admin-" + os.urandom(16).hex()
         core, telemetry = _telemetry_core(journal, token)
-        ts = ThreadServer(core, telemetry)
+        ts = ThreadServer(core, telemetry, door=DOOR)
         return Server(ts.url, token, None, stopper(ts.stop))
     ps = ProcessServer(journal, workdir, extra=SERVER_FLAGS) if journal else _MemoryProcessServer(workdir)
     return Server(ps.url, ps.admin_token, ps.proc.pid, stopper(ps.signal))

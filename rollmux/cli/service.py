@@ -17,6 +17,22 @@ from rollmux.errors import InputError
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 SERVE_FLAGS = ("--repair", "--colocate", "--colo-pair", "--elastic-rollout")
+# The door's limits (rollmux/live/door.py; defaults: DoorLimits). Each flag names its DoorLimits field.
+DOOR = {
+    "max_head_bytes": typer.Option(64 * 1024, "--max-header-bytes", min=1024,
+                                   help="Largest request head (request line and headers) in bytes: 431 past it."),
+    "header_timeout_s": typer.Option(10.0, "--header-timeout", min=0.1,
+                                     help="Seconds from a request's first byte (or a new connection) to the end "
+                                          "of its headers: 408 and closed past it."),
+    "body_timeout_s": typer.Option(30.0, "--body-timeout", min=0.1,
+                                   help="Seconds from the end of the headers to the end of the body."),
+    "keep_alive_s": typer.Option(5.0, "--keep-alive-timeout", min=0.1,
+                                 help="Seconds an idle keep-alive connection stays open."),
+    "max_conns_per_client": typer.Option(2048, "--max-connections-per-client", min=0,
+                                         help="Open connections one client address may hold (0: no cap); "
+                                              "behind a proxy all clients have the proxy's address."),
+    "max_conns": typer.Option(32768, "--max-connections", min=0, help="Open connections in all (0: no cap)."),
+}
 
 
 @app.command()
@@ -45,7 +61,11 @@ def serve(
     profile: str = typer.Option("shipped", "--profile", help=s.PROFILE_HELP + " A new store only."),
     sets: Optional[list[str]] = s.SETS,
     repair: Optional[bool] = s.OPTION["--repair"], colocate: Optional[bool] = s.OPTION["--colocate"],
-    colo_pair: Optional[bool] = s.OPTION["--colo-pair"], elastic_rollout: Optional[bool] = s.OPTION["--elastic-rollout"],
+    colo_pair: Optional[bool] = s.OPTION["--colo-pair"],
+    elastic_rollout: Optional[bool] = s.OPTION["--elastic-rollout"],
+    max_head_bytes: int = DOOR["max_head_bytes"], header_timeout_s: float = DOOR["header_timeout_s"],
+    body_timeout_s: float = DOOR["body_timeout_s"], keep_alive_s: float = DOOR["keep_alive_s"],
+    max_conns_per_client: int = DOOR["max_conns_per_client"], max_conns: int = DOOR["max_conns"],
 ) -> None:
     """Serve the scheduler's authenticated HTTP API until SIGINT/SIGTERM.
 
@@ -57,6 +77,7 @@ def serve(
 
     from rollmux.live.server import admin_token, parse_listen
     from rollmux.live.server import serve as run_server
+    door = _door(locals())
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         where = parse_listen(listen)
@@ -67,18 +88,29 @@ def serve(
         core, telemetry, journal = _start_core(store, wait_store, cluster, cfg, token,
                                                heartbeat_timeout_s=heartbeat_timeout, lease_min_s=lease_min)
         if watch_ray or ray_address:
-            import ray
-            ray.init(address=ray_address or watch_ray, log_to_driver=False)
-            core.watch_ray_nodes()
-            if ray_address:
-                core.watch_ray_inventory()
+            _connect_ray(core, ray_address, watch_ray)
         scheme = "https" if tls_cert else "http"
         out.print(f"rollmux scheduler on {scheme}://{listen}; journal {journal.url} "
                   f"({core.recovered_records} records recovered); admin token in {admin_token_file}; "
                   "SIGINT/SIGTERM stops it", highlight=False)
-        run_server(core, where, telemetry, tls_cert, tls_key)
+        run_server(core, where, telemetry, tls_cert, tls_key, door)
     except InputError as exc:
         fail(exc)
+
+
+def _door(given: dict[str, Any]):
+    """The door's limits from `serve`'s arguments (its DOOR flags)."""
+    from rollmux.live.door import DoorLimits
+    return DoorLimits(**{k: v for k, v in given.items() if k in DOOR})
+
+
+def _connect_ray(core: Any, ray_address: Optional[str], watch_ray: Optional[str]) -> None:
+    """Join the Ray cluster: watch its dead nodes, and with --ray read its inventory."""
+    import ray
+    ray.init(address=ray_address or watch_ray, log_to_driver=False)
+    core.watch_ray_nodes()
+    if ray_address:
+        core.watch_ray_inventory()
 
 
 def _serve_config(profile: str, flags: dict[str, Any], sets: Optional[list[str]]) -> SchedulerConfig:

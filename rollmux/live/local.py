@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
-from rollmux.live.app import create_app
+from rollmux.live.door import DoorLimits
+from rollmux.live.server import Listen, build_server
 from rollmux.live.service import EMBEDDED_PROFILE, SchedulerCore
 
 
@@ -52,13 +52,12 @@ def wait_until_up(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | No
 class ThreadServer:
     """Serve `core` on a free loopback port from a daemon thread; `stop()` ends both."""
 
-    def __init__(self, core: SchedulerCore, telemetry: Any = None) -> None:
+    def __init__(self, core: SchedulerCore, telemetry: Any = None, door: DoorLimits | None = None) -> None:
+        """`door`: the limits at its door (default: `rollmux serve`'s)."""
         self.core = core
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(core, telemetry), host="127.0.0.1", port=self.port,
-                                log_level="warning", access_log=False, backlog=4096)
-        self._server = uvicorn.Server(config)
+        self._server = build_server(core, Listen("127.0.0.1", self.port), telemetry, door=door)
         self._thread = threading.Thread(target=self._server.run, name="rollmux-http", daemon=True)
         self._thread.start()
         wait_until_up(self.url)

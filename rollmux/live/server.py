@@ -3,7 +3,8 @@
 Start-up failures (a store another server holds, a torn journal, a bad admin
 token file) are one line and a non-zero exit; SIGINT and SIGTERM answer every
 long poll at once (503: ask the next instance), let in-flight requests finish
-for up to `GRACE_S`, then commit and close the journal.
+for up to `GRACE_S`, then commit and close the journal. Every connection passes the door
+(live/door.py): bounded heads, timeouts for heads, bodies and idle keep-alive, connection caps.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import uvicorn
 
 from rollmux.errors import InputError
 from rollmux.live.app import create_app
+from rollmux.live.door import DoorLimits, uvicorn_options
 from rollmux.live.service import SchedulerCore
 
 GRACE_S = 2.0  # in-flight requests get this long after a stop signal (the whole stop stays within 5 s)
@@ -108,7 +110,8 @@ def _raise_open_file_limit() -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, plus: a stop signal answers every long poll at once instead of waiting it out."""
+    """uvicorn, plus: a stop signal answers every long poll at once instead of waiting it out, and
+    every tick of its loop tells the core the server is serving (fair liveness, live/supervision.py)."""
 
     core: SchedulerCore
 
@@ -122,19 +125,31 @@ class _Server(uvicorn.Server):
         elif sig == signal.SIGINT:
             self.force_exit = True
 
+    async def on_tick(self, counter: int) -> bool:
+        """uvicorn's tick (every 0.1 s on the event loop): also a sign of life for the watchdog."""
+        self.core.note_serving()
+        return await super().on_tick(counter)
 
-def serve(core: SchedulerCore, listen: Listen, telemetry: Any = None, tls_cert: Path | None = None,
-          tls_key: Path | None = None) -> None:
-    """Serve until SIGINT/SIGTERM, then stop cleanly (journal committed and closed)."""
-    _raise_open_file_limit()
-    tune_gc()
+
+def build_server(core: SchedulerCore, listen: Listen, telemetry: Any = None, tls_cert: Path | None = None,
+                 tls_key: Path | None = None, door: DoorLimits | None = None) -> _Server:
+    """The uvicorn server around `core`'s app, behind the door's limits (`door`, default DoorLimits())."""
     app = create_app(core, telemetry, secure_cookies=tls_cert is not None)
     config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", access_log=False,
                             ssl_certfile=str(tls_cert) if tls_cert else None,
                             ssl_keyfile=str(tls_key) if tls_key else None,
-                            timeout_graceful_shutdown=GRACE_S, backlog=4096, limit_concurrency=None)
+                            timeout_graceful_shutdown=GRACE_S, backlog=4096, **uvicorn_options(door or DoorLimits()))
     server = _Server(config)
     server.core, server.stopped_by = core, None
+    return server
+
+
+def serve(core: SchedulerCore, listen: Listen, telemetry: Any = None, tls_cert: Path | None = None,
+          tls_key: Path | None = None, door: DoorLimits | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then stop cleanly (journal committed and closed)."""
+    _raise_open_file_limit()
+    tune_gc()
+    server = build_server(core, listen, telemetry, tls_cert, tls_key, door)
     try:
         server.run()
     finally:
@@ -143,4 +158,3 @@ def serve(core: SchedulerCore, listen: Listen, telemetry: Any = None, tls_cert: 
         log.warning("stopped on %s; journal committed and closed", server.stopped_by)
     if not server.started:
         raise InputError(f"--listen {listen.host}:{listen.port}: the server could not start (port in use?)")
-

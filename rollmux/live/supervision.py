@@ -3,7 +3,12 @@
 A mixin of `SchedulerCore` (it uses the core's state, `_depart`, `_move` and
 `request`). Everything here runs on the scheduler thread except the Ray node
 watch, which polls Ray's GCS from a thread of its own and hands what it finds
-to the scheduler thread.
+to the scheduler thread, and `note_serving`, which the HTTP server's event loop calls.
+
+Liveness is judged fairly: time in which the server itself was not serving (its event
+loop or the scheduler thread stalled, seen as a gap between their ticks longer than
+`STALL_S`, or a quarter of a shorter heartbeat timeout) does not count as a job's silence, nor against a phase's lease: every
+deadline is extended by the part of the stall that fell after its job was last heard.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import heapq
 import logging
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from rollmux.core.spec import JobSpec
@@ -19,6 +25,8 @@ from rollmux.core.vocabulary import JobStatus, Phase
 from rollmux.live.journal import JournalError
 
 log = logging.getLogger("rollmux.service")
+STALL_S = 1.0  # a loop tick (0.1 s) or a watchdog run this much overdue: the server was not serving
+STALL_MIN_S = 0.3  # ... or this much, with a heartbeat timeout under 4 * STALL_S
 
 
 class Supervision:
@@ -34,6 +42,11 @@ class Supervision:
     _check_every: float
     _stopping: threading.Event
     _leases: list[tuple[float, int, str, str]]
+    _served_at: float | None = None  # monotonic time the HTTP loop last ticked (None: no HTTP server)
+    _last_watch: float | None = None  # monotonic time of the watchdog's last run
+    _discounted_until = 0.0  # stalls up to this monotonic time are already discounted
+    _loop_stalls: deque | None = None  # (from, to) gaps between the HTTP loop's ticks, not yet discounted
+    _stall_began: float | None = None  # start of the stall being discounted (for its log line)
 
     def lease_s(self, spec: JobSpec, phase: str, switch_s: float, scale: float = 1.0) -> float:
         """How long a permit may be held: the declared worst-case phase time (x `scale`: a
@@ -69,9 +82,60 @@ class Supervision:
                 log.warning("Ray nodes lost: %s", sorted(dead))
                 self.request("nodes_lost", dead).result()
 
+    # -- fair liveness -------------------------------------------------------------------
+    def _stall_s(self) -> float:
+        """How late a tick must be to count as not serving: STALL_S, or a quarter of a shorter heartbeat
+        timeout, but well over the loop's own tick (0.1 s)."""
+        return max(STALL_MIN_S, min(STALL_S, (self.heartbeat_timeout_s or STALL_S * 4) / 4))
+
+    def note_serving(self) -> None:
+        """The HTTP server's event loop is serving (called on each of its ticks, from its thread)."""
+        now, last = time.monotonic(), self._served_at
+        if last is not None and now - last > self._stall_s():
+            if self._loop_stalls is None:
+                self._loop_stalls = deque()
+            self._loop_stalls.append((last, now))  # a deque: appended here, taken on the scheduler thread
+        self._served_at = now
+
+    def _stalls(self, now: float) -> list[tuple[float, float]]:
+        """Intervals (monotonic) in which the server was not serving, not yet discounted."""
+        found, tolerance = [], self._stall_s()
+        if self._last_watch is not None and now - self._last_watch > self._check_every + tolerance:
+            found.append((self._last_watch + self._check_every, now))  # the scheduler thread stalled
+        while self._loop_stalls:
+            found.append(self._loop_stalls.popleft())  # the event loop stalled, and came back
+        served = self._served_at
+        if served is not None and now - served > tolerance:
+            found.append((served, now))  # the event loop is not serving now
+        self._last_watch = now
+        return sorted(found)
+
+    def _discount_stalls(self, now: float) -> None:
+        """Extend every heartbeat and lease deadline by the not-serving time after its job was last heard."""
+        stalls = self._stalls(now)
+        if not stalls and self._stall_began is not None:  # a stall ended: one line for all of it
+            log.warning("the server was not serving for %.1fs: heartbeat and lease deadlines were extended by it",
+                        self._discounted_until - self._stall_began)
+            self._stall_began = None
+        for start, end in stalls:
+            start = max(start, self._discounted_until)
+            if end <= start:
+                continue
+            if self._stall_began is None:
+                self._stall_began = start
+            self._discounted_until = end
+            for jid, seen in list(self._seen.items()):
+                if seen < end:
+                    self._seen[jid] = seen + end - max(start, seen)
+            wall_start = time.time() - (now - start)
+            self._leases = [(due + end - start if due > wall_start else due, *rest)
+                            for due, *rest in self._leases]
+            heapq.heapify(self._leases)
+
     # -- heartbeats and leases -------------------------------------------------------------
     def _watchdog(self) -> None:
         try:
+            self._discount_stalls(time.monotonic())
             if self.heartbeat_timeout_s is not None:
                 self._check_heartbeats()
             self._check_leases()
