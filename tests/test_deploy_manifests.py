@@ -22,6 +22,7 @@ from typer.main import get_command
 
 from rollmux.cli import app
 from rollmux.core.trace_io import load_cluster
+from rollmux.live.journal.redis import PASSWORD_ENV
 from rollmux.live.server import parse_listen
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,6 +197,9 @@ def test_the_scheduler_runs_rollmux_serve_with_real_flags_and_its_store(docs, tm
     redis_svc = one(docs, "Service", "rollmux-redis")
     assert (url.scheme, url.hostname, url.port) == ("redis", redis_svc["metadata"]["name"], 6379)
     assert parse_qs(url.query)["prefix"] == ["rollmux"] and params["wait_store"] > 10
+    assert url.password is None and params["redis_password_file"] is None  # the password: env, from the Secret
+    assert {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"]}[PASSWORD_ENV] == {
+        "name": "rollmux-redis", "key": "password"}
     # The cluster file: the ConfigMap mounted where --cluster points, and the real loader accepts it.
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     vols = {v["name"]: v for v in pod["volumes"]}
@@ -224,6 +228,26 @@ def test_secrets_are_referenced_never_written_down(docs):
         for c in _containers(d):
             for e in c.get("env", []):
                 assert "value" not in e or not re.search(r"PASSWORD|TOKEN|SECRET", e["name"]), e
+
+
+def test_no_secret_is_ever_an_argument(docs):
+    # Every user of a machine reads every process's argv (ps): a Secret reaches a process through its
+    # environment or a file, never through $(VAR) in its command or arguments.
+    for d in docs:
+        for c in _containers(d):
+            secret_vars = {e["name"] for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+            argv = " ".join([*c.get("command", []), *c.get("args", [])])
+            assert not {v for v in re.findall(r"\$\((\w+)\)", argv)} & secret_vars, (d["__file__"], c["name"])
+
+
+def test_redis_reads_its_password_from_a_file_its_init_container_writes(docs):
+    conf = one(docs, "ConfigMap", "rollmux-redis-conf")["data"]["redis.conf"]
+    (include,) = re.findall(r"^include (\S+)$", conf, re.M)
+    pod = one(docs, "StatefulSet", "rollmux-redis")["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert f"> {include}" in init["command"][-1] and "umask 077" in init["command"][-1]
+    assert {m["mountPath"] for m in init["volumeMounts"]} == {str(Path(include).parent)}
+    assert str(Path(include).parent) in {m["mountPath"] for m in container(pod, "redis")["volumeMounts"]}
 
 
 def test_the_admin_token_file_is_the_secret_copied_private(docs):

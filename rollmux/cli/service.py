@@ -34,6 +34,27 @@ DOOR = {
     "max_conns": typer.Option(32768, "--max-connections", min=0, help="Open connections in all (0: no cap)."),
 }
 
+# Secrets in files only their owner may read, never on the command line (every user reads argv: ps).
+SECRET = {
+    "redis": typer.Option(None, "--redis-password-file",
+                          help="Redis's password (or set $ROLLMUX_REDIS_PASSWORD); never in the --store URL."),
+    "metrics": typer.Option(None, "--metrics-token-file",
+                            help="A scrape token: GET /metrics then requires it or the admin token, and shows "
+                                 "per-job series. Without it /metrics answers anyone and names no job."),
+}
+
+# How the service judges a job alive (rollmux/live/supervision.py); turns: rollmux/core/turns.py.
+LIVENESS = {
+    "heartbeat_timeout": typer.Option(30.0, "--heartbeat-timeout", min=0.1,
+                                      help="Fail a job silent for this many seconds."),
+    "lease_min": typer.Option(60.0, "--lease-min", min=0.1,
+                              help="Shortest phase lease (s); a lease is 2x the declared worst case."),
+    "turn_grace": typer.Option(10.0, "--turn-grace", min=0.0,
+                               help="A group member that has not asked for its turn within this many seconds (or "
+                                    "its phase's declared time, if longer) loses it, and its group goes on without "
+                                    "it until it asks again; absent past its lease, it is failed as hung."),
+}
+
 
 @app.command()
 def serve(
@@ -45,10 +66,8 @@ def serve(
                                           help="The admin token (created with mode 0600 if missing)."),
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="TLS certificate (PEM)."),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="TLS private key (PEM)."),
-    heartbeat_timeout: float = typer.Option(30.0, "--heartbeat-timeout", min=0.1,
-                                            help="Fail a job silent for this many seconds."),
-    lease_min: float = typer.Option(60.0, "--lease-min", min=0.1,
-                                    help="Shortest phase lease (s); a lease is 2x the declared worst case."),
+    heartbeat_timeout: float = LIVENESS["heartbeat_timeout"], lease_min: float = LIVENESS["lease_min"],
+    turn_grace: float = LIVENESS["turn_grace"],
     watch_ray: Optional[str] = typer.Option(None, "--watch-ray",
                                             help="Ray cluster whose dead nodes re-admit the jobs on them."),
     ray_address: Optional[str] = typer.Option(None, "--ray",
@@ -59,9 +78,9 @@ def serve(
                                      help="Wait this long for a store another server holds (a Redis writer "
                                           "lease of a killed server lapses after 10 s)."),
     profile: str = typer.Option("shipped", "--profile", help=s.PROFILE_HELP + " A new store only."),
-    sets: Optional[list[str]] = s.SETS,
+    sets: Optional[list[str]] = s.SETS, redis_password_file: Optional[Path] = SECRET["redis"],
     repair: Optional[bool] = s.OPTION["--repair"], colocate: Optional[bool] = s.OPTION["--colocate"],
-    colo_pair: Optional[bool] = s.OPTION["--colo-pair"],
+    colo_pair: Optional[bool] = s.OPTION["--colo-pair"], metrics_token_file: Optional[Path] = SECRET["metrics"],
     elastic_rollout: Optional[bool] = s.OPTION["--elastic-rollout"],
     max_head_bytes: int = DOOR["max_head_bytes"], header_timeout_s: float = DOOR["header_timeout_s"],
     body_timeout_s: float = DOOR["body_timeout_s"], keep_alive_s: float = DOOR["keep_alive_s"],
@@ -84,18 +103,45 @@ def serve(
         if (tls_cert is None) != (tls_key is None):
             raise InputError("--tls-cert/--tls-key", "give both or neither")
         cfg = _serve_config(profile, s.given_flags(locals()), sets)
+        password, scrape = _secrets(store, redis_password_file, metrics_token_file)
         token = admin_token(admin_token_file)
-        core, telemetry, journal = _start_core(store, wait_store, cluster, cfg, token,
-                                               heartbeat_timeout_s=heartbeat_timeout, lease_min_s=lease_min)
+        core, telemetry, journal = _start_core(store, wait_store, cluster, cfg, token, password=password,
+                                               heartbeat_timeout_s=heartbeat_timeout, lease_min_s=lease_min,
+                                               turn_grace_s=turn_grace)
         if watch_ray or ray_address:
             _connect_ray(core, ray_address, watch_ray)
-        scheme = "https" if tls_cert else "http"
-        out.print(f"rollmux scheduler on {scheme}://{listen}; journal {journal.url} "
+        out.print(f"rollmux scheduler on {'https' if tls_cert else 'http'}://{listen}; journal {journal.url} "
                   f"({core.recovered_records} records recovered); admin token in {admin_token_file}; "
                   "SIGINT/SIGTERM stops it", highlight=False)
-        run_server(core, where, telemetry, tls_cert, tls_key, door)
+        run_server(core, where, telemetry, tls_cert, tls_key, door, metrics_token=scrape)
     except InputError as exc:
         fail(exc)
+
+
+def _no_password_in(store: str, where: str) -> None:
+    """Refuse a store URL that carries a password: every user of the machine reads argv (`ps`)."""
+    from urllib.parse import urlsplit
+    try:
+        password = urlsplit(store).password if "://" in store else None
+    except ValueError:
+        password = None
+    if password:
+        raise InputError(where, "the URL carries a password, and every user of this machine can read a command "
+                                "line (ps); drop it from the URL and give it in --redis-password-file (serve) or "
+                                "$ROLLMUX_REDIS_PASSWORD")
+
+
+def _secrets(store: str, password_file: Optional[Path],
+             metrics_file: Optional[Path]) -> tuple[Optional[str], Optional[str]]:
+    """Redis's password for `store` (from --redis-password-file, else None: the store reads
+    $ROLLMUX_REDIS_PASSWORD itself) and the scrape token; InputError for a password in the URL,
+    a password file with a store that is not Redis, or a file others may read."""
+    from rollmux.live.server import read_secret
+    _no_password_in(store, "--store")
+    if password_file is not None and not store.lower().startswith(("redis://", "rediss://")):
+        raise InputError("--redis-password-file", "the store is not a redis:// URL")
+    password = read_secret(password_file, "--redis-password-file") if password_file else None
+    return password, read_secret(metrics_file, "--metrics-token-file", 16) if metrics_file else None
 
 
 def _door(given: dict[str, Any]):
@@ -126,13 +172,14 @@ def _serve_config(profile: str, flags: dict[str, Any], sets: Optional[list[str]]
 
 
 def _start_core(store: str, wait_store: float, cluster: Optional[Path], cfg: SchedulerConfig, token: str,
-                **knobs: Any):
-    """The scheduler core on its journal (new, or recovered), its telemetry and the journal."""
+                password: Optional[str] = None, **knobs: Any):
+    """The scheduler core on its journal (new, or recovered), its telemetry and the journal;
+    `password`: the Redis store's."""
     from rollmux.live.journal import JournalError
     from rollmux.live.refusals import ServiceError
     from rollmux.live.service import SchedulerCore
     from rollmux.live.telemetry import Telemetry
-    journal = _open_store(store, wait_store)
+    journal = _open_store(store, wait_store, password)
     try:
         recovering = bool(journal.records())
         spec, warnings = load_cluster(cluster)
@@ -149,7 +196,7 @@ def _start_core(store: str, wait_store: float, cluster: Optional[Path], cfg: Sch
     return core, telemetry, journal
 
 
-def _open_store(store: str, wait_s: float):
+def _open_store(store: str, wait_s: float, password: Optional[str] = None):
     """The journal store, waiting up to `wait_s` while another writer still holds it."""
     import time
 
@@ -157,7 +204,7 @@ def _open_store(store: str, wait_s: float):
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return open_store(store)
+            return open_store(store, password=password)
         except JournalError as exc:
             if "in use" not in str(exc) or time.monotonic() >= deadline:
                 raise InputError("--store", str(exc)) from None
@@ -251,6 +298,10 @@ def status(url: str = _URL, admin_token_file: Path = _TOKEN_FILE,
 def _journal_tool(tool: Callable[[str], Any], store: str) -> Any:
     """What a journal tool reports on `store`; one line and exit 2 if the store cannot be read."""
     from rollmux.live.journal import JournalError
+    try:
+        _no_password_in(store, "journal")
+    except InputError as exc:
+        fail(exc)
     try:
         return tool(store)
     except JournalError as exc:

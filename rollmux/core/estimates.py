@@ -13,7 +13,10 @@ training ratio to what the declared profile predicts for that rollout.
   noise alone must not trigger a repair. A rollout past the declared maximum is drift by definition.
 
 `measured_spec` turns the estimate into a JobSpec the planner uses unchanged:
-median and max scaled, training re-based, the same number of iterations.
+median and max scaled, training re-based, the same number of iterations. A phase
+measured under `MIN_MEASURED_S` is too short to measure: it is not observed. A
+measured profile outside a job record's ranges (core/spec.py) is refused like a
+declared one (ValueError), and the caller keeps the profile it had.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from rollmux.core.spec import JobSpec, RolloutDist
+from rollmux.core.spec import MAX_PHASE_S, JobSpec, RolloutDist
+
+MIN_MEASURED_S = 1e-3  # a phase measured shorter than a millisecond says nothing of the job's speed
 
 
 @dataclass
@@ -43,7 +48,12 @@ class PhaseEstimate:
     accepted: tuple[tuple[float, float], JobSpec] | None = None
 
     def observe(self, rollout_s: float, train_s: float) -> None:
-        """One finished iteration's measured rollout and training seconds."""
+        """One finished iteration's measured rollout and training seconds (each finite, within
+        [MIN_MEASURED_S, MAX_PHASE_S], else ValueError and nothing changes)."""
+        for name, v in (("rollout_s", rollout_s), ("train_s", train_s)):
+            if not MIN_MEASURED_S <= v <= MAX_PHASE_S:  # (NaN fails too)
+                raise ValueError(f"{self.job.job_id}: measured {name} {v!r} is outside "
+                                 f"[{MIN_MEASURED_S:g}, {MAX_PHASE_S:g}] s")
         d = self.job.rollout_s
         logs = self.logs
         logs.append(math.log(max(rollout_s, 1e-9) / d.median))

@@ -31,6 +31,7 @@ from rollmux.core.env import Environment
 from rollmux.core.grant import LINK, Grant, worker_slots
 from rollmux.core.group import Group
 from rollmux.core.intra_group import tail_share
+from rollmux.core.turns import Turns
 from rollmux.core.vocabulary import Phase
 
 # (bound once: the permit checks are the simulator's hottest code; a phase's pool has its name)
@@ -42,7 +43,7 @@ _UNKNOWN: Any = object()  # a node's turn, not computed since the turn order las
 
 
 class _NodeState:
-    __slots__ = ("pinned", "holder", "last", "tails", "turn", "slots", "kept")
+    __slots__ = ("pinned", "holder", "last", "tails", "turn", "slots", "kept", "since")
 
     def __init__(self) -> None:
         self.pinned: list[str] = []       # members pinned here
@@ -52,6 +53,7 @@ class _NodeState:
         self.tails: dict[str, float] = {}  # migrated tails still running: job -> worker share
         self.slots: tuple[int, ...] | None = None  # worker slots of the holder's rollout (None = all)
         self.kept: dict[str, tuple[int, ...]] = {}  # worker slots of each migrated tail
+        self.since = 0.0  # (env time) when it was last freed or its turn order changed (core/turns.py)
 
 
 def _recount(count: int, old_rate: int, new_rate: int) -> int:
@@ -62,9 +64,10 @@ def _recount(count: int, old_rate: int, new_rate: int) -> int:
     return (count // old_rate) * new_rate + min(count % old_rate, new_rate - 1)
 
 
-class GroupController:
+class GroupController(Turns):
     """Round-robin permit controller of one group (DESIGN §4, §8); weighted by the group's
-    planned rates under the SLO order (core/slo_order.py)."""
+    planned rates under the SLO order (core/slo_order.py); a member that does not ask for its
+    turn can be skipped (core/turns.py)."""
 
     def __init__(self, env: Environment, group: Group, cfg: IntraConfig) -> None:
         self.env = env
@@ -80,6 +83,8 @@ class GroupController:
         self._slots: dict[str, tuple[int, ...]] = {}  # each member's slots in a meta-iteration
         self._weighted = False             # some rate > 1
         self._held: set[str] = set()       # reserved for migrants that have not arrived
+        self._absent: dict[str, str] = {}  # skipped until they ask again (core/turns.py)
+        self._free_at: dict[str, float] = {}  # when each member last released a phase
         self._cold: dict[str, float] = {}  # arrived migrants: switch time of their first rollout
         # Settled: a dispatch ran to the end since the state last changed, so no pending
         # request can be granted; a new request then needs only its own check.
@@ -122,9 +127,11 @@ class GroupController:
         # A newcomer joins the meta-iteration in progress (the earliest any member
         # has not finished), at its position in the new order.
         meta_t, old_rate = self._meta[TRAIN], self._rate
-        current = min((meta_t[j] // old_rate.get(j, 1) for j in meta_t if j not in self._held), default=0)
+        current = min((meta_t[j] // old_rate.get(j, 1) for j in meta_t if j not in self._held
+                       and j not in self._absent), default=0)
         ids = [m.job_id for m in group.members]
         self._held &= set(ids)
+        self._absent = {j: p for j, p in self._absent.items() if j in ids}
         seq = group.shape.slots if group.shape is not None else ()
         if seq and sorted(set(seq)) != list(range(len(ids))):
             seq = ()  # (slots planned for another member list: round robin)
@@ -143,12 +150,17 @@ class GroupController:
         self._pos = {j: i for i, j in enumerate(ids)}
         self.group = group
         self._members = {m.job_id: m for m in group.members}  # Group.member scans: this is hot
+        self._repin()
+        self._dispatch()
+
+    def _repin(self) -> None:
+        """Each node's members in the turn order (not held, not absent); its turn counts as come now."""
+        now, out = self.env.now(), self._held | self._absent.keys()
         for pool in (ROLLOUT, TRAIN):
             for idx, node in enumerate(self.nodes[pool]):
-                node.pinned = [m.job_id for m in group.members
-                               if idx in self._pins(m, pool) and m.job_id not in self._held]
-                node.turn = _UNKNOWN
-        self._dispatch()
+                node.pinned = [m.job_id for m in self.group.members
+                               if idx in self._pins(m, pool) and m.job_id not in out]
+                node.turn, node.since = _UNKNOWN, now
 
     def solo_ready(self, job_id: str) -> bool:
         """True when `job_id` is the only member, nothing is pending, held or migrating, no
@@ -255,7 +267,7 @@ class GroupController:
         for idx in self._members[job_id].rollout_nodes:
             node = self.nodes[ROLLOUT][idx]
             if node.holder == job_id:
-                node.holder = None
+                node.holder, node.since = None, self.env.now()
                 node.tails[job_id] = share
                 node.kept[job_id] = self._kept_slots(node.slots)
                 node.slots = None
@@ -266,6 +278,7 @@ class GroupController:
     def release(self, job_id: str, phase: str) -> None:
         """The job finished `phase`: its nodes (and any tail workers) are free."""
         member = self._members[job_id]
+        self._free_at[job_id] = now = self.env.now()
         if phase == SYNC:
             return  # it held nothing
         pools = (ROLLOUT, TRAIN) if phase == INIT else (ROLLOUT if phase == ROLLOUT else TRAIN,)
@@ -275,7 +288,7 @@ class GroupController:
                 node.tails.pop(job_id, None)
                 node.kept.pop(job_id, None)
                 if node.holder == job_id:
-                    node.holder = None
+                    node.holder, node.since = None, now
         self._migrating.discard(job_id)
         self._freed += 1
         self._dispatch()
@@ -290,7 +303,7 @@ class GroupController:
                 node.tails.pop(job_id, None)
                 node.kept.pop(job_id, None)
                 if node.holder == job_id:
-                    node.holder = None
+                    node.holder, node.since = None, self.env.now()
         self._migrating.discard(job_id)
         self._freed += 1
         self._dispatch()
@@ -299,7 +312,7 @@ class GroupController:
         """Turn order, holders and tails as JSON-native data (pending requests are not state:
         their callers ask again)."""
         return {"meta": self._meta, "migrating": sorted(self._migrating), "held": sorted(self._held),
-                "cold": dict(self._cold),
+                "cold": dict(self._cold), **({"absent": dict(self._absent)} if self._absent else {}),
                 "nodes": {p: [{"holder": n.holder, "last": n.last, "tails": n.tails,
                                "slots": None if n.slots is None else list(n.slots),
                                "kept": {j: list(k) for j, k in n.kept.items()}} for n in ns]
@@ -311,6 +324,8 @@ class GroupController:
         self._meta = {p: dict(m) for p, m in d["meta"].items()}
         self._migrating = set(d["migrating"])
         self._held, self._cold = set(d.get("held", ())), dict(d.get("cold", {}))
+        self._absent = dict(d.get("absent", {}))  # (older states: none)
+        self._repin()
         for pool, states in d["nodes"].items():
             for node, st in zip(self.nodes[pool], states, strict=True):
                 node.holder, node.last, node.tails = st["holder"], st["last"], dict(st["tails"])

@@ -46,10 +46,11 @@ from rollmux.core.colo_model import is_colocated
 from rollmux.core.config import IntraConfig, SchedulerConfig
 from rollmux.core.group import Group, GroupShape, Member
 from rollmux.core.intra_group import plan_group
+from rollmux.core.legacy_config import legacy_config
 from rollmux.core.placement import PlacementPlan
 from rollmux.core.placement.why import PlacementWhy
 from rollmux.core.repair.moves import Move, Regroup
-from rollmux.core.spec import ClusterSpec, JobSpec
+from rollmux.core.spec import MAX_HOST_GB, MAX_PHASE_S, ClusterSpec, JobSpec
 from rollmux.core.vocabulary import TERMINAL, Case, JobStatus, Phase
 
 # -- the JSON forms of the scheduler's frozen values -------------------------------------------
@@ -140,6 +141,10 @@ MoveField = Annotated[Move, PlainValidator(_move_in), PlainSerializer(move_to_di
 JobField = Annotated[JobSpec, PlainSerializer(job_to_dict)]
 ClusterField = Annotated[ClusterSpec, PlainSerializer(lambda c: c.model_dump(exclude_none=True))]
 ConfigField = Annotated[SchedulerConfig, PlainSerializer(lambda c: c.model_dump())]
+
+
+# A measured phase time as a record holds it: finite, within [0, MAX_PHASE_S] (what the service accepts).
+Seconds = Annotated[float, Field(ge=0, le=MAX_PHASE_S, allow_inf_nan=False)]
 
 
 class _Record(BaseModel):
@@ -248,7 +253,7 @@ class Release(_Record):
     kind: Literal["release"] = Field("release", exclude=True)
     job_id: str
     phase: Phase
-    timings: dict[str, float]
+    timings: dict[str, Seconds]
     version: Literal[1] = 1
 
 
@@ -267,8 +272,8 @@ class Observe(_Record):
 
     kind: Literal["observe"] = Field("observe", exclude=True)
     job_id: str
-    rollout_s: float
-    train_s: float
+    rollout_s: Seconds
+    train_s: Seconds
     at: float
     rollout_factor: float | None = None
     version: Literal[2] = 2
@@ -297,7 +302,7 @@ class Memory(_Record):
 
     kind: Literal["memory"] = Field("memory", exclude=True)
     job_id: str
-    host_gb: dict[str, float]
+    host_gb: dict[str, Annotated[float, Field(ge=0, le=MAX_HOST_GB, allow_inf_nan=False)]]
     version: Literal[1] = 1
 
 
@@ -391,10 +396,22 @@ class Leave(_Record):
         return cls(job_id=job_id, status=status, reason=reason)
 
 
+class Turn(_Record):
+    """A member of a group lost its turn (`absent`: it did not ask for the `phase` it was due for
+    within its grace, and the round robin goes on without it) or, asking again, rejoined the
+    rotation (core/turns.py)."""
+
+    kind: Literal["turn"] = Field("turn", exclude=True)
+    job_id: str
+    absent: bool
+    phase: Literal["rollout", "train"] | None = None
+    version: Literal[1] = 1
+
+
 # -- reading a journal line --------------------------------------------------------------------
 
 _CLASSES = (Config, Submit, Place, Grant, Release, Tail, Observe, Compact, Memory, Movers, MoversV1, MoveOut,
-            Leave, Node, Bind)
+            Leave, Node, Bind, Turn)
 KINDS = tuple(dict.fromkeys(c.model_fields["kind"].default for c in _CLASSES))
 
 
@@ -410,7 +427,7 @@ Record = Annotated[Union[
     Annotated[Observe, Tag("observe")], Annotated[Compact, Tag("compact")], Annotated[Memory, Tag("memory")],
     Annotated[Movers, Tag("movers/2")], Annotated[MoversV1, Tag("movers/1")],
     Annotated[MoveOut, Tag("move_out")], Annotated[Leave, Tag("leave")],
-    Annotated[Node, Tag("node")], Annotated[Bind, Tag("bind")],
+    Annotated[Node, Tag("node")], Annotated[Bind, Tag("bind")], Annotated[Turn, Tag("turn")],
 ], Discriminator(_tag)]
 
 
@@ -443,43 +460,6 @@ def upgrade(kind: str, payload: dict) -> dict:
     if kind == "observe" and version == 1:
         d.update(version=2, rollout_factor=None)
     return d
-
-
-# A version 1 or 2 `config` record's flat fields -> the setting each now is.
-_LEGACY = {
-    "max_group_size": "placement.max_group_size", "shrink": "regroup.shrink", "regroup": "regroup.enabled",
-    "migration_scale": "regroup.migration_scale", "regroup_margin": "regroup.margin",
-    "repair": "regroup.repair", "batch_order": "placement.batch_order", "consolidate": "regroup.consolidate",
-    "train_scaling": "shapes.train_scaling", "elastic_rollout": "shapes.elastic_rollout",
-    "colocate": "colocation.enabled", "colo_speed": "colocation.speed", "colo_margin": "colocation.margin",
-    "colo_narrow": "colocation.narrow", "colo_regroup": "colocation.regroup", "colo_pair": "colocation.pair",
-    "compact": "compaction.enabled", "compact_every_s": "compaction.every_s",
-}
-_LEGACY_INTRA = {
-    "migration": "intra_group.migration", "tail_worker_frac": "intra_group.tail_worker_frac",
-    "start_ratio": "intra_group.start_ratio", "migration_overhead_s": "intra_group.migration_overhead_s",
-    "best_order_max": "intra_group.best_order_max", "order": "intra_group.order", "max_rate": "intra_group.max_rate",
-    "plan": "admission.plan", "plan_quantile": "admission.quantile", "plan_z": "admission.z",
-    "plan_chains": "admission.chains", "plan_length": "admission.length",
-}
-
-
-def legacy_config(flat: dict, version: int) -> SchedulerConfig:
-    """The SchedulerConfig a version 1 or 2 config record meant: every field it holds, by its
-    current setting; a setting it lacks keeps what those services ran (their defaults)."""
-    old = {"admission.plan": "worst", "placement.pricing": "delta", "shapes.elastic_rollout": False,
-           "colocation.enabled": False, "colocation.regroup": False, "colocation.pair": False,
-           "regroup.repair": False, "compaction.enabled": False}
-    overrides = dict(old)
-    overrides.update({_LEGACY[k]: v for k, v in flat.items() if k in _LEGACY})
-    overrides.update({_LEGACY_INTRA[k]: v for k, v in flat.get("intra", {}).items() if k in _LEGACY_INTRA})
-    if flat.get("stretch_pricing"):
-        overrides["placement.pricing"] = "stretch"
-    if version < 2:
-        # Version 1 services journaled the flat config's former default (elastic_rollout on) and
-        # ignored it: their jobs were placed on nominal shapes, and so they stay.
-        overrides["shapes.elastic_rollout"] = False
-    return SchedulerConfig().with_overrides(overrides)
 
 
 def parse(kind: str, payload: dict, intra: IntraConfig | None = None) -> Record:

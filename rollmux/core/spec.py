@@ -7,6 +7,7 @@ the simulator, the baselines and the live plane agree on one arithmetic.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
@@ -14,6 +15,35 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from rollmux.core.vocabulary import Mode
+
+# What a job id may be (README "HTTP API"): letters, digits, '.', '_' and '-', at most 63
+# characters, starting with a letter or a digit, and none of the reserved names (any case). The
+# service's own identities ("<admin>") and routes can then never be mistaken for a job.
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+RESERVED_JOB_IDS = ("admin", "dashboard", "login", "logout", "metrics", "root", "status")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+# The ranges of a job record's numbers (README "HTTP API"); every number is finite.
+MIN_TIME_S = 1e-9                   # a declared phase time (seconds) is at least a nanosecond
+MAX_PHASE_S = 7 * 86400.0           # and at most a week: one phase of one iteration, a sync, a switch
+MAX_DURATION_S = 366 * 86400.0      # a job's declared work: at most a year
+MAX_ARRIVAL_S = 10 * 366 * 86400.0  # a trace's arrival offsets: at most ten years
+MAX_SLO = 100.0
+MAX_GPUS = 4096
+MAX_HOST_GB = 65536.0               # host memory per node, and one model copy (GB)
+MAX_SCALE = 1000.0                  # a drift's ground-truth slowdown or speed-up
+
+
+def job_id_problem(value: object) -> str | None:
+    """Why `value` is not a valid job id (one line), or None when it is one."""
+    if not isinstance(value, str):
+        return f"a job id must be a string, not {type(value).__name__}"
+    if not _JOB_ID.fullmatch(value):
+        return (f"a job id must match {JOB_ID_PATTERN} (letters, digits, '.', '_', '-'; at most 63 "
+                "characters; starting with a letter or digit)")
+    if value.lower() in RESERVED_JOB_IDS:
+        return f"{value!r} is a reserved name ({', '.join(RESERVED_JOB_IDS)})"
+    return None
 
 
 class _Strict(BaseModel):
@@ -25,9 +55,9 @@ class _Strict(BaseModel):
 class RolloutDist(_Strict):
     """Per-iteration rollout time: lognormal(median, sigma) truncated at max."""
 
-    median: float = Field(gt=0)
+    median: float = Field(ge=MIN_TIME_S, le=MAX_PHASE_S)
     sigma: float = Field(ge=0, le=3)
-    max: float = Field(gt=0)
+    max: float = Field(ge=MIN_TIME_S, le=MAX_PHASE_S)
 
     @model_validator(mode="after")
     def _max_at_least_median(self) -> "RolloutDist":
@@ -70,8 +100,8 @@ def _phi_inv(q: float) -> float:
 class HostGB(_Strict):
     """Host DRAM (GB per node) a job's state needs on each node it is pinned to."""
 
-    rollout: float = Field(ge=0)
-    train: float = Field(ge=0)
+    rollout: float = Field(ge=0, le=MAX_HOST_GB)
+    train: float = Field(ge=0, le=MAX_HOST_GB)
 
 
 class Drift(_Strict):
@@ -79,41 +109,49 @@ class Drift(_Strict):
     true rollout times (including the maximum) scale by `rollout_scale` and its training
     times by `train_scale` (the paper's profile-drift experiment)."""
 
-    after_s: float = Field(ge=0)
-    rollout_scale: float = Field(gt=0)
-    train_scale: float = Field(gt=0)
+    after_s: float = Field(ge=0)  # (finite; a simulation's "never" is a large number)
+    rollout_scale: float = Field(gt=0, le=MAX_SCALE)
+    train_scale: float = Field(gt=0, le=MAX_SCALE)
 
 
 class ColocatedProfile(_Strict):
     """Measured mean seconds per iteration when the job runs every phase co-located (veRL mode)
     on its training-type GPU set (core/colo_model.py `colocated_gpus`)."""
 
-    rollout_s: float = Field(gt=0)
-    train_s: float = Field(gt=0)
+    rollout_s: float = Field(ge=MIN_TIME_S, le=MAX_PHASE_S)
+    train_s: float = Field(ge=MIN_TIME_S, le=MAX_PHASE_S)
 
 
 class JobSpec(_Strict):
     """One RL post-training job's profile, as written in the trace (DESIGN §2)."""
 
-    job_id: str = Field(min_length=1)
-    arrival_s: float = Field(ge=0)
-    duration_s: float = Field(gt=0)
-    slo: float = Field(ge=1.0)
-    model: str | None = None
-    rollout_gpus: int = Field(ge=1)
-    train_gpus: int = Field(ge=1)
+    job_id: str  # JOB_ID_PATTERN, not a reserved name (`job_id_problem`)
+    arrival_s: float = Field(ge=0, le=MAX_ARRIVAL_S)
+    duration_s: float = Field(gt=0, le=MAX_DURATION_S)
+    slo: float = Field(ge=1.0, le=MAX_SLO)
+    model: str | None = Field(default=None, max_length=200)
+    rollout_gpus: int = Field(ge=1, le=MAX_GPUS)
+    train_gpus: int = Field(ge=1, le=MAX_GPUS)
     rollout_s: RolloutDist
     tail_frac: float = Field(default=0.0, ge=0, lt=1)
-    train_s: float = Field(gt=0)
-    sync_s: float = Field(ge=0)
+    train_s: float = Field(ge=MIN_TIME_S, le=MAX_PHASE_S)
+    sync_s: float = Field(ge=0, le=MAX_PHASE_S)
     host_gb: HostGB
-    weights_gb: float | None = Field(default=None, gt=0)  # one model copy sent per weight sync
+    weights_gb: float | None = Field(default=None, gt=0, le=MAX_HOST_GB)  # one model copy sent per weight sync
     drift: Drift | None = None
     # Measured co-located phase times; None: the co-located model estimates them (colo_model.py).
     colocated: ColocatedProfile | None = None
     # The execution modes its adapter cannot take (vocabulary.py `Mode`), sorted and without
     # repeats; empty (the default): every mode the configuration enables. Written out only when set.
     cannot: tuple[Mode, ...] = ()
+
+    @field_validator("job_id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        problem = job_id_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("cannot", mode="before")
     @classmethod

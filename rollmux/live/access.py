@@ -20,7 +20,7 @@ from typing import Any
 
 from rollmux.core.spec import JobSpec
 from rollmux.live.in_process import ADMIN
-from rollmux.live.refusals import AuthError, BadRequest, Forbidden, JobGone, NotFound, NoToken, ServiceError
+from rollmux.live.refusals import AuthError, BadRequest, Forbidden, JobGone, NotFound, NoToken, ServiceError, shown
 
 log = logging.getLogger("rollmux.service")
 
@@ -61,7 +61,8 @@ class Access:
 
     def _refuse(self, op: str, job_id: Any, why: str, exc: type[ServiceError] = BadRequest,
                 field: str | None = None) -> ServiceError:
-        log.warning("refused %s for job %r: %s", op, job_id, why)
+        # The job id and the reason can carry a caller's strings: bounded and escaped (`shown`).
+        log.warning("refused %s for job %s: %s", op, shown(job_id), shown(why, 240, quoted=False))
         self.refused.append({"op": op, "job_id": str(job_id), "why": why, "at": time.time()})
         self.refused_count += 1
         if self.telemetry is not None:

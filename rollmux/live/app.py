@@ -14,11 +14,17 @@ core's future. Routes (JSON in and out):
   POST   /v1/jobs/{id}/progress      job          {done, total}
   POST   /v1/jobs/{id}/finish        job          the job is done
   GET    /v1/status                  admin        groups, members, turns, jobs, pools, timeline
-  GET    /metrics                    anyone       Prometheus text exposition
-  GET    /                           admin login  the dashboard (an HttpOnly session cookie)
+  GET    /metrics                    anyone, or   Prometheus text exposition; with a scrape token (serve
+                                     admin/scrape --metrics-token-file) only for it or the admin, and without
+                                                  one no series names a job
+  GET    /                           admin login  the dashboard (an HttpOnly session cookie; dashboard/routes.py:
+                                                  POST /login, POST /logout, Origin and CSRF checks)
 
 No or unknown token: 401; a valid token for another job, or a job's token on an
-admin route: 403; an unknown job (admin only): 404.
+admin route: 403; an unknown job (admin only): 404. A path id that is no valid job id
+(core/spec.py `job_id_problem`) is 404 before any lookup. Each job route's body is read
+into its model (live/wire.py): an unknown field, a wrong type or a number out of range is
+400 naming the field's path.
 """
 
 from __future__ import annotations
@@ -28,25 +34,26 @@ import hashlib
 import hmac
 import json
 import logging
-import secrets
+import math
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rollmux.core.spec import JOB_ID_PATTERN, job_id_problem
+from rollmux.live import wire
+from rollmux.live.dashboard.routes import Dashboard
 from rollmux.live.handoff import bridge
-from rollmux.live.refusals import BadRequest, Forbidden, ServiceError
+from rollmux.live.refusals import AuthError, BadRequest, Forbidden, NotFound, NoToken, ServiceError, shown
 from rollmux.live.service import ADMIN, SchedulerCore
 from rollmux.live.views import MAX_PAGE, PAGE
 
 MAX_BODY = 1 << 20       # a job record is a few hundred bytes; 1 MiB leaves room and bounds memory
-MAX_WAIT_S = 30.0        # the longest long poll
-DEFAULT_WAIT_S = 20.0
-SESSION_COOKIE = "rollmux_session"
+MAX_WAIT_S, DEFAULT_WAIT_S = wire.MAX_WAIT_S, wire.DEFAULT_WAIT_S  # the longest long poll; the default
 log = logging.getLogger("rollmux.http")
 
 
@@ -77,12 +84,33 @@ async def _body(request: Request) -> dict:
     if not raw.strip():
         return {}
     try:
+        wire.check_depth(bytes(raw))
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"{request.url.path}: body is not JSON ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadRequest(f"{request.url.path}: body is not JSON we read ({exc})") from None
     if not isinstance(body, dict):
         raise BadRequest(f"{request.url.path}: body must be a JSON object, not {type(body).__name__}")
     return body
+
+
+def _json(out: Any) -> Response:
+    """`out` as JSON; a value that is not a finite number (JSON has none) is sent as null."""
+    try:
+        return JSONResponse(out)
+    except ValueError:  # (json refuses inf and NaN; found rarely, so only then is the view walked)
+        log.warning("a view held a non-finite number; sent as null")
+        return JSONResponse(_finite(out))
+
+
+def _finite(v: Any) -> Any:
+    """`v` with every float that is not finite replaced by None (dicts and lists walked)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
@@ -96,27 +124,24 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int | 
 
 
 class Api:
-    """The route handlers over one core (and the dashboard's login sessions)."""
+    """The route handlers over one core (the dashboard's pages and sessions: `dashboard`)."""
 
-    def __init__(self, core: SchedulerCore, telemetry: Any = None, secure_cookies: bool = False) -> None:
-        self.core, self.telemetry, self.secure_cookies = core, telemetry, secure_cookies
-        self._sessions: set[str] = set()  # SHA-256 of live dashboard session ids
+    def __init__(self, core: SchedulerCore, telemetry: Any = None, secure_cookies: bool = False,
+                 metrics_token: str | None = None) -> None:
+        self.core, self.telemetry = core, telemetry
+        self.dashboard = Dashboard(core, secure_cookies)
+        # With a scrape token /metrics wants it (or the admin's) and shows every series; without one it
+        # answers anyone and names no job.
+        self._metrics_hash = hashlib.sha256(metrics_token.encode()).hexdigest() if metrics_token else None
 
     async def _do(self, op: str, *args: Any) -> Any:
         return await self.core.request(op, *args, loop=asyncio.get_running_loop())
 
     def _caller(self, request: Request, job_id: str | None = None) -> str:
         token = _bearer(request)
-        if token is None and self._session_ok(request):
+        if token is None and self.dashboard.admin_by_cookie(request, job_id):
             return ADMIN
         return self.core.caller(token, job_id)
-
-    def _session_ok(self, request: Request) -> bool:
-        sid = request.cookies.get(SESSION_COOKIE)
-        if not sid:
-            return False
-        h = hashlib.sha256(sid.encode()).hexdigest()
-        return any(hmac.compare_digest(h, s) for s in self._sessions)
 
     # -- jobs -----------------------------------------------------------------------------
     async def submit(self, request: Request) -> Response:
@@ -128,22 +153,35 @@ class Api:
         # 202: accepted, waiting in the placement queue for nodes (its position in the answer).
         return JSONResponse(out, status_code=202 if out.get("status") == "queued" else 201)
 
-    async def job(self, request: Request) -> Response:
+    def _job_id(self, request: Request, op: str) -> str:
+        """The job id in the path; NotFound (no job can have it) for one that is not a valid job id."""
         jid = request.path_params["job_id"]
-        return JSONResponse(await self._do("job", self._caller(request, jid), jid))
+        if job_id_problem(jid) is not None:
+            raise self.core._refuse(op, jid[:80], f"no such job: job ids match {JOB_ID_PATTERN} and are not "
+                                    "reserved names", NotFound, field="job_id")
+        return jid
+
+    async def _read(self, request: Request, op: str, jid: str, model: type[wire.W]) -> wire.W:
+        """The request's body as the route's wire model (live/wire.py); BadRequest naming the field."""
+        try:
+            return wire.read(model, await _body(request))
+        except wire.WireError as exc:
+            raise self.core._refuse(op, jid, str(exc), field=exc.field) from None
+
+    async def job(self, request: Request) -> Response:
+        jid = self._job_id(request, "job")
+        return _json(await self._do("job", self._caller(request, jid), jid))
 
     async def cancel(self, request: Request) -> Response:
-        jid = request.path_params["job_id"]
+        jid = self._job_id(request, "cancel")
         return JSONResponse(await self._do("cancel", self._caller(request, jid), jid))
 
     async def acquire(self, request: Request) -> Response:
-        jid = request.path_params["job_id"]
+        jid = self._job_id(request, "acquire")
         caller = self._caller(request, jid)
-        body = await _body(request)
-        wait_s = body.get("wait_s", DEFAULT_WAIT_S)
-        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not 0 <= wait_s <= MAX_WAIT_S:
-            raise BadRequest(f"acquire for job {jid!r}: wait_s must be a number in 0..{MAX_WAIT_S:g}", "wait_s")
-        permit = await self._do("acquire", caller, jid, body.get("phase"), body.get("last_grant"))
+        body = await self._read(request, "acquire", jid, wire.AcquireBody)
+        wait_s = body.wait_s
+        permit = await self._do("acquire", caller, jid, body.phase, body.last_grant)
         # One asyncio bridge per permit request, however often it is polled: a bridge per poll
         # would leave a callback on the request for every poll that timed out.
         aio = bridge(permit, asyncio.get_running_loop())
@@ -155,72 +193,53 @@ class Api:
         return JSONResponse(out)
 
     async def release(self, request: Request) -> Response:
-        jid = request.path_params["job_id"]
+        jid = self._job_id(request, "release")
         caller = self._caller(request, jid)
-        body = await _body(request)
-        grant_no = body.get("grant_no")
-        if grant_no is not None and (isinstance(grant_no, bool) or not isinstance(grant_no, int)):
-            raise BadRequest(f"release for job {jid!r}: grant_no must be an integer", "grant_no")
-        return JSONResponse(await self._do("release", caller, jid, body.get("phase"), body.get("timings"), grant_no))
+        body = await self._read(request, "release", jid, wire.ReleaseBody)
+        return JSONResponse(await self._do("release", caller, jid, body.phase, body.timings.model_dump(),
+                                           body.grant_no))
 
     async def heartbeat(self, request: Request) -> Response:
-        jid = request.path_params["job_id"]
+        jid = self._job_id(request, "heartbeat")
         caller = self._caller(request, jid)
-        body = await _body(request)
-        return JSONResponse(await self._do("heartbeat", caller, jid, body.get("nodes"), body.get("readmit")))
+        body = await self._read(request, "heartbeat", jid, wire.HeartbeatBody)
+        return JSONResponse(await self._do("heartbeat", caller, jid, body.nodes, body.readmit))
 
     async def progress(self, request: Request) -> Response:
-        jid = request.path_params["job_id"]
+        jid = self._job_id(request, "progress")
         caller = self._caller(request, jid)
-        body = await _body(request)
-        return JSONResponse(await self._do("progress", caller, jid, body.get("done"), body.get("total")))
+        body = await self._read(request, "progress", jid, wire.ProgressBody)
+        return JSONResponse(await self._do("progress", caller, jid, body.done, body.total))
 
     async def finish(self, request: Request) -> Response:
-        jid = request.path_params["job_id"]
-        return JSONResponse(await self._do("finish", self._caller(request, jid), jid))
+        jid = self._job_id(request, "finish")
+        caller = self._caller(request, jid)
+        await self._read(request, "finish", jid, wire.EmptyBody)
+        return JSONResponse(await self._do("finish", caller, jid))
 
     async def status(self, request: Request) -> Response:
         caller = self._caller(request)
         offset = _int_param(request, "offset", 0, 0, None)
         limit = _int_param(request, "limit", PAGE, 1, MAX_PAGE)
-        return JSONResponse(await self._do("status", caller, offset, limit))
+        return _json(await self._do("status", caller, offset, limit))
 
-    # -- metrics and dashboard ---------------------------------------------------------------
+    # -- metrics ---------------------------------------------------------------------------------
     async def metrics(self, request: Request) -> Response:
         if self.telemetry is None:
             return Response("metrics are off\n", status_code=404, media_type="text/plain")
-        data, content_type = await run_in_threadpool(self.telemetry.exposition)
+        if self._metrics_hash is not None:
+            self._scraper(request)
+        data, content_type = await run_in_threadpool(self.telemetry.exposition, self._metrics_hash is not None)
         return Response(data, media_type=content_type)
 
-    async def dashboard(self, request: Request) -> Response:
-        if not self._session_ok(request):
-            return RedirectResponse("/login", status_code=303)
-        return self._page("index.html")
-
-    async def login_page(self, request: Request) -> Response:
-        return self._page("login.html")
-
-    async def login(self, request: Request) -> Response:
-        form = await request.form()
-        token = form.get("token")
-        if not isinstance(token, str) or self.core.identify(token) != ADMIN:
-            self.core._refuse("login", None, "wrong admin token", Forbidden)
-            return RedirectResponse("/login?failed=1", status_code=303)
-        sid = secrets.token_urlsafe(32)
-        self._sessions.add(hashlib.sha256(sid.encode()).hexdigest())
-        resp = RedirectResponse("/", status_code=303)
-        resp.set_cookie(SESSION_COOKIE, sid, httponly=True, samesite="strict", secure=self.secure_cookies,
-                        max_age=12 * 3600)
-        return resp
-
-    def _page(self, name: str) -> Response:
-        from rollmux.live.dashboard import page
-        nonce = secrets.token_urlsafe(16)
-        html = page(name).replace("<script>", f'<script nonce="{nonce}">')
-        csp = (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; connect-src 'self'; "
-               "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-        return HTMLResponse(html, headers={"Content-Security-Policy": csp, "X-Content-Type-Options": "nosniff",
-                                           "Cache-Control": "no-store"})
+    def _scraper(self, request: Request) -> None:
+        """Refuse (401) a scrape without the scrape token or the admin's."""
+        token = _bearer(request)
+        if token is None:
+            raise self.core._refuse("metrics", None, "no bearer token (the scrape token or the admin's)", NoToken)
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        if not (hmac.compare_digest(digest, self._metrics_hash or "") or self.core.identify(token) == ADMIN):
+            raise self.core._refuse("metrics", None, "not the scrape token nor the admin's", AuthError)
 
 
 async def _service_error(request: Request, exc: Exception) -> Response:
@@ -235,14 +254,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    log.exception("unexpected error on %s %s", shown(request.method, 16), shown(request.url.path))
     return JSONResponse({"error": f"{request.method} {request.url.path}: internal error", "field": None},
                         status_code=500)
 
 
-def create_app(core: SchedulerCore, telemetry: Any = None, secure_cookies: bool = False) -> Starlette:
-    """The HTTP app: routes, error mapping, dashboard; the core's lifetime is the caller's."""
-    api = Api(core, telemetry, secure_cookies)
+def create_app(core: SchedulerCore, telemetry: Any = None, secure_cookies: bool = False,
+               metrics_token: str | None = None) -> Starlette:
+    """The HTTP app: routes, error mapping, dashboard; the core's lifetime is the caller's.
+    `metrics_token`: the scrape token /metrics then requires (or the admin's)."""
+    api = Api(core, telemetry, secure_cookies, metrics_token)
     routes = [
         Route("/v1/jobs", api.submit, methods=["POST"]),
         Route("/v1/jobs/{job_id}", api.job, methods=["GET"]),
@@ -254,9 +275,9 @@ def create_app(core: SchedulerCore, telemetry: Any = None, secure_cookies: bool 
         Route("/v1/jobs/{job_id}/finish", api.finish, methods=["POST"]),
         Route("/v1/status", api.status, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
-        Route("/", api.dashboard, methods=["GET"]),
-        Route("/login", api.login_page, methods=["GET"]),
-        Route("/login", api.login, methods=["POST"]),
+        *api.dashboard.routes(),
     ]
-    return Starlette(routes=routes, exception_handlers={ServiceError: _service_error, HTTPException: _http_error,
-                                                        Exception: _unexpected})
+    app = Starlette(routes=routes, exception_handlers={ServiceError: _service_error, HTTPException: _http_error,
+                                                       Exception: _unexpected})
+    app.state.dashboard = api.dashboard  # its sessions and sign-in limiter, for inspection
+    return app

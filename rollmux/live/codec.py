@@ -45,8 +45,9 @@ def estimate_from_dict(d: dict) -> PhaseEstimate:
 def dump_state(state: Any) -> dict:
     """A `LiveState` as JSON-native data (a journal snapshot)."""
     cs = state.cluster
-    jobs = {j: {**{k: v for k, v in vars(r).items() if k != "spec"}, "spec": job_to_dict(r.spec)}
-            for j, r in state.jobs.items()}
+    # (`inited` only once an init was granted: a snapshot of a journal without one reads as before)
+    jobs = {j: {**{k: v for k, v in vars(r).items() if k != "spec" and (k != "inited" or v)},
+                "spec": job_to_dict(r.spec)} for j, r in state.jobs.items()}
     return {"jobs": jobs, "grants": state.grants,
             "groups": [group_to_dict(g) for g in cs.groups.values()],
             "colocated": [group_to_dict(g) for g in cs.colocated.values()],

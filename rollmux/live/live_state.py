@@ -9,7 +9,7 @@ journaled: groups, pins, each controller's turn order and held permits, each job
 iterations, status and measured profile.
 
 `apply_record` dispatches through one explicit table. The live-only records (`submit`,
-`grant`, `release`, `tail`, `observe`, `memory`) change the jobs here; the scheduling
+`grant`, `release`, `tail`, `observe`, `memory`, `turn`) change the jobs here; the scheduling
 decisions (`place`, `movers`, `compact`, `move_out`, `leave`) are carried out by the shared
 `ClusterState.apply`, as in the simulator, with the jobs' side around them. A job's status
 moves only by `set_status` (core/lifecycle.py's table). An `observe` runs the simulator's
@@ -44,6 +44,7 @@ from rollmux.core.records import (
     Release,
     Submit,
     Tail,
+    Turn,
     parse,
 )
 from rollmux.core.spec import ClusterSpec, HostGB, JobSpec
@@ -88,6 +89,7 @@ class LiveJob:
     last_run: dict[str, float] = field(default_factory=dict)      # phase -> its last measured run seconds
     host_measured: dict[str, float] = field(default_factory=dict)  # pool -> most host GB per node measured
     last_factor: float = 1.0          # the elastic factor its last rollout ran at (core/elastic.py)
+    inited: int = 0                   # the epoch (placement) its init was last granted in
 
     @property
     def job_id(self) -> str:
@@ -130,7 +132,7 @@ class LiveState:
             Submit: self._submit, Place: self._place, Grant: self._grant, Release: self._release,
             Tail: self._tail, Observe: self._observe, Compact: self._compact, Memory: self._memory,
             Movers: self._movers, MoversV1: self._movers_v1, MoveOut: self._move_out, Leave: self._leave,
-            Node: self._node, Bind: self._bind,
+            Node: self._node, Bind: self._bind, Turn: self._turn,
         }
 
     def apply(self, kind: str, payload: dict, replay: bool = False) -> Group | None:
@@ -171,6 +173,13 @@ class LiveState:
                 raise ReplayError(f"grant of {r.phase} to {r.job_id} does not replay")
         job.held[r.phase] = r.permit()
         self.grants += 1
+        if r.phase == Phase.INIT:
+            job.inited = r.epoch
+
+    def _turn(self, r: Turn, replay: bool) -> None:
+        """A member lost its turn, or rejoined the rotation (core/turns.py)."""
+        ctl = self.cluster.controllers[self.jobs[r.job_id].group_id]
+        ctl.skip(r.job_id, r.phase) if r.absent else ctl.rejoin(r.job_id)
 
     def _release(self, r: Release, replay: bool) -> None:
         job, phase = self.jobs[r.job_id], r.phase

@@ -19,9 +19,9 @@ from rollmux.core.colo_model import colocated_phases, group_gpus
 from rollmux.core.records import Grant, Memory, Observe, Release, Tail
 from rollmux.core.vocabulary import Phase, Pool
 from rollmux.live.refusals import Conflict, ServiceError
+from rollmux.live.wire import MAX_HOST_BYTES, TIMING_FIELDS, timings_problem
 from rollmux.shim import PHASES
 
-TIMING_FIELDS = ("wait_s", "onload_s", "run_s", "offload_s")
 HOST_POOLS = tuple(p.value for p in Pool)
 GB = 1e9              # host_gb is in GB (10^9 bytes), as the job record declares it
 MEMORY_STEP = 0.01    # a measured rise of host memory under 1% is not journaled again
@@ -49,6 +49,7 @@ class Permits:
                 ) -> ServiceError: ...
     def _move(self, job_id: str, why: str) -> None: ...
     def _placement(self, job_id: str) -> dict: ...
+    def _rejoin(self, job_id: str) -> None: ...
     # (and `lease_s`, `_lease_starts` of Supervision, which comes first in SchedulerCore's bases)
 
     def _op_acquire(self, caller: str, job_id: str, phase: Any, last_grant: Any = None) -> Future:
@@ -72,6 +73,9 @@ class Permits:
             else:
                 self._after_release[(job_id, phase)] = fut
             return fut
+        if phase == Phase.INIT and job.inited == job.epoch > 0:
+            raise self._refuse("acquire", job_id, f"phase 'init' was already granted for this placement "
+                               f"(epoch {job.epoch}); a job inits again only after it is moved", Conflict)
         self._waiting[(job_id, phase)] = fut
         fut.asked_at = time.monotonic()
         if job.group_id is not None:
@@ -80,6 +84,7 @@ class Permits:
 
     def _request(self, job_id: str, phase: str) -> None:
         job = self.state.jobs[job_id]
+        self._rejoin(job_id)  # an absent member that asks again is back in its group's turns
         ctl = self.state.cluster.controllers[job.group_id]
         gen = self._gen
 
@@ -159,11 +164,9 @@ class Permits:
             raise self._refuse("release", job_id, f"holds no {phase!r} permit"
                                + (f" numbered {grant_no}" if grant_no is not None else "") + " (double release?)",
                                Conflict)
-        if not isinstance(timings, dict) or any(
-                isinstance(timings.get(k), bool) or not isinstance(timings.get(k), (int, float))
-                or not timings[k] >= 0 for k in TIMING_FIELDS):
-            raise self._refuse("release", job_id, f"timings must give {', '.join(TIMING_FIELDS)} as numbers >= 0",
-                               field="timings")
+        problem = timings_problem(timings)
+        if problem is not None:
+            raise self._refuse("release", job_id, problem[1], field=problem[0])
         host_gb = self._host_gb(job_id, timings.get("host_bytes"))
         self._record(Release(job_id=job_id, phase=phase, timings={k: float(timings[k]) for k in TIMING_FIELDS}))
         self._measured(job_id, phase, host_gb)
@@ -190,10 +193,10 @@ class Permits:
         if host_bytes is None:
             return None
         if not isinstance(host_bytes, dict) or any(
-                p not in HOST_POOLS or isinstance(n, bool) or not isinstance(n, int) or n < 0
+                p not in HOST_POOLS or isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_HOST_BYTES
                 for p, n in host_bytes.items()):
-            raise self._refuse("release", job_id, "host_bytes must map rollout/train to integers >= 0",
-                               field="timings.host_bytes")
+            raise self._refuse("release", job_id, f"host_bytes must map rollout/train to integers in "
+                               f"0..{MAX_HOST_BYTES}", field="timings.host_bytes")
         return {p: n / GB for p, n in host_bytes.items()}
 
     def _measured(self, job_id: str, phase: str, host_gb: dict[str, float] | None) -> None:

@@ -1,6 +1,24 @@
-"""What the scheduler service refuses, one class per HTTP status (the API maps them 1:1)."""
+"""What the scheduler service refuses, one class per HTTP status (the API maps them 1:1), and how a
+caller's string is shown in a log line (`shown`)."""
 
 from __future__ import annotations
+
+SHOWN_CHARS = 80  # the most characters of a caller's string a log line shows
+
+
+def shown(value: object, limit: int = SHOWN_CHARS, quoted: bool = True) -> str:
+    """A caller-supplied value as safe to log: at most `limit` characters of it, newlines, ANSI escapes and
+    every other unprintable character escaped, then how many characters were left out. A string is
+    quoted (its repr) unless `quoted=False` (a message the server built around such values)."""
+    text = value if isinstance(value, str) else repr(value)
+    cut = text[:limit]
+    out = repr(cut) if quoted and isinstance(value, str) else _escaped(cut)
+    return out if len(text) <= limit else f"{out}...(+{len(text) - limit} chars)"
+
+
+def _escaped(text: str) -> str:
+    """`text` with each unprintable character written as its escape (\\n, \\x1b, \\u2028)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class ServiceError(Exception):
@@ -52,6 +70,12 @@ class JobGone(ServiceError):
     """The job is no longer scheduled (finished, failed or cancelled: the message says why) (410)."""
 
     status, reason = 410, "gone"
+
+
+class RateLimited(ServiceError):
+    """Too many failed attempts from one client address in a while (429; the answer says when to retry)."""
+
+    status, reason = 429, "rate_limited"
 
 
 class Unavailable(ServiceError):

@@ -74,6 +74,23 @@ def admin_token(path: Path) -> str:
     return token
 
 
+def read_secret(path: Path, flag: str, min_chars: int = 1) -> str:
+    """The secret in a file only its owner may read (a password, a scrape token): its text, stripped;
+    InputError naming `flag` for a missing, unreadable, shared or too short file. The secret is never shown."""
+    try:
+        mode = path.stat().st_mode
+        secret = path.read_text().strip()
+    except OSError as exc:
+        raise InputError(f"{flag} {path}", f"cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{flag} {path}", "not UTF-8 text") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise InputError(f"{flag} {path}", f"readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
+    if len(secret) < min_chars:
+        raise InputError(f"{flag} {path}", f"the file must hold at least {min_chars} character(s)")
+    return secret
+
+
 def tune_gc(freeze_every_s: float = 5.0, full_every_s: float = 600.0) -> threading.Thread:
     """Keep the cyclic collector from pausing the server for seconds at scale.
 
@@ -132,9 +149,11 @@ class _Server(uvicorn.Server):
 
 
 def build_server(core: SchedulerCore, listen: Listen, telemetry: Any = None, tls_cert: Path | None = None,
-                 tls_key: Path | None = None, door: DoorLimits | None = None) -> _Server:
-    """The uvicorn server around `core`'s app, behind the door's limits (`door`, default DoorLimits())."""
-    app = create_app(core, telemetry, secure_cookies=tls_cert is not None)
+                 tls_key: Path | None = None, door: DoorLimits | None = None,
+                 metrics_token: str | None = None) -> _Server:
+    """The uvicorn server around `core`'s app, behind the door's limits (`door`, default DoorLimits());
+    `metrics_token`: the scrape token GET /metrics then requires (or the admin's)."""
+    app = create_app(core, telemetry, secure_cookies=tls_cert is not None, metrics_token=metrics_token)
     config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", access_log=False,
                             ssl_certfile=str(tls_cert) if tls_cert else None,
                             ssl_keyfile=str(tls_key) if tls_key else None,
@@ -145,11 +164,11 @@ def build_server(core: SchedulerCore, listen: Listen, telemetry: Any = None, tls
 
 
 def serve(core: SchedulerCore, listen: Listen, telemetry: Any = None, tls_cert: Path | None = None,
-          tls_key: Path | None = None, door: DoorLimits | None = None) -> None:
+          tls_key: Path | None = None, door: DoorLimits | None = None, metrics_token: str | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then stop cleanly (journal committed and closed)."""
     _raise_open_file_limit()
     tune_gc()
-    server = build_server(core, listen, telemetry, tls_cert, tls_key, door)
+    server = build_server(core, listen, telemetry, tls_cert, tls_key, door, metrics_token)
     try:
         server.run()
     finally:

@@ -96,8 +96,10 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
                  store: str | Store | None = None, heartbeat_timeout_s: float | None = None,
                  check_every_s: float = 0.5, watch_ray_nodes: bool = False, snapshot_every: int = 2000,
                  admin_token: str | None = None, lease_factor: float = 2.0, lease_min_s: float = 60.0,
-                 telemetry: Any = None, tail_threshold: float = 0.8, repair: bool = False) -> None:
+                 telemetry: Any = None, tail_threshold: float = 0.8, repair: bool = False,
+                 turn_grace_s: float = 10.0) -> None:
         self.env = WallClockEnvironment()
+        self.turn_grace_s = turn_grace_s  # shortest grace for asking for a turn (live/supervision.py)
         # Live drift repair for a fresh store without `cfg` (a journal's config wins on restart).
         # Off unless asked: `rollmux serve` asks (--repair, on by default); programs that embed the
         # core with made-up profiles (tests, the demo, chaos) would see their made-up times as drift.

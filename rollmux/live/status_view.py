@@ -11,6 +11,10 @@ def _s(v: float | None, unit: str = "s") -> str:
     return "-" if v is None else f"{v:.3g} {unit}"
 
 
+def _g(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"  # (a number the service could not send is null)
+
+
 def groups_table(status: dict) -> Table:
     """One row per group: members in cyclic order, node counts, planned period, turn per node;
     then one per co-located job."""
@@ -36,7 +40,7 @@ def jobs_table(status: dict) -> Table:
         t.add_column(col)
     for jid, j in status["jobs"].items():
         mean, slo = j["mean_iter_s"], j["slo_iter_s"]
-        ok = "-" if mean is None else ("yes" if mean <= slo else "[red]no[/]")
+        ok = "-" if mean is None or slo is None else ("yes" if mean <= slo else "[red]no[/]")
         measured = j["profile"]["measured"]
         state = j["status"] + (f" ({j['reason']})" if j.get("reason") else "")
         t.add_row(jid, state, "-" if j["group_id"] is None else str(j["group_id"]), str(j["iterations"]),
@@ -49,7 +53,7 @@ def _host(host: dict | None) -> str:
     """Host memory per pool as 'measured / declared', flagged when over the declaration."""
     if not host or not host["measured"]:
         return "-"
-    cells = [f"{p[0]} {host['measured'][p]:.3g}/{host['declared'][p]:.3g}" for p in Pool if p in host["measured"]]
+    cells = [f"{p[0]} {_g(host['measured'][p])}/{_g(host['declared'][p])}" for p in Pool if p in host["measured"]]
     return " ".join(cells) + (" [red]OVER[/]" if host["over_declaration"] else "")
 
 

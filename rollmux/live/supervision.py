@@ -7,8 +7,15 @@ to the scheduler thread, and `note_serving`, which the HTTP server's event loop 
 
 Liveness is judged fairly: time in which the server itself was not serving (its event
 loop or the scheduler thread stalled, seen as a gap between their ticks longer than
-`STALL_S`, or a quarter of a shorter heartbeat timeout) does not count as a job's silence, nor against a phase's lease: every
-deadline is extended by the part of the stall that fell after its job was last heard.
+`STALL_S`, or a quarter of a shorter heartbeat timeout) does not count as a job's silence,
+nor against a phase's lease: every deadline is extended by the part of the stall that fell
+after its job was last heard.
+
+Turns (core/turns.py): a group member whose turn came and that has not asked for it within
+its grace (the larger of `turn_grace_s` and the declared time of the phase it is due for)
+while a mate waits loses it (a `turn` record): the group goes on without it until it asks
+again. Absent longer than that phase's lease, it is failed as hung. Stalls count for
+neither.
 """
 
 from __future__ import annotations
@@ -20,9 +27,12 @@ import time
 from collections import deque
 from typing import Any
 
+from rollmux.core.group_controller import GroupController
+from rollmux.core.records import Turn
 from rollmux.core.spec import JobSpec
 from rollmux.core.vocabulary import JobStatus, Phase
 from rollmux.live.journal import JournalError
+from rollmux.shim import PHASES
 
 log = logging.getLogger("rollmux.service")
 STALL_S = 1.0  # a loop tick (0.1 s) or a watchdog run this much overdue: the server was not serving
@@ -47,13 +57,24 @@ class Supervision:
     _discounted_until = 0.0  # stalls up to this monotonic time are already discounted
     _loop_stalls: deque | None = None  # (from, to) gaps between the HTTP loop's ticks, not yet discounted
     _stall_began: float | None = None  # start of the stall being discounted (for its log line)
+    turn_grace_s: float = 10.0  # (SchedulerCore's argument) shortest grace for asking for a turn
+    _stall_log: deque | None = None  # (from, to) stalls discounted lately (monotonic), for the turn clocks
+    _absent_at: dict[str, float]  # absent member -> when it lost its turn (monotonic)
+    _waiting: dict
+
+    def _record(self, record) -> Any: ...
+    def _depart(self, job_id: str, status: JobStatus, reason: str | None) -> None: ...
+
+    @staticmethod
+    def declared_s(spec: JobSpec, phase: str) -> float:
+        """The declared worst-case time of a job's rollout or training phase."""
+        return (spec.rollout_s.max if phase == Phase.ROLLOUT
+                else spec.train_s * spec.rollout_s.max / spec.rollout_s.median)
 
     def lease_s(self, spec: JobSpec, phase: str, switch_s: float, scale: float = 1.0) -> float:
         """How long a permit may be held: the declared worst-case phase time (x `scale`: a
         co-located phase's, core/colo_model.py) with a margin."""
-        worst = (spec.rollout_s.max if phase == Phase.ROLLOUT
-                 else spec.train_s * spec.rollout_s.max / spec.rollout_s.median)
-        return max(self.lease_min_s, self.lease_factor * worst * scale + switch_s)
+        return max(self.lease_min_s, self.lease_factor * self.declared_s(spec, phase) * scale + switch_s)
 
     def _op_nodes_lost(self, dead: set[str]) -> list[str]:
         """Ray nodes died: every job with workers there is re-admitted (placed again)."""
@@ -124,6 +145,9 @@ class Supervision:
             if self._stall_began is None:
                 self._stall_began = start
             self._discounted_until = end
+            if self._stall_log is None:
+                self._stall_log = deque(maxlen=256)
+            self._stall_log.append((start, end))
             for jid, seen in list(self._seen.items()):
                 if seen < end:
                     self._seen[jid] = seen + end - max(start, seen)
@@ -139,6 +163,7 @@ class Supervision:
             if self.heartbeat_timeout_s is not None:
                 self._check_heartbeats()
             self._check_leases()
+            self._check_turns()
             if self.journal.pending():  # the watchdog's decisions are no request's: commit them here
                 self._schedule_flush()
         except JournalError as exc:
@@ -164,6 +189,10 @@ class Supervision:
         for jid, job in self.state.jobs.items():
             for grant in job.held.values():
                 self._lease_starts(jid, grant)
+        # Absent members (core/turns.py) keep their clocks; one read back from the journal starts now.
+        old, now = getattr(self, "_absent_at", {}), time.monotonic()
+        self._absent_at = {j: old.get(j, now) for ctl in self.state.cluster.controllers.values()
+                           if isinstance(ctl, GroupController) for j in ctl.absent()}
 
     def _lease_starts(self, job_id: str, grant: dict) -> None:
         """Watch a granted permit's lease (a heap of deadlines: a check looks only at what is due)."""
@@ -184,3 +213,55 @@ class Supervision:
             log.warning("job %s held its %s permit past its lease of %.0fs: failed as hung",
                         jid, phase, grant.get("lease_s"))
             self._depart(jid, JobStatus.FAILED, f"hung: {phase} phase outlived its lease of {grant['lease_s']:.0f}s")
+
+    # -- turns no member holds hostage (core/turns.py) -------------------------------------
+    def _not_serving_after(self, t: float) -> float:
+        """Seconds after monotonic time `t` in which the server was not serving."""
+        return sum(max(0.0, end - max(start, t)) for start, end in self._stall_log or ())
+
+    def _check_turns(self) -> None:
+        """Members that hold a waiting mate's turn past their grace lose it; absent past a lease: hung."""
+        now, env_now = time.monotonic(), self.env.now()
+        jobs, controllers = self.state.jobs, self.state.cluster.controllers
+        groups = {jobs[j].group_id for j, _ in self._waiting if j in jobs} - {None}
+        for gid in groups:
+            ctl = controllers.get(gid)
+            if not isinstance(ctl, GroupController):
+                continue
+            for jid, pool, since in ctl.blocking():
+                job, waited = jobs[jid], env_now - since
+                if job.held or any((jid, p) in self._waiting for p in PHASES):
+                    continue  # it runs a sync, or asked meanwhile
+                grace = max(self.turn_grace_s, self.declared_s(self.state.planning_spec(jid), pool))
+                if waited - self._not_serving_after(now - waited) > grace:
+                    log.warning("job %s did not ask for its %s turn for %.1fs: its group goes on without it",
+                                jid, pool, waited)
+                    self._record(Turn(job_id=jid, absent=True, phase=pool))
+                    self._absent_at[jid] = now
+        for jid, at in list(self._absent_at.items()):
+            self._check_absent(jid, at, now)
+
+    def _check_absent(self, jid: str, at: float, now: float) -> None:
+        """An absent member past the lease of the phase it did not ask for is failed as hung."""
+        job = self.state.jobs.get(jid)
+        ctl = self.state.cluster.controllers.get(job.group_id) if job is not None and job.active else None
+        pool = ctl.absent().get(jid) if isinstance(ctl, GroupController) else None
+        if pool is None:
+            self._absent_at.pop(jid, None)  # it rejoined, moved or left
+            return
+        lease = self.lease_s(self.state.planning_spec(jid), pool, 0.0)
+        absent_s = now - at - self._not_serving_after(at)
+        if absent_s > lease:
+            log.warning("job %s absent from its turns for %.1fs: failed as hung", jid, absent_s)
+            self._absent_at.pop(jid, None)
+            self._depart(jid, JobStatus.FAILED, f"hung: did not ask for its {pool} turn for {absent_s:.0f}s "
+                                                f"(past its lease of {lease:.0f}s)")
+
+    def _rejoin(self, job_id: str) -> None:
+        """An absent member asks again: it rejoins its group's rotation (a `turn` record)."""
+        job = self.state.jobs[job_id]
+        ctl = self.state.cluster.controllers.get(job.group_id)
+        if isinstance(ctl, GroupController) and job_id in ctl.absent():
+            log.info("job %s asks again: it rejoins its group's turns", job_id)
+            self._record(Turn(job_id=job_id, absent=False))
+            self._absent_at.pop(job_id, None)

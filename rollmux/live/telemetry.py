@@ -30,7 +30,9 @@ callback, so a scrape never mixes two moments (client_python's custom-collector 
 
 Label values are bounded: every label but `job` takes values from a fixed tuple in this
 module. `rollmux_job_iteration_slowdown` is the one per-job series; it exists only while the
-snapshot lists its job as running, so the series vanishes when the job leaves. No label ever
+snapshot lists its job as running, so the series vanishes when the job leaves. Job ids are
+tenants' names: `exposition(per_job=False)` leaves that series out, and `rollmux serve` serves
+it only to an authenticated scrape (`--metrics-token-file`). No label ever
 carries a token, a node name or error text. Which job is over its memory declaration is
 shown in `rollmux status` (and GET /v1/status), not as a per-job series: the slowdown gauge
 stays the only one (STYLE).
@@ -57,7 +59,7 @@ log = logging.getLogger("rollmux.telemetry")
 ADMISSION_CASES = tuple(c.value for c in (Case.DIRECT, Case.SCALING, Case.ISOLATED, Case.COLOCATED, Case.PAIRED))
 ISOLATION_REASONS = REASON_NAMES  # core/placement/why.py's fixed set, in its attribution order
 REFUSAL_REASONS = ("no_token", "bad_token", "forbidden", "bad_request", "not_found", "conflict", "gone", "too_large",
-                   "unavailable")
+                   "rate_limited", "unavailable")
 OTHER_REASON = "other"
 PHASES = tuple(p.value for p in Phase)
 SWITCH_KINDS = ("warm", "cold")
@@ -65,6 +67,7 @@ JOB_STATES = tuple(s.value for s in JobStatus)
 POOLS = tuple(p.value for p in Pool)
 GPU_STATES = ("busy", "idle")
 MEMORY_SOURCES = ("declared", "measured")
+PER_JOB = frozenset({"rollmux_job_iteration_slowdown"})  # the families with a `job` label
 
 # Permit waits span six orders of magnitude. A permit for a node nobody else holds comes back
 # in one loopback round trip (about a millisecond); otherwise the job waits for the other
@@ -225,6 +228,18 @@ class Telemetry:
         """Count `n` records committed to the journal."""
         self._journal.inc(n)
 
-    def exposition(self) -> tuple[bytes, str]:
-        """The registry in Prometheus text format, with the content type to serve it under."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    def exposition(self, per_job: bool = True) -> tuple[bytes, str]:
+        """The registry in Prometheus text format, with the content type to serve it under; without
+        `per_job` the series that name a job (PER_JOB) are left out."""
+        return generate_latest(self.registry if per_job else _WithoutJobs(self.registry)), CONTENT_TYPE_LATEST
+
+
+class _WithoutJobs:
+    """A registry's collection less the families that name a job (what generate_latest reads)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family of the registry but PER_JOB's."""
+        return (m for m in self._registry.collect() if m.name not in PER_JOB)

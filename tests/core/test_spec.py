@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from rollmux.core.spec import ClusterSpec, HostGB, JobSpec, PoolSpec, RolloutDist, default_cluster
+from rollmux.core.spec import (
+    MAX_PHASE_S,
+    RESERVED_JOB_IDS,
+    ClusterSpec,
+    HostGB,
+    JobSpec,
+    PoolSpec,
+    RolloutDist,
+    default_cluster,
+)
 from rollmux.core.vocabulary import Mode
 from tests.factories import make_cluster, make_job
 
@@ -30,7 +39,8 @@ def test_rollout_mean_with_zero_sigma_is_the_median():
 
 
 def test_rollout_mean_without_effective_truncation_is_lognormal_mean():
-    dist = RolloutDist(median=100.0, sigma=0.2, max=1e9)
+    # The largest max a profile may declare is 43 sigma above this median: no truncation to see.
+    dist = RolloutDist(median=100.0, sigma=0.2, max=MAX_PHASE_S)
     assert dist.mean() == pytest.approx(100.0 * math.exp(0.2 ** 2 / 2), rel=1e-12)
 
 
@@ -135,6 +145,38 @@ def test_job_rejects_max_below_median():
 def test_job_rejects_out_of_range_fields(kwargs):
     with pytest.raises(ValidationError):
         make_job(**kwargs)
+
+
+@pytest.mark.parametrize("job_id", ["j0", "p0007", "Qwen2.5-7b_run.3", "a" * 63, "9"])
+def test_job_ids_of_letters_digits_dots_underscores_and_dashes_are_accepted(job_id):
+    assert make_job(job_id).job_id == job_id
+
+
+@pytest.mark.parametrize("job_id", ["", "<admin>", "a/b", "a b", "a" * 64, "-lead", ".hidden", "j0\n", "é", "a:b"])
+def test_job_ids_outside_the_pattern_are_refused_naming_job_id(job_id):
+    with pytest.raises(ValidationError, match="job_id"):
+        make_job(job_id)
+
+
+@pytest.mark.parametrize("job_id", [*RESERVED_JOB_IDS, "Admin", "STATUS"])
+def test_reserved_job_ids_are_refused_in_any_case(job_id):
+    with pytest.raises(ValidationError, match="reserved"):
+        make_job(job_id)
+
+
+@pytest.mark.parametrize("kwargs", [{"slo": 100.01}, {"slo": 1e308}, {"train": MAX_PHASE_S * 1.01},
+                                    {"rollout": 1e308, "rollout_max": 1e308}, {"sync": 1e9},
+                                    {"duration": 367 * 86400.0}, {"rollout_gpus": 4097}, {"train_gpus": 10**9},
+                                    {"host_train": 1e12}, {"train": 1e-12}, {"weights_gb": 1e300}])
+def test_job_numbers_outside_their_documented_ranges_are_refused(kwargs):
+    with pytest.raises(ValidationError):
+        make_job(**kwargs)
+
+
+def test_job_numbers_at_the_edges_of_their_ranges_are_accepted():
+    job = make_job(slo=100.0, train=MAX_PHASE_S, rollout=MAX_PHASE_S, sync=MAX_PHASE_S,
+                   duration=366 * 86400.0, rollout_gpus=4096, train_gpus=4096)
+    assert job.slo == 100.0 and job.train_s == MAX_PHASE_S and job.rollout_gpus == 4096
 
 
 def test_job_keeps_unknown_fields_as_extras():

@@ -15,11 +15,12 @@ itself is no decision (a function of the measurements): a replayed `observe` red
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
 from rollmux.core.colo_model import colocated_group, colocated_iter_s, colocated_phases, group_gpus
-from rollmux.core.estimates import PhaseEstimate, measured_spec
+from rollmux.core.estimates import MIN_MEASURED_S, PhaseEstimate, measured_spec
 from rollmux.core.group import Group, Member
 from rollmux.core.intra_group import job_planning_times, plan_group
 from rollmux.core.placement.admission import group_fits
@@ -27,11 +28,18 @@ from rollmux.core.records import Compact, Movers
 from rollmux.core.repair.compaction import Repin, compactions, narrowed, repinned
 from rollmux.core.repair.moves import migration_seconds, plan_moves, repin_seconds
 from rollmux.core.repair.regroup import shrink
-from rollmux.core.spec import JobSpec
+from rollmux.core.spec import MAX_PHASE_S, JobSpec
 from rollmux.core.state.shared import Held, Progress, measured
 from rollmux.core.vocabulary import Mode, Pool
 
 Commit = Callable[[Movers | Compact], object]  # carries out one decision (default: `ClusterState.apply`)
+log = logging.getLogger("rollmux.drift")
+
+
+def in_range(seconds: float) -> bool:
+    """Whether a measured phase time can say something of a job's speed: finite, at least
+    `MIN_MEASURED_S` and at most `MAX_PHASE_S` (NaN is not)."""
+    return MIN_MEASURED_S <= seconds <= MAX_PHASE_S
 
 
 class DriftRepair:
@@ -141,19 +149,25 @@ class DriftRepair:
         """Add one iteration's measured (nominal-shape, disaggregated) phase times to the job's
         estimate; its measured profile when that differs by more than 5% from `job`, the profile
         it is planned with now (it then replaces it in `planned`), else None. A phase measured
-        at no time at all says nothing of the job's speed (training scales with the rollout's
-        tokens, and a profile's phases last a while): it is not added."""
-        if rollout_s <= 0 or train_s <= 0:
+        too short to measure, or longer than any phase may last, says nothing of the job's speed
+        (training scales with the rollout's tokens, and a profile's phases last a while): it is
+        not added. A measured profile outside a job record's ranges is not planned with."""
+        if not (in_range(rollout_s) and in_range(train_s)):
             return None
         estimates = self.state.estimates
         est = estimates.get(job_id)
         if est is None:
             est = estimates[job_id] = PhaseEstimate(job)  # the declared profile
-        est.observe(rollout_s, train_s)
-        scales = est.scales()
-        if est.accepted is not None and est.accepted[0] == scales and est.accepted[1] is job:
+        try:
+            est.observe(rollout_s, train_s)
+            scales = est.scales()
+            if est.accepted is not None and est.accepted[0] == scales and est.accepted[1] is job:
+                return None
+            spec = measured_spec(est.job, *scales)
+        except (ValueError, ArithmeticError) as exc:  # (pydantic's ValidationError is a ValueError)
+            log.warning("job %s: no measured profile within a job record's ranges; it keeps the one it is "
+                        "planned with: %s", job_id, str(exc).splitlines()[0])
             return None
-        spec = measured_spec(est.job, *scales)
         if abs(spec.solo_iter_s / job.solo_iter_s - 1) <= 0.05:
             est.accepted = (scales, job)
             return None

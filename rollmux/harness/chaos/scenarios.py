@@ -329,13 +329,17 @@ def plan(jobs: int, seconds: float, waiting: int,
     """Every scenario, (name, body), in the order they run (the restart after the kills: its replay covers
     them; the second server and the route checks against the restarted one). `p99_limit_ms`: the waiting
     jobs' latency limit (None: measured, not judged)."""
+    from rollmux.harness.chaos.door_faults import header_flood
     from rollmux.harness.chaos.faults import auth_routes, hung_job, second_server, torn_journal
+    from rollmux.harness.chaos.input_faults import poisoned_timing
     from rollmux.harness.chaos.journal_faults import journal_failures
+    from rollmux.harness.chaos.turn_faults import idle_member
     from rollmux.harness.chaos.waiting import waiting_jobs
     return [("double release", double_release), ("forged token", forged_token),
             ("job killed mid-rollout", killed("rollout")), ("job killed mid-training", killed("train")),
             ("service restart mid-phase", service_restart), ("second server on one store", second_server),
             ("auth on every route", auth_routes), ("hung job", hung_job),
             ("journal append failures", journal_failures), ("torn journal", torn_journal),
+            ("header flood", header_flood), ("idle member", idle_member), ("poisoned timing", poisoned_timing),
             (f"{jobs} jobs for {seconds:g} s", load(jobs, seconds)),
             (f"{waiting} waiting jobs", waiting_jobs(waiting, p99_limit_ms))]

@@ -1,7 +1,9 @@
 """The read-only dashboard's static pages, shipped as package data and served by the live app.
 
 `index.html` polls GET /v1/status every 2 s (authenticated by the session cookie) and renders
-groups, a phase timeline and the jobs table; `login.html` posts the admin token to /login.
+groups, a phase timeline and the jobs table, and signs out (POST /logout with the session's CSRF
+token, which the server writes into the page); `login.html` posts the admin token to /login. The
+routes and the server-side sessions are in `routes.py`.
 Both are self-contained (inline CSS and JS, no CDN): the cluster may have no internet. Their
 scripts and styles are inline, so a Content-Security-Policy must allow them (e.g. by hash).
 """

@@ -22,8 +22,9 @@ __all__ = ["FailingStore", "JournalCorrupt", "JournalError", "MemoryStore", "Rec
            "open_store"]
 
 
-def open_store(url: str, *, readonly: bool = False) -> Store:
-    """`sqlite:///abs/path.db`, `sqlite://relative.db`, a bare file path (SQLite), or `redis://host:port/db[?prefix=name]`."""
+def open_store(url: str, *, readonly: bool = False, password: str | None = None) -> Store:
+    """`sqlite:///abs/path.db`, `sqlite://relative.db`, a bare file path (SQLite), or `redis://host:port/db[?prefix=name]`
+    (`password`: Redis's, default $ROLLMUX_REDIS_PASSWORD; never put it in the URL of a command line)."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in ("", "sqlite"):
         path = url[len("sqlite://"):] if scheme else url
@@ -32,6 +33,6 @@ def open_store(url: str, *, readonly: bool = False) -> Store:
         return SQLiteStore(Path(path).expanduser(), readonly=readonly)
     if scheme in ("redis", "rediss"):
         from rollmux.live.journal.redis import RedisStore  # redis-py only where a Redis store is used
-        return RedisStore(url, readonly=readonly)
+        return RedisStore(url, readonly=readonly, password=password)
     raise JournalError(f"journal store {hide_password(url)!r}: unknown scheme {scheme!r} "
                        "(use sqlite:///abs/path.db, a file path, or redis://host:port/db)")

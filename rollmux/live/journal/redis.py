@@ -33,6 +33,8 @@ from rollmux.live.journal.base import (
     parse_snapshot,
 )
 
+PASSWORD_ENV = "ROLLMUX_REDIS_PASSWORD"  # the store's password when none is given (never argv: `ps` shows it)
+
 # Every Redis write runs as a script that first checks the writer lease still carries this
 # store's fencing token: a writer that stalled past its lease (and was replaced) writes nothing.
 _FENCE = """
@@ -84,7 +86,8 @@ if ARGV[2] == '0' then redis.call('DEL', KEYS[1]) else redis.call('PEXPIRE', KEY
 return 1
 """
 
-    def __init__(self, url: str, readonly: bool = False) -> None:
+    def __init__(self, url: str, readonly: bool = False, password: str | None = None) -> None:
+        """`password`: Redis's (AUTH), default $ROLLMUX_REDIS_PASSWORD; one inside `url` wins over both."""
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
@@ -94,7 +97,9 @@ return 1
         prefix = query.pop("prefix", ["rollmux"])[-1]
         self.url = hide_password(url)  # the real URL (with its password) is never kept
         self.readonly = readonly
-        self._secrets = [s for s in (parts.password, unquote(parts.password or "")) if s]
+        if password is None:
+            password = os.environ.get(PASSWORD_ENV) or None
+        self._secrets = [s for s in (parts.password, unquote(parts.password or ""), password) if s]
         if not prefix:
             raise JournalError(f"journal store {self.url}: empty ?prefix=")
         self.prefix = prefix
@@ -111,7 +116,8 @@ return 1
         try:
             # No automatic retries: a retried commit whose first reply was lost would journal twice.
             # Bytes, not str: a payload that is not UTF-8 must reach the corruption check, not crash the read.
-            self._client = redis.Redis.from_url(bare, retry=Retry(NoBackoff(), 0), socket_connect_timeout=5,
+            self._client = redis.Redis.from_url(bare, password=password, retry=Retry(NoBackoff(), 0),
+                                                socket_connect_timeout=5,
                                                 socket_timeout=30, decode_responses=False)
         except ValueError as exc:
             raise JournalError(f"journal store {self.url}: invalid redis URL ({self._scrub(exc)})") from None

@@ -15,8 +15,9 @@ from rollmux.harness.chaos.job import PhaseLog
 
 SCENARIOS = ["double release", "forged token", "job killed mid-rollout", "job killed mid-training",
              "service restart mid-phase", "second server on one store", "auth on every route", "hung job",
-             "journal append failures", "torn journal", "20 jobs for 5 s", "200 waiting jobs"]
-NO_PHASES = {"200 waiting jobs"}  # its jobs only wait: nobody runs a phase
+             "journal append failures", "torn journal", "header flood", "idle member", "poisoned timing",
+             "20 jobs for 5 s", "200 waiting jobs"]
+NO_PHASES = {"200 waiting jobs", "header flood"}  # their jobs only wait or beat: nobody runs a phase
 
 
 @pytest.fixture(scope="module")
