@@ -4,7 +4,7 @@ Usage: .venv/bin/python benchmarks/acceptance.py [--modes paper,catalog] [--seed
                                                   [--policies rollmux,solo-d] [--traces DIR]
                                                   [--address HOST:PORT] [--workers N] [--serial]
 For each VC, mode and seed it synthesizes a 200-job, 14-day trace from
-../shared/traces, simulates the policies side by side and prints the gain over
+the packaged Philly traces, simulates the policies side by side and prints the gain over
 simulated Solo-D, SLO attainment, jobs finished, simulated/closed-form Solo-D
 cost, and the placement-case shares of rollmux. RollMux runs the `shipped` profile
 (what `rollmux simulate` runs, DESIGN §10); the group-based baselines plan with it.

@@ -13,7 +13,8 @@ from rollmux.live.client import from_env
 
 
 def init(job_id: str | None = None, client: shim.PermitClient | None = None, **hooks) -> shim.JobShim:
-    """The shim's `init` for `job_id` and `client`, or, with neither, for the job the environment names."""
+    """The shim's `init` for `job_id` and `client`, or, with neither, for the job the environment names
+    (`hooks`: JobShim's, e.g. `job=obj` for a `rollmux.shim.Job`'s methods)."""
     if job_id is None and client is None:
         job_id, client = from_env()
     elif job_id is None or client is None:

@@ -20,14 +20,24 @@ to host memory (the process and its communicators stay alive), and the permit
 is released with the measured timings. A job waiting for a permit has not
 onloaded: it holds no accelerator state.
 
-Phases (the controller's rules: rollmux.core.group_controller):
+Phases (the controller's rules: rollmux.core.group_controller) and the pools whose state
+their hooks move (`HOOK_POOLS`; every hook takes a pool, "rollout" or "train", never a phase:
+a hook that needs the phase reads `shim.grant.phase`):
 - `init`: the job builds its state on its nodes (both pools); it waits until
   the job is placed and its nodes are free. No onload (there is nothing to
-  restore); `offload` runs at its end, so the job then waits holding nothing.
-- `rollout`, `train`: onload, run, offload, one turn per node.
+  restore); `offload("rollout")` then `offload("train")` at its end, so the job
+  then waits holding nothing.
+- `rollout`, `train`: `onload(pool)`, run, `offload(pool)`, one turn per node.
 - `sync`: the trainer's weights go to the rollout workers' host-resident copy;
   it holds no node (granted at once) and runs no hooks: its timings are
   measured and reported like any phase's.
+
+**The job protocol** (`Job`): one object whose methods are the hooks (`onload(pool)`,
+`offload(pool)`, `host_bytes()`, optionally `on_move(grant)`, `on_tail(grant)`) and the
+phases' work (`init()` optional, `rollout(max_length)`, `train(batch)`, `sync()`).
+`JobShim(job_id, client, job=obj)` (or `rollmux.init(job=obj)`) wires the hooks,
+`run_init` and `run_iteration` run the phases, and `rollmux profile` measures the same
+object (its module's `make_job` returns one). docs/job-protocol.md has the whole of it.
 
 Long-tail migration: inside a rollout, `progress(done, total)` past
 `tail_threshold` (when the permit allows migration, `Grant.tail_share > 0`)
@@ -58,7 +68,11 @@ from rollmux.core.group_controller import Grant, GroupController
 
 PHASES = ("init", "rollout", "train", "sync")
 ITERATION = ("rollout", "train")  # the phases that take turns on the nodes, in an iteration's order
-_HOOKS = {"init": (False, True), "rollout": (True, True), "train": (True, True), "sync": (False, False)}
+POOLS = ("rollout", "train")      # what a hook is called with: the side of the job whose state moves
+# Per phase: the pools onloaded at its start, and those offloaded at its end, in this order.
+HOOK_POOLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "init": ((), POOLS), "rollout": (("rollout",), ("rollout",)), "train": (("train",), ("train",)),
+    "sync": ((), ())}
 log = logging.getLogger("rollmux.shim")
 
 
@@ -91,8 +105,42 @@ class PermitClient(Protocol):
         """The phase is over; free its nodes."""
 
 
+class Job(Protocol):
+    """The job-side protocol: the shim's hooks and each phase's work, on one object. Optional
+    methods, used when present: `init()` (builds the state, inside the init phase),
+    `on_move(grant)` (re-placed: restart the workers where the permit says) and
+    `on_tail(grant)` (a rollout's tail migrates: stop the responses on the slots given up)."""
+
+    def onload(self, pool: str) -> None:
+        """The pool's state ("rollout" or "train") back from host memory onto its nodes."""
+
+    def offload(self, pool: str) -> None:
+        """The pool's state to host memory (the process and its communicators stay alive)."""
+
+    def host_bytes(self) -> Mapping[str, int]:
+        """Bytes the offloaded state holds in host memory, per node of each pool."""
+
+    def rollout(self, max_length: bool = False) -> Any:
+        """One rollout (`max_length`: every response runs to the maximum length); its batch."""
+
+    def train(self, batch: Any) -> Any:
+        """One training step on the batch."""
+
+    def sync(self) -> Any:
+        """The trainer's weights to the rollout side."""
+
+
+HOOKS = {"onload": "onload", "offload": "offload", "host_memory": "host_bytes", "on_move": "on_move",
+         "on_tail": "on_tail"}  # JobShim's hook argument -> the Job method it calls
+
+
+def hooks_of(job: Any) -> dict[str, Callable]:
+    """JobShim's hook arguments from a `Job`'s methods (those it has)."""
+    return {arg: getattr(job, name) for arg, name in HOOKS.items() if callable(getattr(job, name, None))}
+
+
 class JobShim:
-    """Phase markers for one job."""
+    """Phase markers for one job; its hooks are the callables given, else `job`'s methods."""
 
     def __init__(self, job_id: str, client: PermitClient,
                  onload: Callable[[str], None] | None = None,
@@ -100,14 +148,19 @@ class JobShim:
                  tail_threshold: float = 0.8,
                  on_move: Callable[[Grant], None] | None = None,
                  host_memory: Callable[[], Mapping[str, int]] | None = None,
-                 on_tail: Callable[[Grant], None] | None = None) -> None:
+                 on_tail: Callable[[Grant], None] | None = None,
+                 job: Job | None = None) -> None:
         if not 0 < tail_threshold <= 1:
             raise ValueError(f"JobShim: tail_threshold must be in (0, 1], not {tail_threshold!r}")
+        found = hooks_of(job) if job is not None else {}
+        onload, offload = onload or found.get("onload"), offload or found.get("offload")
+        on_move, on_tail = on_move or found.get("on_move"), on_tail or found.get("on_tail")
+        host_memory = host_memory or found.get("host_memory")
         self.job_id = job_id
         self._host_memory = host_memory  # measured after each offload (see PhaseTimings.host_bytes)
         self.client = client
-        self._onload = onload or (lambda phase: None)
-        self._offload = offload or (lambda phase: None)
+        self._onload = onload or (lambda pool: None)
+        self._offload = offload or (lambda pool: None)
         self._on_move = on_move or (lambda grant: None)
         self._on_tail = on_tail or (lambda grant: None)
         self.tail_migrated = False  # the running rollout's tail moved to the slots it kept
@@ -128,13 +181,13 @@ class JobShim:
         grant = self.client.acquire(self.job_id, name)
         t1 = time.perf_counter()
         self._grant, self._tail_sent, self.tail_migrated = grant, False, False
-        onload, offload = _HOOKS[name]
+        onload, offload = HOOK_POOLS[name]
         try:
             if self.epoch is not None and grant.epoch != self.epoch:
                 self._on_move(grant)  # re-placed (regrouping or re-admission): restart workers on the new nodes
             self.epoch = grant.epoch
-            if onload:
-                self._onload(name)
+            for pool in onload:
+                self._onload(pool)
         except BaseException:
             # A failed onload must not keep the nodes: release (nothing ran), then re-raise.
             now = time.perf_counter()
@@ -146,8 +199,8 @@ class JobShim:
         finally:
             t3 = time.perf_counter()
             try:
-                if offload:
-                    self._offload(name)
+                for pool in offload:
+                    self._offload(pool)
             finally:  # a failed offload still releases the permit; its error then propagates
                 t4 = time.perf_counter()
                 self._release(PhaseTimings(self.job_id, name, t1 - t0, t2 - t1, t3 - t2, t4 - t3, grant.epoch,
@@ -272,6 +325,37 @@ def phase(name: str) -> "_LazyMarker":
 def progress(done: int, total: int) -> bool:
     """`JobShim.progress` for the job `init` set."""
     return current().progress(done, total)
+
+
+@contextlib.contextmanager
+def acting_for(shim: JobShim) -> Iterator[JobShim]:
+    """This thread's job context is `shim` inside the block (`rollmux.progress` acts for it)."""
+    before, _current.shim = _current.shim, shim
+    try:
+        yield shim
+    finally:
+        _current.shim = before
+
+
+def run_init(shim: JobShim, job: Job) -> PhaseTimings:
+    """The init phase: the job's `init()` (if it has one) under the permit, then both pools offloaded."""
+    with acting_for(shim), shim.phase("init"):
+        if callable(getattr(job, "init", None)):
+            job.init()
+    return shim.history[-1]
+
+
+def run_iteration(shim: JobShim, job: Job, max_length: bool = False) -> tuple[PhaseTimings, ...]:
+    """One iteration of a `Job` through the shim: rollout, train on its batch, sync; the three
+    phases' timings (the profiler's measurement and a job's own loop are this one function)."""
+    with acting_for(shim):
+        with shim.phase("rollout"):
+            batch = job.rollout(max_length=max_length)
+        with shim.phase("train"):
+            job.train(batch)
+        with shim.phase("sync"):
+            job.sync()
+    return tuple(shim.history[-3:])
 
 
 class _LazyMarker:

@@ -56,8 +56,14 @@ INTEGRATION = {
     "tests/live/test_dashboard_page.py::test_login_page_shows": "a canned HTTP server and Chromium",
     "tests/live/test_dashboard_page.py::test_a_colocated_job_has_a_card": "a canned HTTP server and Chromium",
     "tests/live/test_http_api.py": "ThreadServer (fixture `api`)",
+    "tests/live/test_journal_faults.py::test_over_http_": "ThreadServer over a failing journal (fixture `served`)",
+    "tests/live/test_client_retry.py": "a canned HTTP server answering a scripted sequence of statuses",
+    "tests/live/test_health_routes.py": "ThreadServer (fixture `served`)",
+    "tests/test_deploy_dashboard.py": "ThreadServer (fixture `service`)",
+    "tests/test_deploy_files.py::test_the_kustomize_base_renders": "`kubectl kustomize` in a subprocess",
     "tests/live/test_browser_security.py": "ThreadServer (fixture `site`)",
     "tests/live/test_metrics_auth.py": "ThreadServer and `rollmux serve` in subprocesses (ProcessServer)",
+    "tests/live/test_live_figures.py": "ThreadServer, restarted on its store",
     "tests/live/test_serve_secrets.py": "a redis-server with a password and `rollmux serve` in subprocesses",
     "tests/live/test_turn_grace.py": "ThreadServer (class `Pair`)",
     "tests/live/test_strict_input.py": "ThreadServer (class `Served`)",
@@ -84,6 +90,8 @@ INTEGRATION = {
     "tests/test_cli_profile.py::test_serve_refuses_a_setting": "`rollmux serve` in a subprocess",
     "tests/test_cli_profile.py::test_serve_runs_the_shipped_profile": "ProcessServer (`rollmux serve`)",
     "tests/test_standalone.py": "pytest on tests/core and tests/sim in a subprocess",
+    "tests/test_docs_site.py": "`mkdocs build --strict` in a subprocess (fixture `site`)",
+    "tests/test_tutorial.py::test_run_": "bash running docs/tutorial.md: `rollmux serve` and `rollmux run` (fixture)",
     "tests/weightsync/test_weightsync_bench.py": "network namespaces (ip, tc)",
     "tests/weightsync/test_weightsync_sync.py::test_spawned_processes": "spawned processes over a TCPStore",
 }
@@ -91,6 +99,9 @@ INTEGRATION = {
 SLOW_S = 0.5
 SLOW = (
     # modules listed whole: a slow module-scoped fixture, or nearly every test slow
+    "tests/live/journal/test_repair_damage.py",
+    "tests/live/test_journal_faults.py::test_over_http_",
+    "tests/live/test_client_retry.py",
     "tests/adapters/test_trl.py",
     "tests/jobs/test_grpo_example.py",
     "tests/study/test_paper_trace_section.py",
@@ -100,11 +111,14 @@ SLOW = (
     "tests/live/test_permit_latency_bench.py",
     "tests/live/test_serve.py",
     "tests/live/test_metrics_auth.py",
+    "tests/live/test_live_figures.py",
     "tests/live/test_serve_secrets.py",
     "tests/live/test_turn_grace.py",
     "tests/test_packaging.py",
     "tests/test_standalone.py",
+    "tests/test_docs_site.py",  # one mkdocs build for the module (fixture `site`)
     # tests, each with all its parameters
+    "tests/test_tutorial.py::test_run_",  # the tutorial's commands, run once by a module fixture
     "tests/harness/chaos/test_chaos.py::test_every_scenario_ran",  # these two share the slow fixture `report`
     "tests/harness/chaos/test_chaos.py::test_scenario_",
     "tests/core/placement/test_index.py::test_indexed_placement_equals_a_brute_force_scan",
@@ -135,6 +149,7 @@ SLOW = (
     "tests/study/test_model_sections.py::test_migration_section_scales_the_price",
     "tests/study/test_offline_optimum.py::test_cheapest_group_matches_search_over_all_pin_assignments",
     "tests/study/test_sweep.py::test_a_study_section_through_ray",
+    "tests/study/test_figures.py::test_every_figure_is_numbered_with_a_caption_and_its_csv",
     "tests/study/test_sweep.py::test_number_list_reads_comma_separated_numbers",
     "tests/study/test_sweep.py::test_ray_map_returns",
     "tests/test_cli.py::test_no_compact_and_static_turn_rollout_compaction_off",

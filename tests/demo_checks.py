@@ -31,6 +31,7 @@ def check_demo(result: dict, iterations: int) -> None:
     assert result["long_tail_migrations"] >= 1
     assert result["double_grants"] == 0
     assert result["sync"]["strategy"] == "topology" and result["sync"]["mean_s"] > 0
+    assert result["timeline_png"] is None or result["timeline_png"].endswith(".png")  # (only where --png said)
     _launcher_checks(result["launcher"], iterations)
     _multiplexing_checks(result)
 

@@ -21,9 +21,12 @@ from typer.exceptions import TyperException
 from typer.main import get_command
 
 from rollmux.cli import app
+from rollmux.core.spec import default_cluster
 from rollmux.core.trace_io import load_cluster
+from rollmux.live.app import create_app
 from rollmux.live.journal.redis import PASSWORD_ENV
 from rollmux.live.server import parse_listen
+from rollmux.live.service import SchedulerCore
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "k8s"
@@ -51,11 +54,17 @@ def quantity(q: str | int) -> float:
     return float(m[1]) * units.get(m[2], 1)
 
 
+def manifests() -> list[Path]:
+    """The manifests under deploy/k8s: those its kustomize base lists (tests/test_deploy_files.py checks that
+    it lists every one, and that it renders)."""
+    return [K8S / name for name in yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]]
+
+
 @pytest.fixture(scope="module")
 def docs() -> list[dict]:
     """Every document of every manifest under deploy/k8s (multi-document YAML)."""
     out = []
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in manifests():
         for doc in yaml.safe_load_all(path.read_text()):
             if doc is not None:
                 doc["__file__"] = path.name
@@ -102,13 +111,13 @@ def test_every_manifest_parses_with_the_api_versions_the_guide_names(docs):
         ("v1", "Namespace"), ("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "StatefulSet"),
         ("apps/v1", "Deployment"), ("networking.k8s.io/v1", "NetworkPolicy"), ("ray.io/v1", "RayCluster"),
         ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"), ("kueue.x-k8s.io/v1beta1", "ClusterQueue"),
-        ("kueue.x-k8s.io/v1beta1", "LocalQueue")}
+        ("kueue.x-k8s.io/v1beta1", "LocalQueue"), ("monitoring.coreos.com/v1", "ServiceMonitor")}
     guide = GUIDE.read_text()
-    for api in ("ray.io/v1", "kueue.x-k8s.io/v1beta1"):
+    for api in ("ray.io/v1", "kueue.x-k8s.io/v1beta1", "monitoring.coreos.com/v1"):
         assert f"`{api}`" in guide, api
     namespaced = [d for d in docs if d["kind"] not in ("Namespace", "ResourceFlavor", "ClusterQueue")]
     assert {d["metadata"].get("namespace") for d in namespaced} == {one(docs, "Namespace")["metadata"]["name"]}
-    for path in sorted(K8S.glob("*.yaml")) + [UNIT]:
+    for path in [*sorted(K8S.glob("*.yaml")), UNIT]:
         assert f"deploy/{path.relative_to(ROOT / 'deploy')}" in guide, f"{path.name} is not in docs/deploy.md"
 
 
@@ -217,10 +226,10 @@ def test_the_scheduler_runs_rollmux_serve_with_real_flags_and_its_store(docs, tm
 
 def test_secrets_are_referenced_never_written_down(docs):
     assert not [d for d in docs if d["kind"] == "Secret"], "a Secret's value in a manifest"
-    text = "\n".join(p.read_text() for p in K8S.glob("*.yaml"))
+    text = "\n".join(p.read_text() for p in manifests())
     referenced = set(re.findall(r"secretName: (\S+)", text)) | {
-        m for m in re.findall(r"secretKeyRef:\s+name: (\S+)", text)}
-    assert referenced == {"rollmux-admin", "rollmux-redis", "rollmux-tls"}
+        m for m in re.findall(r"(?:secretKeyRef|credentials|secret):\s+name: (\S+)", text)}
+    assert referenced == {"rollmux-admin", "rollmux-redis", "rollmux-tls", "rollmux-metrics"}
     guide = GUIDE.read_text()
     for name in referenced:  # the guide says how to create each one
         assert re.search(rf"kubectl -n rollmux create secret \S+ {name}\b", guide), name
@@ -370,3 +379,35 @@ def test_a_made_up_flag_fails_the_check():
         parse_cli(["serve", "--journal", "redis://x:6379/0"])
     with pytest.raises(TyperException):
         parse_cli(["serve", "--wait-store", "-1"])
+
+
+def test_the_probes_use_the_health_routes_the_app_serves(docs):
+    _, c, _ = serve_args(docs)
+    probes = {p: c[p]["httpGet"]["path"] for p in ("readinessProbe", "livenessProbe")}
+    assert probes == {"readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+    core = SchedulerCore(default_cluster().model_dump())
+    try:
+        paths = {r.path for r in create_app(core).routes}
+    finally:
+        core.shutdown()
+    assert set(probes.values()) <= paths
+
+
+def test_prometheus_scrapes_the_service_with_the_servers_scrape_token(docs):
+    pod, c, argv = serve_args(docs)
+    _, params = parse_cli(argv[1:])
+    monitor, svc = one(docs, "ServiceMonitor", "rollmux"), one(docs, "Service", "rollmux")
+    assert monitor["metadata"]["namespace"] == svc["metadata"]["namespace"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    (port,) = svc["spec"]["ports"]
+    assert endpoint["port"] == port["name"] and endpoint["path"] == "/metrics"
+    assert endpoint["scheme"] == ("https" if params["tls_cert"] else "http")
+    # The bearer it sends is the Secret whose key the init container copies to --metrics-token-file.
+    cred = endpoint["authorization"]["credentials"]
+    token = Path(params["metrics_token_file"])
+    (init,) = pod["initContainers"]
+    (vol,) = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == cred["name"]]
+    mount = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}[vol["name"]]
+    assert cred["key"] == token.name and f"{mount}/{token.name}" in init["command"]
+    assert init["command"][init["command"].index("-t") + 1] == str(token.parent)

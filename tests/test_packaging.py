@@ -61,6 +61,7 @@ def wheel(tmp_path_factory) -> Path:
     src.mkdir()
     shutil.copy(REPO / "pyproject.toml", src)
     shutil.copy(REPO / "README.md", src)
+    shutil.copy(REPO / "LICENSE", src)
     shutil.copytree(REPO / "rollmux", src / "rollmux", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     steps = Steps()
     res = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", root / "dist", src], root, 600)
@@ -83,6 +84,21 @@ def test_the_wheel_carries_the_demo_jobs_data_and_dashboard(wheel):
     assert 'Requires-Dist: torch==2.13.0; extra == "demo"' in text
     assert not any(line.startswith("Requires-Dist: torch") and "extra" not in line for line in text.splitlines())
     assert not any(n.startswith(("tests/", "examples/")) for n in names)
+
+
+def test_the_wheel_carries_the_license_and_the_traces_with_their_attribution(wheel):
+    z = zipfile.ZipFile(wheel)
+    names = set(z.namelist())
+    (license_path,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert z.read(license_path) == (REPO / "LICENSE").read_bytes()
+    meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode().splitlines()
+    assert "License-Expression: Apache-2.0" in meta and "License-File: LICENSE" in meta
+    traces = REPO / "rollmux" / "data"
+    for folder in ("philly", "philly/arrivals", "paper"):
+        for path in (traces / folder).iterdir():
+            if path.is_file():
+                assert z.read(f"rollmux/data/{folder}/{path.name}") == path.read_bytes(), path
+    assert {"rollmux/data/philly/README.md", "rollmux/data/paper/README.md"} <= names
 
 
 def test_a_fresh_venv_runs_simulate_without_extras_and_the_demo_with_its_extras(wheel, tmp_path):
@@ -113,6 +129,12 @@ def test_a_fresh_venv_runs_simulate_without_extras_and_the_demo_with_its_extras(
     assert all(p["cost_usd"] > 0 for p in doc["policies"].values())
     assert "policy" in res.stdout and "cost $" in res.stdout  # the comparison table
     steps.done("rollmux simulate (200 jobs, 3 policies)")
+    # The Philly traces come with the package: no traces folder beside it.
+    res = _run([rollmux, "workload", "philly", "--jobs", "5", "--days", "1", "-o", work / "philly.jsonl"],
+               work, 120, env)
+    assert res.returncode == 0, res.stderr
+    assert len((work / "philly.jsonl").read_text().splitlines()) == 5
+    steps.done("rollmux workload philly")
 
     res = _run([rollmux, "demo", "--iterations", "2"], work, 120, env)
     assert res.returncode == 2, res.stdout + res.stderr

@@ -11,7 +11,7 @@ from factories import intra, make_group, make_job, most_running_at_once, run_thr
 from rollmux.core.config import IntraConfig
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group_controller import GroupController
-from rollmux.shim import JobShim, LocalPermitClient
+from rollmux.shim import JobShim, LocalPermitClient, run_init, run_iteration
 
 
 @pytest.fixture
@@ -296,7 +296,7 @@ def test_init_is_gated_and_offloads_but_never_onloads():
             tb.start()
             assert not b_done.wait(0.2)  # a holds a node of b's: b's init waits
         assert b_done.wait(5)
-        assert events == [("init", (0,), (0,)), ("offload", "init")]
+        assert events == [("init", (0,), (0,)), ("offload", "rollout"), ("offload", "train")]  # both pools
     finally:
         env.stop()
         tb.join(5)
@@ -348,3 +348,63 @@ def test_the_decorator_form_acts_for_the_job_set_once(monkeypatch):
         env.stop()
     with pytest.raises(ValueError, match="unknown phase"):
         rollmux.phase("eval")
+
+
+# -- the job protocol: one object, hooks by pool -------------------------------------------------
+
+class PoolJob:
+    """A `rollmux.shim.Job` whose hooks index its state by pool (a phase name would be a KeyError)."""
+
+    def __init__(self) -> None:
+        self.live = {"rollout": True, "train": True}
+        self.events: list = []
+
+    def onload(self, pool):
+        assert not self.live[pool], f"{pool} onloaded twice"
+        self.live[pool] = True
+        self.events.append(("onload", pool))
+
+    def offload(self, pool):
+        self.live[pool] = False
+        self.events.append(("offload", pool))
+
+    def host_bytes(self):
+        return {"rollout": 3, "train": 4}
+
+    def init(self):
+        self.events.append(("init", dict(self.live)))
+
+    def rollout(self, max_length=False):
+        import rollmux
+        self.events.append(("rollout", dict(self.live), rollmux.progress(1, 2)))
+        return "batch"
+
+    def train(self, batch):
+        self.events.append(("train", batch, dict(self.live)))
+
+    def sync(self):
+        self.events.append(("sync", dict(self.live)))
+
+
+def test_a_job_object_given_to_the_shim_runs_every_phase_with_its_hooks_by_pool():
+    client, job = _Recorder(), PoolJob()
+    shim = JobShim("a", client, job=job)
+    run_init(shim, job)
+    timings = run_iteration(shim, job)
+    both, none = {"rollout": True, "train": True}, {"rollout": False, "train": False}
+    assert job.events == [
+        ("init", both), ("offload", "rollout"), ("offload", "train"),
+        ("onload", "rollout"), ("rollout", {"rollout": True, "train": False}, False), ("offload", "rollout"),
+        ("onload", "train"), ("train", "batch", {"rollout": False, "train": True}), ("offload", "train"),
+        ("sync", none)]
+    assert [t.phase for t in timings] == ["rollout", "train", "sync"]
+    assert [t.phase for t in client.released] == ["init", "rollout", "train", "sync"]
+    assert client.released[0].host_bytes == {"rollout": 3, "train": 4}  # host_bytes is the host_memory hook
+
+
+def test_a_callable_given_wins_over_the_job_objects_method():
+    client, job, seen = _Recorder(), PoolJob(), []
+    shim = JobShim("a", client, job=job, offload=seen.append)
+    with shim.phase("init"):
+        pass
+    assert seen == ["rollout", "train"] and job.events == []

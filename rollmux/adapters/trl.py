@@ -42,21 +42,36 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-from transformers import (
-    GenerationConfig,
-    LogitsProcessor,
-    LogitsProcessorList,
-    PreTrainedTokenizerFast,
-    StoppingCriteria,
-    StoppingCriteriaList,
-    TrainerCallback,
-)
-from transformers.trainer_callback import PrinterCallback
-from trl import GRPOConfig, GRPOTrainer
+from rollmux.errors import extra_for
 
-from rollmux.adapters.state import Offloadable, WeightSync
-from rollmux.adapters.trl_tiny import TARGET, TRLJobConfig, build_dataset, build_model, build_tokenizer, target_reward
+try:
+    import torch
+    from transformers import (
+        GenerationConfig,
+        LogitsProcessor,
+        LogitsProcessorList,
+        PreTrainedTokenizerFast,
+        StoppingCriteria,
+        StoppingCriteriaList,
+        TrainerCallback,
+    )
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rollmux.adapters.state import Offloadable, WeightSync
+    from rollmux.adapters.trl_tiny import (
+        TARGET,
+        TRLJobConfig,
+        build_dataset,
+        build_model,
+        build_tokenizer,
+        target_reward,
+    )
+except ModuleNotFoundError as _missing:  # the extra is not installed: say which, in one line
+    if extra_for(_missing) is None:
+        raise
+    raise ImportError(f"rollmux.adapters.trl needs the trl extra ({_missing.name} is missing): "
+                      "pip install 'rollmux[trl]'", name=_missing.name) from None
 from rollmux.shim import JobShim, PermitClient, slots_given_up
 
 __all__ = ["Engine", "ShimGRPOTrainer", "TRLJob", "TRLJobConfig", "TRLRun", "build_model", "build_tokenizer"]
@@ -300,16 +315,16 @@ class TRLJob:
         """The shim's phase marker (no permit, nothing moves when the job runs solo)."""
         return self.shim.phase(name) if self.shim is not None else nullcontext()
 
-    def _onload(self, phase: str) -> None:
-        if phase == "rollout":
+    def _onload(self, pool: str) -> None:
+        if pool == "rollout":
             self.engine.onload(self.engine.granted_slots())
-        elif phase == "train":
+        else:
             self.state.onload()
 
-    def _offload(self, phase: str) -> None:
-        if phase in ("rollout", "init"):
+    def _offload(self, pool: str) -> None:  # the init phase offloads both pools
+        if pool == "rollout":
             self.engine.offload()
-        if phase in ("train", "init"):
+        else:
             self.state.offload()
 
     def _on_tail(self, grant: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from rollmux.cli.app import app, bench_app, err, fail, out, report_and_exit
+from rollmux.cli.app import app, bench_app, err, fail, out, report_and_exit, tables_to_stderr, to_stdout
 from rollmux.errors import InputError, require_extra
 
 
@@ -51,16 +51,18 @@ def profile(
 @app.command()
 def demo(
     iterations: int = typer.Option(20, "--iterations", min=1, help="GRPO iterations per job."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here (else: stdout)."),
-    png: Path = typer.Option(Path("demo_timeline.png"), "--png", help="Timeline picture of phases on nodes."),
+    json_out: Optional[Path] = typer.Option(None, "--json",
+                                            help="Write the results as JSON here (else, or -: stdout)."),
+    png: Optional[Path] = typer.Option(None, "--png", help="Draw the timeline of phases on nodes here (else: none)."),
 ) -> None:
     """A multi-node Ray cluster on this host, `rollmux serve --ray` on it, three real GRPO jobs launched
-    with `rollmux run` (one node killed mid-run), then the same jobs solo."""
+    with `rollmux run` (one node killed mid-run), then the same jobs solo. Progress, a line per job and
+    iteration, goes to stderr."""
     try:
         require_extra("demo", "demo")  # the jobs are torch models: say so before Ray starts
         from rollmux.harness.demo import run_demo
-        result = run_demo(iterations=iterations, json_out=json_out, png_out=png)
-        if json_out is None:
+        result = run_demo(iterations=iterations, json_out=None if to_stdout(json_out) else json_out, png_out=png)
+        if json_out is None or to_stdout(json_out):
             out.print_json(json.dumps(result))
     except InputError as exc:
         fail(exc)
@@ -71,7 +73,7 @@ def demo(
 
 @app.command()
 def chaos(
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here (-: on stdout)."),
     seconds: float = typer.Option(60.0, "--seconds", min=1.0, help="Length of the many-jobs load scenario."),
     jobs: int = typer.Option(100, "--jobs", min=1, help="Synthetic jobs in the load scenario."),
     store: Optional[str] = typer.Option(None, "--store",
@@ -81,12 +83,14 @@ def chaos(
 ) -> None:
     """Fault injection against a live local scheduler (`rollmux serve`): server and job kills, double
     release, forged tokens, route auth, journal failures, a hung job, a second server, a torn journal,
+    huge-header floods, an idle group member, poisoned timings, a failed append, damaged journal pages,
     many jobs, many waiting jobs; exits 1 if any scenario fails."""
     from rollmux.harness.chaos.command import print_report, run_chaos
     try:
         report = run_chaos(seconds=seconds, jobs=jobs, store=store, waiting=waiting,
                            say=lambda line: err.print(line, highlight=False))
-        print_report(report, out)
+        with tables_to_stderr(json_out):
+            print_report(report, out)
     except InputError as exc:
         fail(exc)
     report_and_exit(report, json_out, report["passed"])
@@ -98,7 +102,8 @@ def bench_sync(
     rollout_ranks: int = typer.Option(4, "--rollout-ranks", help="Rollout ranks (M), in the rollout namespace."),
     model_mb: float = typer.Option(64.0, "--model-mb", help="Size of the synced weights, MiB."),
     link_mbit: float = typer.Option(400.0, "--link-mbit", help="Rate of the inter-pool link, Mbit/s each way."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write {train_ranks, ..., speedup, identical} here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write {train_ranks, ..., speedup, identical} here "
+                                                                 "(-: on stdout)."),
 ) -> None:
     """Flat vs topology-aware weight sync over a real throttled link (two network namespaces; needs root)."""
     from rich.table import Table
@@ -123,6 +128,7 @@ def bench_sync(
         table.add_column(col, justify="right")
     for strategy in ("flat", "topology"):
         table.add_row(strategy, f"{doc[f'{strategy}_s']:.2f}", f"{doc[f'{strategy}_link_mb']:.1f}")
-    out.print(table)
-    out.print(f"speedup {doc['speedup']:.2f}x, weights identical: {doc['identical']}", highlight=False)
+    with tables_to_stderr(json_out):
+        out.print(table)
+        out.print(f"speedup {doc['speedup']:.2f}x, weights identical: {doc['identical']}", highlight=False)
     report_and_exit(doc, json_out, doc["identical"])

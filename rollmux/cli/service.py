@@ -12,7 +12,7 @@ import typer
 from rollmux.cli import settings as s
 from rollmux.cli.app import app, err, fail, journal_app, out
 from rollmux.core.config import SchedulerConfig
-from rollmux.core.trace_io import load_cluster, parse_jobs
+from rollmux.core.trace_io import load_cluster, parse_job_file
 from rollmux.errors import InputError
 
 DEFAULT_URL = "http://127.0.0.1:8470"
@@ -92,30 +92,56 @@ def serve(
     overrides given; with a journal that already has records, the service recovers from it
     and its journaled configuration wins (the cluster file must then match the journal's,
     or be omitted)."""
-    import logging
-
     from rollmux.live.server import admin_token, parse_listen
     from rollmux.live.server import serve as run_server
-    door = _door(locals())
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
+    door = _door(locals())  # (logging: the root's --log-level)
+    try:  # every flag, file and the port are checked before anything is created
         where = parse_listen(listen)
-        if (tls_cert is None) != (tls_key is None):
-            raise InputError("--tls-cert/--tls-key", "give both or neither")
+        _check_tls(tls_cert, tls_key)
         cfg = _serve_config(profile, s.given_flags(locals()), sets)
         password, scrape = _secrets(store, redis_password_file, metrics_token_file)
+        spec = load_cluster(cluster)[0]
+        check_port(where.host, where.port, listen)
         token = admin_token(admin_token_file)
-        core, telemetry, journal = _start_core(store, wait_store, cluster, cfg, token, password=password,
-                                               heartbeat_timeout_s=heartbeat_timeout, lease_min_s=lease_min,
-                                               turn_grace_s=turn_grace)
+        core, telemetry, journal, recovering = _start_core(
+            store, wait_store, cluster, spec, cfg, token, password=password,
+            heartbeat_timeout_s=heartbeat_timeout, lease_min_s=lease_min, turn_grace_s=turn_grace)
         if watch_ray or ray_address:
             _connect_ray(core, ray_address, watch_ray)
-        out.print(f"rollmux scheduler on {'https' if tls_cert else 'http'}://{listen}; journal {journal.url} "
-                  f"({core.recovered_records} records recovered); admin token in {admin_token_file}; "
-                  "SIGINT/SIGTERM stops it", highlight=False)
+        journal_said = (f"journal {journal.url} ({core.recovered_records} records recovered)" if recovering
+                        else f"new journal {journal.url}")
+        out.print(f"rollmux scheduler on {'https' if tls_cert else 'http'}://{listen}; {journal_said}; "
+                  f"admin token in {admin_token_file}; SIGINT/SIGTERM stops it", highlight=False, soft_wrap=True)
         run_server(core, where, telemetry, tls_cert, tls_key, door, metrics_token=scrape)
     except InputError as exc:
         fail(exc)
+
+
+def _check_tls(cert: Optional[Path], key: Optional[Path]) -> None:
+    """Both TLS files or neither, and a pair that loads; InputError naming the flags otherwise."""
+    if (cert is None) != (key is None):
+        raise InputError("--tls-cert/--tls-key", "give both or neither")
+    if cert is not None and key is not None:
+        import ssl
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise InputError(f"--tls-cert {cert} / --tls-key {key}",
+                             f"cannot load ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def check_port(host: str, port: int, listen: str) -> None:
+    """Bind HOST:PORT once (as the server will, address reuse on) and let it go: InputError naming
+    --listen if the port is in use or the address is not this machine's."""
+    import socket
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+    except OSError as exc:
+        raise InputError(f"--listen {listen}", f"cannot listen there ({exc.strerror or exc})") from None
 
 
 def _no_password_in(store: str, where: str) -> None:
@@ -171,20 +197,17 @@ def _serve_config(profile: str, flags: dict[str, Any], sets: Optional[list[str]]
     return cfg
 
 
-def _start_core(store: str, wait_store: float, cluster: Optional[Path], cfg: SchedulerConfig, token: str,
-                password: Optional[str] = None, **knobs: Any):
-    """The scheduler core on its journal (new, or recovered), its telemetry and the journal;
-    `password`: the Redis store's."""
+def _start_core(store: str, wait_store: float, cluster: Optional[Path], spec: Any, cfg: SchedulerConfig,
+                token: str, password: Optional[str] = None, **knobs: Any):
+    """The scheduler core on its journal (new, or recovered), its telemetry, the journal and whether
+    it was recovered; `spec`: the cluster file's (`cluster`) or the embedded one; `password`: the Redis store's."""
     from rollmux.live.journal import JournalError
     from rollmux.live.refusals import ServiceError
     from rollmux.live.service import SchedulerCore
     from rollmux.live.telemetry import Telemetry
     journal = _open_store(store, wait_store, password)
     try:
-        recovering = bool(journal.records())
-        spec, warnings = load_cluster(cluster)
-        for w in warnings:
-            err.print(f"[yellow]warning:[/] {w}", highlight=False)
+        recovering = journal.snapshot() is not None or bool(journal.records())
         holder: dict = {}
         telemetry = Telemetry(lambda: holder["core"].request("metrics").result(timeout=10))
         core = holder["core"] = SchedulerCore(None if recovering and cluster is None else spec.model_dump(),
@@ -193,7 +216,7 @@ def _start_core(store: str, wait_store: float, cluster: Optional[Path], cfg: Sch
     except (JournalError, ServiceError) as exc:
         journal.close()
         raise InputError("--store", str(exc)) from None
-    return core, telemetry, journal
+    return core, telemetry, journal, recovering
 
 
 def _open_store(store: str, wait_s: float, password: Optional[str] = None):
@@ -212,17 +235,15 @@ def _open_store(store: str, wait_s: float, password: Optional[str] = None):
 
 
 def read_job(job_file: Path) -> dict:
-    """A job record from its file (YAML or JSON), validated as a trace line; InputError naming the file."""
-    import yaml
-    text = job_file.read_text() if job_file.exists() else None
-    if text is None:
-        raise InputError(str(job_file), "no such file")
+    """A job record from its file (YAML or JSON), validated as a trace line; InputError naming the
+    file, the line and the field."""
     try:
-        record = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(str(job_file), f"not valid YAML/JSON ({exc})") from None
-    parse_jobs([json.dumps(record)], str(job_file))  # same validation and messages as a trace line
-    return record
+        text = job_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(str(job_file), "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(job_file), f"cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    return parse_job_file(text, str(job_file))
 
 
 def _admin_client(url: str, admin_token_file: Path):
@@ -323,7 +344,8 @@ def journal_check(store: str = typer.Argument(..., help="A SQLite file path or r
 
 @journal_app.command("repair")
 def journal_repair(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
-    """Back the journal up, then truncate it after its last good record."""
+    """Back the journal up, then truncate it after its last good record (a file with damaged pages:
+    recover every valid record a replay can use, and say what was lost)."""
     from rollmux.live.journal.repair import repair_store
     report = _journal_tool(repair_store, store)
-    out.print(f"kept {report.kept} records, dropped {report.dropped}; backup {report.backup}", highlight=False)
+    out.print(report.summary(), highlight=False, soft_wrap=True)

@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollmux.cli import settings as s
-from rollmux.cli.app import app, err, fail, out, write_json
+from rollmux.cli.app import app, err, fail, out, tables_to_stderr, write_json
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import load_cluster, load_jobs
 from rollmux.errors import InputError
@@ -46,7 +46,8 @@ def simulate(
     profile: str = s.PROFILE,
     sets: Optional[list[str]] = s.SETS,
     seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here (-: on stdout, "
+                                                                 "the table then on stderr)."),
     accounting: str = typer.Option("work", "--accounting", help=f"{' or '.join(ACCOUNTINGS)}: every job runs "
                                    "all its iterations (work), or stays exactly its trace duration whatever its "
                                    "slowdown, throughput reported (paper: the authors' cost code)."),
@@ -85,7 +86,8 @@ def simulate(
                 return lambda done, total: bar.update(task, completed=done)
             result = compare(job_list, spec, names, cfg, progress_for, seed=seed, flat_sync=flat_sync,
                              accounting=books)
-        out.print(comparison_table(result, job_list, spec, trace.source))
+        with tables_to_stderr(json_out):
+            out.print(comparison_table(result, job_list, spec, trace.source))
         if json_out is not None:
             write_json(json_out, result.to_json())
     except InputError as exc:

@@ -9,10 +9,12 @@ from typing import Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rollmux.cli.app import app, bench_app, err, fail, out, workload_app, write_json
+from rollmux.cli.app import app, bench_app, err, fail, out, tables_to_stderr, to_stdout, workload_app, write_json
 from rollmux.core.spec import JobSpec
 from rollmux.core.trace_io import dump_jobs
 from rollmux.errors import InputError
+
+TRACES_HELP = "Trace folder (default: $ROLLMUX_TRACES, else the traces that ship in the package)."
 
 
 @workload_app.command("philly")
@@ -23,7 +25,7 @@ def workload_philly(
     mode: str = typer.Option("catalog", "--mode", help="paper (Table-6 profile classes) or catalog (Qwen2.5 jobs)."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the JSONL trace."),
-    traces: Optional[Path] = typer.Option(None, "--traces", help="Trace folder (default: $ROLLMUX_TRACES or ../shared/traces)."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help=TRACES_HELP),
 ) -> None:
     """Map real Philly arrivals and run times to RL post-training jobs."""
     from rollmux.workload import find_traces_dir, synthesize_philly
@@ -44,7 +46,7 @@ def workload_paper_trace(
                                 "job; 0: every rollout takes its measured mean, as the authors' simulator runs it."),
     sync: str = typer.Option("model", "--sync", help="model: weight sync over the paper's 20 Gbit/s link; none: "
                              "the measured iteration is the whole iteration."),
-    traces: Optional[Path] = typer.Option(None, "--traces", help="Trace folder (default: $ROLLMUX_TRACES or ../shared/traces)."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help=TRACES_HELP),
 ) -> None:
     """The paper's production trace (paper/wild.trace) with its measured profiles, as a JSONL trace."""
     from rollmux.workload import find_traces_dir
@@ -68,13 +70,16 @@ def _write_trace(job_list: list[JobSpec], output: Path) -> None:
 def optimal(
     jobs: Path = typer.Option(..., "--jobs", help="Job set (JSONL); all jobs are placed at once."),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster file (YAML)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON here (-: on stdout)."),
     max_group_size: int = typer.Option(5, "--max-group-size", min=1),
 ) -> None:
     """Offline optimum of a static job set vs RollMux and the busy-time bound ($/h)."""
     from rollmux.study.offline_optimum_cli import optimal_command
     try:
-        optimal_command(jobs, cluster, json_out, max_group_size)
+        with tables_to_stderr(json_out):
+            doc = optimal_command(jobs, cluster, None if to_stdout(json_out) else json_out, max_group_size)
+        if to_stdout(json_out):
+            write_json(json_out, doc)
     except InputError as exc:
         fail(exc)
 
@@ -83,7 +88,7 @@ def optimal(
 def study(
     quick: bool = typer.Option(False, "--quick", help="Small instances: under a minute."),
     out_dir: Path = typer.Option(Path("docs/study"), "--out", help="Where the markdown and PNGs go."),
-    traces: Optional[Path] = typer.Option(None, "--traces", help="Trace folder (default: ../shared/traces)."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help=TRACES_HELP),
     address: Optional[str] = typer.Option(
         None, "--address", help="Run the simulations on this Ray cluster (default: a private local Ray)."),
     workers: Optional[int] = typer.Option(
@@ -123,7 +128,7 @@ def bench_placement(
     n_jobs: int = typer.Option(1000, "--jobs", min=1, help="Active jobs already placed."),
     probes: int = typer.Option(50, "--probes", min=1, help="Placement decisions timed."),
     seed: int = typer.Option(0, "--seed"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write {jobs, p50_ms, p99_ms} here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write {jobs, p50_ms, p99_ms} here (-: on stdout)."),
     nominal: bool = typer.Option(False, "--nominal",
                                  help="Algorithm 1: nominal shapes, worst-case admission, Δ pricing (default: "
                                       "the search simulate runs, co-located mode aside)."),
@@ -132,8 +137,9 @@ def bench_placement(
     from rollmux.study.placement_bench import placement_latency
     try:
         r = placement_latency(n_jobs, probes=probes, seed=seed, shipped=not nominal)
-        out.print(f"{r['jobs']} active jobs in {r['groups']} groups: placement p50 {r['p50_ms']:.2f} ms, "
-                  f"p99 {r['p99_ms']:.2f} ms over {probes} decisions")
+        with tables_to_stderr(json_out):
+            out.print(f"{r['jobs']} active jobs in {r['groups']} groups: placement p50 {r['p50_ms']:.2f} ms, "
+                      f"p99 {r['p99_ms']:.2f} ms over {probes} decisions")
         if json_out is not None:
             write_json(json_out, {k: r[k] for k in ("jobs", "p50_ms", "p99_ms")})
     except InputError as exc:

@@ -16,14 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 
 from rollmux.core.vocabulary import Mode
 
-# What a job id may be (README "HTTP API"): letters, digits, '.', '_' and '-', at most 63
+# What a job id may be (docs/reference/http-bodies.md): letters, digits, '.', '_' and '-', at most 63
 # characters, starting with a letter or a digit, and none of the reserved names (any case). The
 # service's own identities ("<admin>") and routes can then never be mistaken for a job.
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 RESERVED_JOB_IDS = ("admin", "dashboard", "login", "logout", "metrics", "root", "status")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
-# The ranges of a job record's numbers (README "HTTP API"); every number is finite.
+# The ranges of a job record's numbers (docs/reference/http-bodies.md); every number is finite.
 MIN_TIME_S = 1e-9                   # a declared phase time (seconds) is at least a nanosecond
 MAX_PHASE_S = 7 * 86400.0           # and at most a week: one phase of one iteration, a sync, a switch
 MAX_DURATION_S = 366 * 86400.0      # a job's declared work: at most a year
@@ -32,6 +32,12 @@ MAX_SLO = 100.0
 MAX_GPUS = 4096
 MAX_HOST_GB = 65536.0               # host memory per node, and one model copy (GB)
 MAX_SCALE = 1000.0                  # a drift's ground-truth slowdown or speed-up
+# The ranges of the cluster file's numbers; every number is finite.
+MAX_GPUS_PER_NODE = 64
+MAX_NODES = 4096                    # a pool's node cap
+MAX_PRICE = 1000.0                  # $ per GPU-hour
+MAX_MEM_BW_TBS = 100.0
+MAX_LINK_GBPS = 1e6                 # the migration rate (GB/s) and the inter-pool link (Gbit/s)
 
 
 def job_id_problem(value: object) -> str | None:
@@ -228,12 +234,12 @@ _DERIVED = tuple(n for n, v in vars(JobSpec).items() if isinstance(v, cached_pro
 class PoolSpec(_Strict):
     """One GPU pool: its hardware, price and optional node cap."""
 
-    gpu: str = Field(min_length=1)
-    gpus_per_node: int = Field(default=8, ge=1)
-    host_gb_per_node: float = Field(default=2048, gt=0)
-    price_per_gpu_hour: float = Field(ge=0)
-    max_nodes: int | None = Field(default=None, ge=1)
-    mem_bw_tbs: float | None = Field(default=None, gt=0)
+    gpu: str = Field(min_length=1, max_length=64)
+    gpus_per_node: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE)
+    host_gb_per_node: float = Field(default=2048, gt=0, le=MAX_HOST_GB)
+    price_per_gpu_hour: float = Field(ge=0, le=MAX_PRICE)
+    max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
+    mem_bw_tbs: float | None = Field(default=None, gt=0, le=MAX_MEM_BW_TBS)
 
     def nodes_for(self, gpus: int) -> int:
         """Whole nodes needed for `gpus` GPUs."""
@@ -263,12 +269,12 @@ class ClusterSpec(_Strict):
     """The cluster file (DESIGN §2)."""
 
     pools: Pools
-    warm_switch_s: float = Field(default=2.0, ge=0)
-    cold_switch_s: float = Field(default=135.0, ge=0)
+    warm_switch_s: float = Field(default=2.0, ge=0, le=MAX_PHASE_S)
+    cold_switch_s: float = Field(default=135.0, ge=0, le=MAX_PHASE_S)
     # How fast a migrating job's host-resident training state moves to its new nodes (GB/s).
-    migration_gb_per_s: float = Field(default=1.8, gt=0)
+    migration_gb_per_s: float = Field(default=1.8, gt=0, le=MAX_LINK_GBPS)
     # Aggregate bandwidth between the pools, shared by concurrent weight syncs (None: unlimited).
-    inter_pool_gbps: float | None = Field(default=None, gt=0)
+    inter_pool_gbps: float | None = Field(default=None, gt=0, le=MAX_LINK_GBPS)
 
     def job_unplaceable_reason(self, job: JobSpec) -> str | None:
         """Why `job` can never be placed on this cluster, or None if it can."""

@@ -1,7 +1,7 @@
 """Reading and writing the job trace (JSON Lines) and the cluster file (YAML).
 
-Every error names the file, the line and the field; unknown fields are
-reported as warnings, never silently dropped or fatal.
+Every error names the file, the line and the field; an unknown field is an
+error too (a misspelt field would otherwise be silently ignored).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ DEFAULT_CLUSTER = "default_cluster.yaml"
 
 @dataclass
 class Trace:
-    """Validated jobs of a trace, sorted by arrival, plus load-time warnings."""
+    """Validated jobs of a trace, sorted by arrival, plus load-time warnings (none at present: every
+    problem is an error)."""
 
     jobs: list[JobSpec]
     source: str
@@ -64,8 +65,9 @@ def parse_jobs(lines: list[str], source: str) -> Trace:
             raise InputError(f"{place}: field 'job_id'",
                              f"duplicate job_id {job.job_id!r} (first on line {seen[job.job_id]})")
         seen[job.job_id] = lineno
-        for name in unknown_fields(job):
-            warnings.append(f"{place}: unknown field '{name}' ignored")
+        unknown = unknown_fields(job)
+        if unknown:
+            raise InputError(f"{place}: field '{unknown[0]}'", "unknown field")
         jobs.append(job)
     if not jobs:
         raise InputError(source, "the trace holds no jobs")
@@ -114,8 +116,8 @@ def _yaml_line(root: yaml.Node | None, loc: tuple) -> int | None:
     return line
 
 
-def parse_cluster(text: str, source: str) -> tuple[ClusterSpec, list[str]]:
-    """Validate cluster YAML text; raise InputError naming source:line and field."""
+def _yaml_document(text: str, source: str, what: str) -> tuple[yaml.Node | None, dict]:
+    """The YAML document's node tree (for line numbers) and its data, which must be a mapping."""
     try:
         root = yaml.compose(text)
         data = yaml.safe_load(text)
@@ -124,17 +126,39 @@ def parse_cluster(text: str, source: str) -> tuple[ClusterSpec, list[str]]:
         line = f":{mark.line + 1}" if mark is not None else ""
         raise InputError(f"{source}{line}", f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(data, dict):
-        raise InputError(source, "the cluster file must be a YAML mapping with 'pools'")
+        raise InputError(source, f"{what} must be a YAML mapping")
+    return root, data
+
+
+def _validated_yaml(model: type[BaseModel], text: str, source: str, what: str) -> tuple[BaseModel, dict]:
+    """`model` validated from YAML text, and the data; InputError naming source:line and field for an
+    invalid or unknown field (its own line in the file)."""
+    root, data = _yaml_document(text, source, what)
     try:
-        cluster = ClusterSpec.model_validate(data)
+        value = model.model_validate(data)
     except ValidationError as exc:
         loc = exc.errors()[0].get("loc", ())
         fld, msg = pydantic_reason(exc)
-        line = _yaml_line(root, loc)
-        raise InputError(f"{source}:{line}: field '{fld}'", msg) from None
-    warnings = [f"{source}:{_yaml_line(root, tuple(n.split('.')))}: unknown field '{n}' ignored"
-                for n in unknown_fields(cluster)]
-    return cluster, warnings
+        raise InputError(f"{source}:{_yaml_line(root, loc)}: field '{fld}'", msg) from None
+    unknown = unknown_fields(value)
+    if unknown:
+        name = unknown[0]
+        raise InputError(f"{source}:{_yaml_line(root, tuple(name.split('.')))}: field '{name}'", "unknown field")
+    return value, data
+
+
+def parse_cluster(text: str, source: str) -> tuple[ClusterSpec, list[str]]:
+    """Validate cluster YAML text; raise InputError naming source:line and field (no warnings are left:
+    an unknown field is an error)."""
+    cluster, _ = _validated_yaml(ClusterSpec, text, source, "the cluster file (with 'pools')")
+    return cluster, []
+
+
+def parse_job_file(text: str, source: str) -> dict:
+    """One job record from a YAML or JSON file's text (a trace line's fields), validated as a job;
+    InputError naming source:line and field, the field's own line."""
+    _, data = _validated_yaml(JobSpec, text, source, "a job file")
+    return data
 
 
 def load_cluster(path: str | Path | None = None) -> tuple[ClusterSpec, list[str]]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -152,6 +153,21 @@ def _timeline(rows: list[dict], png: Path, jobs=JOBS) -> None:
     plt.close(fig)
 
 
+def picture(rows: list[dict], png: Path | None, jobs=JOBS) -> str | None:
+    """The timeline picture at `png`, only where asked (None: none drawn); its path or None."""
+    if png is None:
+        return None
+    _timeline(rows, Path(png), jobs)
+    return str(png)
+
+
+def sayer(quiet: bool = False):
+    """What the demo says as it goes: one line each on stderr, after `demo: ` (stdout is the JSON's)."""
+    if quiet:
+        return lambda line: None
+    return lambda line: print(f"demo: {line}", file=sys.stderr, flush=True)
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
@@ -168,10 +184,11 @@ class _Plan:
     seed: int
 
 
-def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path = Path("demo_timeline.png"),
+def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path | None = None,
              seed: int = 0, slo: float = 2.0, quiet: bool = False, trl: bool = False) -> dict:
-    """Run the demo; returns (and writes to json_out) its report."""
-    say = (lambda *a: None) if quiet else print
+    """Run the demo; returns (and writes to json_out) its report; its timeline picture only to `png_out`.
+    Progress (a line per job and iteration) and the summary go to stderr."""
+    say = sayer(quiet)
     plan = _Plan(dict(JOBS), slo, iterations, seed)
     t_demo = time.perf_counter()
     slots = worker_slots(INTRA)[0]  # a job's rollout workers: one per slot of its rollout node
@@ -181,8 +198,8 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
                     stack.enter_context(tempfile.TemporaryDirectory(prefix="rollmux-demo-")))
         work.mkdir(parents=True, exist_ok=True)
         cluster = dl.PoolCluster(stack)
-        say(f"cluster up in {time.perf_counter() - t_demo:.1f}s: head + "
-            + ", ".join(f"{len(v)} {p} nodes" for p, v in cluster.nodes.items()))
+        say(f"cluster up in {time.perf_counter() - t_demo:.1f}s: {cluster.describe()}")
+        progress = stack.enter_context(dl.Progress(say))
         server = dl.start_service(stack, work, cluster.address, WARM_SWITCH_S, COLD_SWITCH_S, SETS)
         admin = HttpPermitClient(server.url, admin_token=server.admin_token)
         stack.callback(admin.close)
@@ -191,20 +208,22 @@ def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path =
                  for j, (pr, r, t, tf) in plan.jobs.items()}
         t_mux = time.perf_counter()
         got = dl.launch(stack, work, server, admin, cluster.address, specs, iterations, seed, slots, N_PROMPTS,
-                        TAIL_THRESHOLD, say)
+                        TAIL_THRESHOLD, say, progress, cluster.label)
         kill = dl.kill_shared_rollout_node(cluster, admin, list(plan.jobs), got.procs)
         say(f"killed rollout node {cluster.label(kill['killed'])} under {kill['jobs_on_it']}")
         codes = dl.wait_all(got.procs)
+        progress.poll()  # (the jobs' last lines before the run's)
         say(f"multiplexed run: {time.perf_counter() - t_mux:.2f}s; exit codes {codes}")
         views = {j: admin.job(j) for j in plan.jobs}
         mux = _results(got.out, plan, codes, work)
-        solo, solo_log = _solo(plan, slots, cluster, work, say)
+        solo, solo_log = _solo(plan, slots, cluster, work, say, progress)
         tenures = _tenures(work / "journal.db", time.time() - time.perf_counter())
         result = _report(plan, cluster, got, kill, views, codes, mux, solo, solo_log, png_out, tenures)
         _say_report(say, result)
         say(f"demo wall {time.perf_counter() - t_demo:.1f}s")
         if json_out is not None:
             Path(json_out).write_text(json.dumps(result, indent=2))
+            say(f"wrote {json_out}" + (f" and {png_out}" if png_out is not None else ""))
         return result
 
 
@@ -222,14 +241,18 @@ def _results(out: Path, plan: _Plan, codes: dict[str, int], work: Path) -> dict[
     return res
 
 
-def _solo(plan: _Plan, slots: int, cluster, work: Path, say) -> tuple[dict, PhaseLog]:
+def _solo(plan: _Plan, slots: int, cluster, work: Path, say, progress=None) -> tuple[dict, PhaseLog]:
     """The solo run: each job its own driver process (as in the multiplexed run), all at once, with
     fresh workers, no permits, state resident throughout. Returns per-job results and the phase log."""
     import torch
     out, t_solo = work / "results", time.perf_counter()
     procs = {j: dl.start_solo(work, cluster.address, j, plan.jobs[j][0], plan.seed, plan.iterations, slots,
                               N_PROMPTS, out) for j in plan.jobs}
+    for j in plan.jobs if progress is not None else ():
+        progress.follow(f"solo {j}", work / f"solo-{j}.log")
     codes = dl.wait_all(procs)
+    if progress is not None:
+        progress.poll()
     say(f"solo run: {time.perf_counter() - t_solo:.2f}s")
     solo, log = {}, PhaseLog()
     for j in plan.jobs:
@@ -266,7 +289,7 @@ def _launcher_block(cluster, kill: dict, views: dict, mux: dict, codes: dict) ->
 
 
 def _report(plan: _Plan, cluster, got, kill: dict, views: dict, codes: dict, mux: dict, solo: dict,
-            solo_log: PhaseLog, png_out: Path, tenures: dict) -> dict:
+            solo_log: PhaseLog, png_out: Path | None, tenures: dict) -> dict:
     """The demo's JSON report (and its timeline picture)."""
     import torch
     for j, r in mux.items():
@@ -278,7 +301,7 @@ def _report(plan: _Plan, cluster, got, kill: dict, views: dict, codes: dict, mux
     same = {j: set(mux[j]["weights"]) == set(solo[j]["weights"])
             and all(torch.equal(mux[j]["weights"][k], solo[j]["weights"][k]) for k in mux[j]["weights"])
             and mux[j]["rewards"] == solo[j]["rewards"] for j in plan.jobs}
-    _timeline(rows, Path(png_out), plan.jobs)
+    png = picture(rows, png_out, plan.jobs)
     doubles = _double_grants(rows)
     held = {cluster.label(n): t for n, t in tenures.items()}
     pool_of = lambda n: n.split("-")[0]  # noqa: E731 -- `rollout-0`, `train-solo-heavy`
@@ -297,7 +320,7 @@ def _report(plan: _Plan, cluster, got, kill: dict, views: dict, codes: dict, mux
         "on_policy_identical": bool(all(same.values())),
         "warm_switch_s": round(_mean([x for r in mux.values() for x in r["warm"]]), 6),
         "cold_switch_s": round(_mean([x for r in mux.values() for x in r["cold"]]), 6),
-        "timeline_png": str(png_out),
+        "timeline_png": png,
         "long_tail_migrations": sum(r["migrations"] for r in mux.values()),
         "double_grants": len(doubles),
         "sync": {"strategy": SYNC_STRATEGY, "mean_s": round(_mean([x for r in mux.values() for x in r["sync_s"]]), 6)},

@@ -36,7 +36,7 @@ from typing import Any
 
 import ray
 
-from rollmux.harness.demo_jobs import CONTROL, JobActors, PhaseLog, Worker, _Rollout
+from rollmux.harness.demo_jobs import CONTROL, JobActors, PhaseLog, Worker, _Rollout, progress_line
 
 WAIT_MOVE_S = 180.0  # how long a job whose node died waits to be placed again
 # A weight sync whose peer died with its node fails within this (rather than the 300 s default), so the
@@ -72,26 +72,26 @@ class LaunchedJob:
         self.moves += 1
         self._place(grant)
 
-    def onload(self, phase: str) -> None:
-        """Place the phase's side where its permit says (a no-op when it is there), then onload it."""
+    def onload(self, pool: str) -> None:
+        """Place the pool's side where its permit says (a no-op when it is there), then onload it."""
         grant = self.shim.grant
-        if phase in ("rollout", "train"):
-            self.groups.add(grant.group_id)
-        if phase == "rollout":
-            self._place(grant)
+        self.groups.add(grant.group_id)
+        self._place(grant)
+        if pool == "rollout":
             slots = self._slots(grant)
             self.warm.extend(ray.get([self.actors.rollout[s].onload.remote() for s in slots]))
             self.onloaded.update(slots)
-        elif phase == "train":
-            self._place(grant)
+        else:
             self.warm.append(ray.get(self.actors.trainer.onload.remote()))
 
-    def offload(self, phase: str) -> None:
-        """Offload what the phase onloaded."""
-        if phase == "rollout":
+    def offload(self, pool: str) -> None:
+        """Offload what the phase onloaded (the init phase onloaded nothing: the workers start offloaded)."""
+        if self.shim.grant.phase == "init":
+            return
+        if pool == "rollout":
             ray.get([self.actors.rollout[s].offload.remote() for s in self.onloaded])
             self.onloaded.clear()
-        elif phase == "train":
+        else:
             ray.get(self.actors.trainer.offload.remote())
 
     def on_tail(self, grant) -> None:
@@ -182,7 +182,8 @@ class LaunchedJob:
     # -- the loop --------------------------------------------------------------------------------
     def run(self, shim, iterations: int) -> dict:
         """init, then rollout -> train -> sync `iterations` times, riding out moves and a lost node."""
-        self.shim = shim
+        self.shim, self.iterations = shim, iterations
+        self.phase_s = {"rollout": 0.0, "train": 0.0}  # the last iteration's phases, for its progress line
         out: dict = {"rewards": [], "losses": [], "sync_s": [], "aborted": 0}
         self.start_placed()
         with shim.phase("init"):
@@ -195,12 +196,15 @@ class LaunchedJob:
                 began = time.perf_counter()
             try:
                 if trained < it:
+                    s = time.perf_counter()
                     parts = self._rollout(shim, it, out)
+                    self.phase_s["rollout"] = time.perf_counter() - s
                     with shim.phase("train") as grant:
                         s = time.perf_counter()
                         metrics = ray.get(self.actors.trainer.train.remote(it, *parts))
                         self.log.add(self.job_id, "train", "train", grant.node_ids[0], (0,), it, s,
                                      time.perf_counter(), self.ran["train"])
+                    self.phase_s["train"] = time.perf_counter() - s
                     out["rewards"].append(metrics["mean_reward"])
                     out["losses"].append(metrics["loss"])
                     trained = it
@@ -223,6 +227,7 @@ class LaunchedJob:
     def _done(self, out: dict, it: int, began: float) -> int:
         """Iteration `it` is done: its interval; the next iteration."""
         out["iters"].append((began, time.perf_counter()))
+        print(progress_line(it + 1, self.iterations, self.phase_s["rollout"], self.phase_s["train"]), flush=True)
         return it + 1
 
     def _rollout(self, shim, it: int, out: dict) -> list:

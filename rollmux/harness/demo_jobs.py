@@ -41,6 +41,12 @@ import ray
 from rollmux.shim import JobShim, slots_given_up
 
 SYNC_STRATEGY = "topology"  # rollmux.weightsync: each training rank sends 1/N, rollout ranks all-gather
+PROGRESS = "demo-progress:"  # a job's line per iteration in its log (the demo forwards it: demo_launch.Progress)
+
+
+def progress_line(it: int, total: int, rollout_s: float, train_s: float) -> str:
+    """The line a demo job prints when iteration `it` (from 1) of `total` is done, with its phases' seconds."""
+    return f"{PROGRESS} it {it}/{total} rollout {rollout_s:.2f} s train {train_s:.2f} s"
 SYNC_TIMEOUT_S = 300.0      # the weight-sync group's rendezvous and store timeout (SyncGroup's default)
 # A worker's control thread (Ray concurrency group): `abort` reaches the actor while `respond` runs.
 CONTROL = {"control": 1}
@@ -290,22 +296,21 @@ class Hooks:
         self.rollout: _Rollout | None = None
         self.shim: JobShim | None = None
 
-    def onload(self, phase: str) -> None:
-        if phase == "rollout":
+    def onload(self, pool: str) -> None:
+        if pool == "rollout":
             slots = self.shim.grant.slots(0)
             self.warm.extend(ray.get([self.actors.rollout[s].onload.remote() for s in slots]))
             self.onloaded.update(slots)
-        elif phase == "train":
+        else:
             self.warm.append(ray.get(self.actors.trainer.onload.remote()))
 
-    def offload(self, phase: str) -> None:
-        if phase == "rollout":
-            ray.get([self.actors.rollout[s].offload.remote() for s in self.onloaded])
+    def offload(self, pool: str) -> None:
+        if pool == "rollout":  # the init phase's offload: every slot (the workers start resident)
+            init = self.shim.grant.phase == "init"
+            ray.get([a.offload.remote() for s, a in enumerate(self.actors.rollout) if init or s in self.onloaded])
             self.onloaded.clear()
-        elif phase == "train":
+        else:
             ray.get(self.actors.trainer.offload.remote())
-        elif phase == "init":
-            ray.get([a.offload.remote() for a in self.actors.all()])
 
     def on_tail(self, grant) -> None:
         self.rollout.give_up(grant)
@@ -322,6 +327,7 @@ def drive(job_id: str, actors: JobActors, iterations: int, log: PhaseLog, nodes:
             ray.get([a.reset.remote() for a in actors.all()])
     t_start = time.perf_counter()
     for it in range(iterations):
+        t_it = time.perf_counter()
         with phase("rollout") as grant:
             ro = _Rollout(job_id, it, actors, grant.slots(0) if shim else slots, nodes[0], log,
                           hooks.onloaded if hooks else set(), n_prompts)
@@ -335,6 +341,7 @@ def drive(job_id: str, actors: JobActors, iterations: int, log: PhaseLog, nodes:
             run.rewards.append(metrics["mean_reward"])
             run.losses.append(metrics["loss"])
             log.add(job_id, "train", "train", nodes[1], (0,), it, s, time.perf_counter())
+        print(progress_line(it + 1, iterations, s - t_it, time.perf_counter() - s), flush=True)
         with phase("sync"):
             s = time.perf_counter()
             ray.get([actors.trainer.send_weights.remote()] + [w.receive_weights.remote() for w in actors.rollout])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from rollmux.core.spec import default_cluster
+from rollmux.harness.demo_jobs import PROGRESS
 from rollmux.live.client import HttpPermitClient
 from rollmux.live.codec import live_job_record
 from rollmux.live.local import ProcessServer
@@ -55,6 +57,16 @@ class PoolCluster:
                 self.nodes[pool].append(node.node_id)
         self.cluster.wait_for_nodes()
         self.address = self.cluster.address
+        self.head = self.cluster.head_node.node_id
+        self.started = started_by_pool(self.cluster.list_all_nodes())
+        self.nodes = {p: ids for p, ids in self.started.items() if p != "head"}  # (as Ray has them)
+
+    def describe(self) -> str:
+        """The Ray nodes started, by the pool resource each carries: `head 1a2b3c4d; rollout:
+        rollout-0 5e6f7a8b, ...` (a label, then the start of its Ray node id)."""
+        pools = "; ".join(f"{pool}: " + ", ".join(f"{self.label(n)} {n[:8]}" for n in ids)
+                          for pool, ids in self.started.items() if pool != "head")
+        return f"{sum(map(len, self.started.values()))} Ray nodes: head {self.head[:8]}; {pools}"
 
     def pool_of(self, node_id: str) -> str | None:
         """The pool of a Ray node id (None for one that is not a pool node)."""
@@ -68,6 +80,65 @@ class PoolCluster:
     def kill(self, node_id: str) -> None:
         """Remove the node's raylet (its workers die with it)."""
         self.cluster.remove_node(self.raylets[node_id])
+
+
+def started_by_pool(raylets) -> dict[str, list[str]]:
+    """Ray node ids by the pool resource their raylet was started with (`rollout_pool`,
+    `train_pool`; "head" for one with neither), in start order."""
+    out: dict[str, list[str]] = {"head": [], "rollout": [], "train": []}
+    for node in raylets:
+        pools = [p for p in ("rollout", "train") if f"{p}_pool" in (node._ray_params.resources or {})]
+        out[pools[0] if pools else "head"].append(node.node_id)
+    return out
+
+
+class Progress:
+    """Forwards the progress lines the jobs print to their logs (`demo_jobs.progress_line`) to
+    `say`, each after its job's label, as they come (a thread polls the logs)."""
+
+    def __init__(self, say, every_s: float = 0.5) -> None:
+        self._say, self._every = say, every_s
+        self._logs: dict[str, list] = {}  # label -> [path, bytes read]
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-progress", daemon=True)
+
+    def follow(self, label: str, log: Path) -> None:
+        """Forward `log`'s progress lines as `label`'s."""
+        with self._lock:
+            self._logs[label] = [Path(log), 0]
+
+    def poll(self) -> int:
+        """Forward every complete progress line written since the last poll; how many."""
+        n = 0
+        with self._lock:
+            for label, entry in self._logs.items():
+                path, seen = entry
+                if not path.exists():
+                    continue
+                with open(path, "rb") as f:
+                    f.seek(seen)
+                    chunk = f.read()
+                done = chunk[:chunk.rfind(b"\n") + 1]  # (a partial last line waits for the next poll)
+                entry[1] = seen + len(done)
+                for line in done.decode(errors="replace").splitlines():
+                    if line.startswith(PROGRESS):
+                        self._say(f"{label} {line[len(PROGRESS):].strip()}")
+                        n += 1
+        return n
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.poll()
+
+    def __enter__(self) -> "Progress":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.poll()
 
 
 def start_service(stack: contextlib.ExitStack, work: Path, ray_address: str, warm_s: float, cold_s: float,
@@ -95,9 +166,10 @@ class Launched:
 
 def launch(stack: contextlib.ExitStack, work: Path, server: ProcessServer, admin: HttpPermitClient,
            ray_address: str, jobs: dict[str, dict], iterations: int, seed: int, slots: int, n_prompts: int,
-           tail_threshold: float, say) -> Launched:
+           tail_threshold: float, say, progress: Progress | None = None, label=str) -> Launched:
     """`rollmux run` for every job, in order, each once the service has the one before (so all are
-    submitted before the first has done much: launching is what a job waits for, not placement)."""
+    submitted before the first has done much: launching is what a job waits for, not placement);
+    `progress` follows their logs, `label` names a Ray node."""
     got = Launched(out=work / "results")
     env = {**_environ(), "RAY_ADDRESS": ray_address, "RAY_NAMESPACE": NAMESPACE, "PYTHONUNBUFFERED": "1"}
     for jid, spec in jobs.items():
@@ -112,12 +184,15 @@ def launch(stack: contextlib.ExitStack, work: Path, server: ProcessServer, admin
         log = open(work / f"{jid}.log", "wb")  # noqa: SIM115 -- closed with the stack, after the job ends
         stack.callback(log.close)
         got.procs[jid] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        if progress is not None:
+            progress.follow(jid, work / f"{jid}.log")
         stack.callback(_stop, got.procs[jid])
         got.placed[jid] = _wait(lambda j=jid: _placed(admin, j), f"the service to place {jid}", got.procs[jid],
                                 work / f"{jid}.log")
         p = got.placed[jid]
+        nodes = {pool: [label(n) for n in ids if n] for pool, ids in (p.get("node_ids") or {}).items()}
         say(f"launched {jid}: {p.get('mode')} group {p.get('group_id')} ({p.get('case')}) on "
-            f"{p.get('node_ids')}")
+            + "; ".join(f"{pool} {' '.join(ids)}" for pool, ids in nodes.items() if ids))
     return got
 
 

@@ -10,7 +10,8 @@ local permit client on a one-member group, no service), and writes the record.
 
 where ``preset`` and ``options`` come from ``--preset`` and ``--set KEY=VALUE``
 (bad ones: raise ValueError or TypeError, the message names the problem), and the
-job has these methods (duck-typed, like the shim's hooks):
+job is a `rollmux.shim.Job`, the same object a job hands the shim under the scheduler
+(`JobShim(job_id, client, job=obj)`, `rollmux.init(job=obj)`):
 
     rollout(max_length: bool) -> batch   one rollout; max_length: every response runs
                                          to the job's maximum response length
@@ -20,8 +21,11 @@ job has these methods (duck-typed, like the shim's hooks):
                                          host memory (the shim's hooks)
     host_bytes() -> {pool: int}          bytes its offloaded state holds in host memory,
                                          per node of each pool (`rollmux.shim.tensor_bytes` helps)
+    init() (optional)                    builds its state, inside the init phase
 
-**What is measured.** `warmup` unrecorded iterations, then `runs` iterations, then
+**What is measured.** The init phase first (not timed: it runs once per placement, and
+its offload leaves the job holding nothing, as under the scheduler), then `warmup`
+unrecorded iterations, then `runs` iterations, then
 one at maximum response length. Rollout median and sigma come from the runs (sigma:
 the standard deviation of log rollout times), the maximum from the max-length
 iteration (or a slower run); training is the runs' median (the training time at the
@@ -49,7 +53,6 @@ import os
 import statistics
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -57,17 +60,16 @@ from pydantic import ValidationError
 
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colo_model import colocated_group
+from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import WallClockEnvironment
 from rollmux.core.group import isolated_group
 from rollmux.core.group_controller import GroupController
-from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import JobSpec, default_cluster
 from rollmux.errors import InputError, MissingExtra, extra_for, pydantic_reason
-from rollmux.shim import PHASES, JobShim, LocalPermitClient, tensor_bytes  # noqa: F401 (job modules' helper)
+from rollmux.shim import Job, JobShim, LocalPermitClient, run_init, run_iteration, tensor_bytes  # noqa: F401
 
 ENTRY_POINT = "make_job"
-METHODS = ("rollout", "train", "sync", "onload", "offload", "host_bytes")
-POOL_OF = {"rollout": "rollout", "train": "train", "sync": "train"}  # a phase's pool
+METHODS = ("rollout", "train", "sync", "onload", "offload", "host_bytes")  # a Job's required methods
 GB = 1e9  # host_gb is in GB (10^9 bytes)
 # The profiler times one job alone on its own nodes, with no switch cost between its phases.
 SOLO = SchedulerConfig().intra_for(default_cluster().model_copy(update={"warm_switch_s": 0.0}))
@@ -100,7 +102,7 @@ class Measured:
     host_bytes: dict[str, int] = field(default_factory=dict)
 
 
-def load_job(module: str, preset: str | None, options: dict[str, Any]) -> Any:
+def load_job(module: str, preset: str | None, options: dict[str, Any]) -> Job:
     """Import `module`, call its `make_job(preset, **options)`; InputError naming what is wrong."""
     if os.getcwd() not in sys.path:  # as `python -m` does: a job module in the working directory imports
         sys.path.insert(0, os.getcwd())
@@ -126,7 +128,7 @@ def load_job(module: str, preset: str | None, options: dict[str, Any]) -> Any:
     return job
 
 
-def _solo_shim(job: Any, job_id: str, env: WallClockEnvironment, colocated: bool) -> JobShim:
+def _solo_shim(job: Job, job_id: str, env: WallClockEnvironment, colocated: bool) -> JobShim:
     """The job's shim on its own one-member placement: disaggregated (its own rollout and
     training nodes) or co-located (every phase on its training nodes, the live plane's controller)."""
     placeholder = JobSpec(job_id=job_id, arrival_s=0.0, duration_s=1.0, slo=1.0, rollout_gpus=1, train_gpus=1,
@@ -138,12 +140,10 @@ def _solo_shim(job: Any, job_id: str, env: WallClockEnvironment, colocated: bool
             env, colocated_group(0, placeholder, cluster, planned_s=1.0), SOLO)
     else:
         ctl = GroupController(env, isolated_group(0, placeholder, cluster), SOLO)
-    client = LocalPermitClient(env, {job_id: ctl})
-    return JobShim(job_id, client, onload=lambda ph: job.onload(POOL_OF[ph]),
-                   offload=lambda ph: job.offload(POOL_OF[ph]), host_memory=job.host_bytes)
+    return JobShim(job_id, LocalPermitClient(env, {job_id: ctl}), job=job)
 
 
-def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], None] = lambda s: None,
+def measure(job: Job, job_id: str, runs: int, warmup: int, say: Callable[[str], None] = lambda s: None,
             colocated: bool = False) -> Measured:
     """Run the job's phases standalone through the shim; what they cost. Co-located: no
     maximum-length iteration (the record keeps the co-located means only)."""
@@ -154,14 +154,11 @@ def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], 
     out = Measured()
     kind = "co-located " if colocated else ""
     try:
+        _step(shim, kind, "the init phase", lambda: run_init(shim, job))
         for i in range(warmup + runs + (0 if colocated else 1)):
             at_max = i == warmup + runs
-            try:
-                rollout_s, train_s, sync_s = _iteration(job, shim, at_max)
-            except Exception as exc:  # the job's own code failed: where, in one line
-                phase = shim.history[-1].phase  # a phase that raises is released (and recorded) first
-                raise InputError("JOB_MODULE", f"the job's {phase} phase failed in {kind}iteration {i + 1}: "
-                                               f"{type(exc).__name__}: {exc}") from None
+            timings = _step(shim, kind, f"iteration {i + 1}", lambda: run_iteration(shim, job, at_max))
+            rollout_s, train_s, sync_s = (t.run_s for t in timings)
             if i < warmup:
                 continue
             if at_max:
@@ -181,24 +178,14 @@ def measure(job: Any, job_id: str, runs: int, warmup: int, say: Callable[[str], 
     return out
 
 
-def _iteration(job: Any, shim: JobShim, at_max: bool) -> tuple[float, float, float]:
-    """One iteration through the shim: (rollout, train, sync) run seconds (the shim's run
-    time: its onload and offload, the switches, are timed apart and left out)."""
-    with shim.phase("rollout"):
-        batch = job.rollout(max_length=at_max)
-    rollout_s = shim.history[-1].run_s
-    if "sync" in PHASES:  # the shim has a Sync phase: measured as its own permit
-        with shim.phase("train"):
-            job.train(batch)
-        with shim.phase("sync"):
-            job.sync()
-        return rollout_s, shim.history[-2].run_s, shim.history[-1].run_s
-    with shim.phase("train"):  # sync is the trainer pushing weights: inside its permit, timed apart
-        job.train(batch)
-        t0 = time.perf_counter()
-        job.sync()
-        sync_s = time.perf_counter() - t0
-    return rollout_s, shim.history[-1].run_s - sync_s, sync_s
+def _step(shim: JobShim, kind: str, where: str, step: Callable[[], Any]) -> Any:
+    """Run one step of the job through the shim; the job's own failure as one line naming its phase."""
+    try:
+        return step()
+    except Exception as exc:  # the job's own code failed: where, in one line
+        phase = shim.history[-1].phase  # a phase that raises is released (and recorded) first
+        raise InputError("JOB_MODULE", f"the job's {phase} phase failed in {kind}{where}: "
+                                       f"{type(exc).__name__}: {exc}") from None
 
 
 def job_record(m: Measured, opts: ProfileOptions, model: str | None = None, colo: Measured | None = None) -> dict:

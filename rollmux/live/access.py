@@ -67,7 +67,7 @@ class Access:
         self.refused_count += 1
         if self.telemetry is not None:
             self.telemetry.refused(exc.reason)
-        return exc(f"{op} for job {job_id!r}: {why}", field)
+        return exc(f"{op} for job {job_id!r}: {why}" if job_id is not None else f"{op}: {why}", field)
 
     # -- who is calling ---------------------------------------------------------------------
     def identify(self, token: Any) -> str | None:
@@ -77,18 +77,20 @@ class Access:
         h = hash_token(token)
         if self._admin_hash is not None and hmac.compare_digest(h, self._admin_hash):
             return ADMIN
+        # Read once each: a rollback swaps the map and the state whole (never a half-built one).
         jid = self._token_of.get(h)
         job = self.state.jobs.get(jid) if jid is not None else None
         # The dict lookup found the candidate; the stored hash is still compared in constant time.
         return jid if job is not None and hmac.compare_digest(h, job.token_hash) else None
 
-    def caller(self, token: Any, job_id: Any = None) -> str:
-        """The identity of `token`, or AuthError (401) naming the job it was meant for."""
+    def caller(self, token: Any, job_id: Any = None, route: str | None = None) -> str:
+        """The identity of `token`, or AuthError (401) naming the job it was meant for, or else the route."""
         who = self.identify(token)
         if who is None:
+            op = "auth" if job_id is not None or not route else f"auth on {str(route)[:80]}"
             if not token:
-                raise self._refuse("auth", job_id, "no bearer token", NoToken)
-            raise self._refuse("auth", job_id, "missing or wrong token", AuthError)
+                raise self._refuse(op, job_id, "no bearer token", NoToken)
+            raise self._refuse(op, job_id, "missing or wrong token", AuthError)
         return who
 
     def _authorize(self, op: str, caller: str, job_id: Any, admin_ok: bool = False):

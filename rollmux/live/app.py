@@ -17,6 +17,9 @@ core's future. Routes (JSON in and out):
   GET    /metrics                    anyone, or   Prometheus text exposition; with a scrape token (serve
                                      admin/scrape --metrics-token-file) only for it or the admin, and without
                                                   one no series names a job
+  GET    /healthz                    anyone       liveness: 200 "ok" once the process answers (no work done)
+  GET    /readyz                     anyone       readiness: 200 "ready", or 503 with a one-line reason when
+                                                  the scheduler thread has stopped or the journal is closed
   GET    /                           admin login  the dashboard (an HttpOnly session cookie; dashboard/routes.py:
                                                   POST /login, POST /logout, Origin and CSRF checks)
 
@@ -48,6 +51,7 @@ from rollmux.core.spec import JOB_ID_PATTERN, job_id_problem
 from rollmux.live import wire
 from rollmux.live.dashboard.routes import Dashboard
 from rollmux.live.handoff import bridge
+from rollmux.live.journal import JournalError
 from rollmux.live.refusals import AuthError, BadRequest, Forbidden, NotFound, NoToken, ServiceError, shown
 from rollmux.live.service import ADMIN, SchedulerCore
 from rollmux.live.views import MAX_PAGE, PAGE
@@ -123,6 +127,21 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int | 
     return int(raw)
 
 
+def not_ready(core: SchedulerCore) -> str | None:
+    """Why `core` cannot serve (one line naming no job), or None: its scheduler thread runs and its journal reads."""
+    if core._stopping.is_set():
+        return "the scheduler is shutting down"
+    if not core._thread.is_alive():
+        return "the scheduler thread has stopped"
+    scan = getattr(core.journal, "scan", None)  # (the in-memory stand-in has nothing to read, nor to close)
+    if scan is not None:
+        try:  # one indexed read past the last record: nothing comes back, but a closed store raises
+            scan(core._last_seq)
+        except JournalError:
+            return f"the journal {core.journal.url} cannot be read (closed?)"
+    return None
+
+
 class Api:
     """The route handlers over one core (the dashboard's pages and sessions: `dashboard`)."""
 
@@ -141,7 +160,7 @@ class Api:
         token = _bearer(request)
         if token is None and self.dashboard.admin_by_cookie(request, job_id):
             return ADMIN
-        return self.core.caller(token, job_id)
+        return self.core.caller(token, job_id, f"{request.method} {request.url.path}")
 
     # -- jobs -----------------------------------------------------------------------------
     async def submit(self, request: Request) -> Response:
@@ -223,6 +242,18 @@ class Api:
         limit = _int_param(request, "limit", PAGE, 1, MAX_PAGE)
         return _json(await self._do("status", caller, offset, limit))
 
+    # -- probes ----------------------------------------------------------------------------------
+    async def healthz(self, request: Request) -> Response:
+        """Liveness: 200 whenever the process answers (no token, no work)."""
+        return Response("ok\n", media_type="text/plain")
+
+    async def readyz(self, request: Request) -> Response:
+        """Readiness: 200, or 503 with `not_ready`'s one line (no token; names no job)."""
+        reason = await run_in_threadpool(not_ready, self.core)
+        if reason is not None:
+            return Response(f"not ready: {reason}\n", status_code=503, media_type="text/plain")
+        return Response("ready\n", media_type="text/plain")
+
     # -- metrics ---------------------------------------------------------------------------------
     async def metrics(self, request: Request) -> Response:
         if self.telemetry is None:
@@ -275,6 +306,8 @@ def create_app(core: SchedulerCore, telemetry: Any = None, secure_cookies: bool 
         Route("/v1/jobs/{job_id}/finish", api.finish, methods=["POST"]),
         Route("/v1/status", api.status, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/healthz", api.healthz, methods=["GET"]),
+        Route("/readyz", api.readyz, methods=["GET"]),
         *api.dashboard.routes(),
     ]
     app = Starlette(routes=routes, exception_handlers={ServiceError: _service_error, HTTPException: _http_error,

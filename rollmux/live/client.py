@@ -3,7 +3,8 @@
 It carries each job's bearer token on every call, sends heartbeats from a
 background thread, long-polls for permits (a 204 means "ask again"), and rides
 out a restart of the server: connection errors and 503s are retried until
-`retry_for_s`, a release the old instance already applied is recognised (409
+`retry_for_s`, and so is a 401 that directly follows one (the server was restarting or
+rolling a failed write back; any other 401 is final), a release the old instance already applied is recognised (409
 after a retry), and `last_grant` lets the server tell a lost reply from an
 acquire that overtook its release.
 """
@@ -175,13 +176,19 @@ class HttpPermitClient:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         deadline = time.monotonic() + self.retry_for_s
-        retried = False
+        retried = unavailable = False
         while True:
             try:
                 resp = self._http.request(method, self.base_url + path, body=data, headers=headers)
             except urllib3.exceptions.HTTPError:
                 resp = None
-            if resp is not None and resp.status not in (502, 503, 504):
+            if resp is not None and resp.status == 401 and unavailable and time.monotonic() <= deadline:
+                unavailable = False  # once per 503: a token the server does not know stays refused
+                self.retries += 1
+                time.sleep(0.1)
+                continue
+            unavailable = resp is None or resp.status in (502, 503, 504)
+            if not unavailable:
                 if resp.status == 204:
                     return None
                 if 200 <= resp.status < 300:

@@ -54,6 +54,7 @@ from rollmux.live.codec import dump_state, load_state
 from rollmux.live.nodemap import POOLS, Binding, NodeMap
 
 EWMA = 0.3  # weight of the newest phase measurement in a job's profile
+WINDOW = 5  # iterations in a job's recent iteration time (beside its whole-run mean; live/views.py)
 QUEUED, RUNNING, MOVING = JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.MOVING
 
 
@@ -90,6 +91,9 @@ class LiveJob:
     host_measured: dict[str, float] = field(default_factory=dict)  # pool -> most host GB per node measured
     last_factor: float = 1.0          # the elastic factor its last rollout ran at (core/elastic.py)
     inited: int = 0                   # the epoch (placement) its init was last granted in
+    first_phase_at: float | None = None  # wall-clock seconds of its first permit: its iterations are timed from there
+    timed_from: int = 0               # iterations it had then (an older snapshot's job: some untimed)
+    iteration_ends: list[float] = field(default_factory=list)  # wall-clock ends of its last WINDOW + 1 iterations
 
     @property
     def job_id(self) -> str:
@@ -173,6 +177,8 @@ class LiveState:
                 raise ReplayError(f"grant of {r.phase} to {r.job_id} does not replay")
         job.held[r.phase] = r.permit()
         self.grants += 1
+        if job.first_phase_at is None:
+            job.first_phase_at, job.timed_from = r.at, job.iterations
         if r.phase == Phase.INIT:
             job.inited = r.epoch
 
@@ -193,6 +199,10 @@ class LiveState:
         job.profile[phase] = run_s if old is None else (1 - EWMA) * old + EWMA * run_s
         if phase == Phase.TRAIN:
             job.iterations += 1
+            # The iteration's end: its permit's grant, then the phase as the job measured it
+            # (both journaled: a replay finds the same end).
+            end = grant["at"] + sum(r.timings.get(k, 0.0) for k in ("onload_s", "run_s", "offload_s"))
+            job.iteration_ends = [*job.iteration_ends[-WINDOW:], end]
 
     def _tail(self, r: Tail, replay: bool) -> None:
         self.cluster.controllers[self.jobs[r.job_id].group_id].tail_started(r.job_id)

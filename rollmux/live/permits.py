@@ -18,6 +18,7 @@ from typing import Any
 from rollmux.core.colo_model import colocated_phases, group_gpus
 from rollmux.core.records import Grant, Memory, Observe, Release, Tail
 from rollmux.core.vocabulary import Phase, Pool
+from rollmux.live.journal import JournalError
 from rollmux.live.refusals import Conflict, ServiceError
 from rollmux.live.wire import MAX_HOST_BYTES, TIMING_FIELDS, timings_problem
 from rollmux.shim import PHASES
@@ -37,6 +38,7 @@ class Permits:
     tail_threshold: float
     _gen: int
     _waiting: dict[tuple[str, str], Future]
+    _replies: list  # (future, value, error) held until their batch commits (the core's)
     _after_release: dict[tuple[str, str], Future]
     _timeline: deque[dict]
     _open: dict[tuple[str, str], list[dict]]
@@ -92,8 +94,12 @@ class Permits:
             if gen != self._gen:  # a controller from before a rebuild
                 return
             fut = self._waiting.pop((job_id, phase))
-            self._record(self._grant_record(job_id, phase, grant, ctl.group.member(job_id)))
-            permit = job.held[phase]  # (a JournalError above unwinds to `request`, which rebuilds)
+            try:
+                self._record(self._grant_record(job_id, phase, grant, ctl.group.member(job_id)))
+            except JournalError:  # unwinds to `request`, which rolls back and fails this waiter too (503)
+                self._replies.append((fut, None, None))
+                raise
+            permit = job.held[phase]
             self._opened(permit)
             self._lease_starts(job_id, permit)
             if self.telemetry is not None and hasattr(fut, "asked_at"):

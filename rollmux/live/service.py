@@ -9,9 +9,11 @@ needs around it:
   HTTP server's event loop, tests) hand it their work as futures;
 - **write-ahead, group commit**: every decision is a typed record
   (core/records.py), staged in the journal before memory changes (`_record`); a batch of decisions is committed (one fsync) before
-  any of their replies goes out. A failed stage or commit rolls the batch
-  back and rebuilds memory from the journal, so memory always equals a
-  replay of what is committed, and the batch's callers get `Unavailable`;
+  any of their replies goes out. A failed stage undoes only its operation, a
+  failed commit its batch (live/rollback.py: from an in-memory checkpoint, never
+  a replay of the journal), so memory always equals a replay of what is
+  committed, and only the undone operations' callers get `Unavailable`; a
+  refused operation changes nothing;
 - tokens: an admin token, and one per job (stored only as SHA-256 hashes);
   every operation is listed in one table (`OPS`) with who may call it, and is
   authorized for its caller before it runs (`caller`, `_admit`);
@@ -46,6 +48,7 @@ from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
 from rollmux.core.vocabulary import JobStatus, Pool
 from rollmux.live.access import ADMIN_ONLY, INTERNAL, JOB, JOB_OR_ADMIN, Access, Op, hash_token
+from rollmux.live.events_log import event
 from rollmux.live.handoff import Inbox, settle
 from rollmux.live.in_process import ADMIN, InProcessApi
 from rollmux.live.inventory import Inventory
@@ -62,6 +65,7 @@ from rollmux.live.refusals import (
     ServiceError,
     Unavailable,
 )
+from rollmux.live.rollback import Rollback
 from rollmux.live.supervision import Supervision
 from rollmux.live.views import PAGE, job_view, metrics_snapshot, status_view
 from rollmux.shim import PHASES
@@ -89,7 +93,7 @@ def live_refusal(cfg: SchedulerConfig) -> str | None:
 REBINDS = (*DECISIONS, Node)
 
 
-class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
+class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcessApi):
     """The service's logic, free of HTTP and Ray (so it is testable in-process)."""
 
     def __init__(self, cluster: dict | None = None, cfg: SchedulerConfig | None = None,
@@ -165,15 +169,16 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
             self.recovered_records = 1
         self._config = config
         self._last_seq = self._snap_seq = self.recovered_records
-        self.state = LiveState(self.env, spec, cfg)
+        state = LiveState(self.env, spec, cfg)
         # What a live drift repair decides (evictions; with elastic rollout, each rollout node a
         # compaction gives back) is journaled before it takes effect.
-        self.state.commit = self._record
+        state.commit = self._record
         if snap:
-            self.state.load(snap[1])
+            state.load(snap[1])
         for r in records:
-            self.state.apply(r.kind, r.payload, replay=True)
-        self._token_of = {r.token_hash: j for j, r in self.state.jobs.items()}
+            state.apply(r.kind, r.payload, replay=True)
+        self._token_of, self.state = {r.token_hash: j for j, r in state.jobs.items()}, state
+        self._checkpoint()
         self._queue: deque[str] = deque(j for j, r in self.state.jobs.items()
                                         if r.status in (JobStatus.QUEUED, JobStatus.MOVING))
 
@@ -182,36 +187,6 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
         if first.kind != "config":
             raise ServiceError(f"journal {self.journal.url}: first record is {first.kind!r}, not 'config'")
         return first.payload
-
-    def _rebuild(self, why: BaseException) -> None:
-        """A journal write failed: drop the batch, rebuild memory from the journal, fail its callers."""
-        log.error("journal write failed, rolling memory back to the journal: %s", why)
-        try:
-            self.journal.rollback()
-        except JournalError as exc:  # the batch is lost either way; the rebuild reads what is committed
-            log.error("journal rollback failed: %s", exc)
-        self._gen += 1
-        failed, self._replies = self._replies, []
-        self._load(None, None)
-        self._index_leases()
-        self._open.clear()
-        self._tail_sent.clear()
-        # Jobs the rebuild forgot (a submission rolled back) are not watched; the rest keep their beat.
-        self._seen = {j: t for j, t in self._seen.items() if j in self.state.jobs and self.state.jobs[j].active}
-        err = Unavailable(f"the journal could not record the decision; nothing changed, ask again ({why})")
-        answers = [(fut, None, err) for fut, _, _ in failed]
-        for (jid, phase), fut in list(self._waiting.items()):  # still waiting: ask the new controllers
-            job = self.state.jobs.get(jid)
-            if fut.done() or job is None or not job.active:
-                self._waiting.pop((jid, phase))
-                answers.append((fut, None, err))
-            elif phase in job.held:  # the rebuild kept a grant it had (its reply was lost)
-                self._waiting.pop((jid, phase))
-                answers.append((fut, job.held[phase], None))
-            elif job.group_id is not None:
-                self._request(jid, phase)
-        settle(answers)
-        self._drain()
 
     # -- plumbing -----------------------------------------------------------------------
     def request(self, op: str, *args: Any, loop: asyncio.AbstractEventLoop | None = None) -> Any:
@@ -225,17 +200,20 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
         fut: Any = loop.create_future() if loop is not None else Future()
 
         def call() -> None:
+            mark = self._mark()
             try:
                 self._admit(op, entry, args)
                 result = entry.run(self, *args)
-            except ServiceError as exc:  # refused before any change
+            except ServiceError as exc:  # refused: whatever it had staged is undone first
+                if self._mark()[0] > mark[0]:
+                    self._rebuild(exc, mark)
                 settle([(fut, None, exc)])
                 return
             except Exception as exc:  # a failed journal write, or a bug that may have half-changed memory
                 if not isinstance(exc, JournalError):
                     log.exception("operation %s failed", op)
-                self._replies.append((fut, None, None))  # failed by the rebuild, with the batch
-                self._rebuild(exc)
+                self._replies.append((fut, None, None))  # failed by the rollback, with what it did
+                self._rebuild(exc, mark)
                 return
             self._reply(fut, result)
         self._inbox.post(call)
@@ -262,6 +240,7 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
             except JournalError as exc:
                 self._rebuild(exc)
                 return
+            self._committed_batch()
             if self.telemetry is not None:
                 self.telemetry.journal_records(staged)
             self._maybe_snapshot()
@@ -282,7 +261,9 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
 
     def _record(self, record) -> Any:
         """Stage a record (core/records.py) in the journal, then carry it out (the write-ahead rule)."""
-        self._last_seq = self.journal.stage(record.kind, record.payload())
+        payload = record.payload()
+        self._last_seq = self.journal.stage(record.kind, payload)
+        self._pending.append((record.kind, payload))  # (what a rollback of a later operation keeps)
         result = self.state.apply_record(record)
         if isinstance(record, Submit):
             self._token_of[record.token_hash] = record.job.job_id
@@ -320,6 +301,7 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
         if old is not None:
             self._token_of.pop(old.token_hash, None)
         self._record(Submit(job=job, token_hash=hash_token(token), at=time.time()))
+        event("submit", job=job.job_id, rollout_gpus=job.rollout_gpus, train_gpus=job.train_gpus, slo=job.slo)
         self._seen[job.job_id] = time.monotonic()
         self._queue.append(job.job_id)
         self._drain()
@@ -373,6 +355,7 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
                 self._record(record)
             plan = records[0].plan
             self._queue.popleft()
+            event("placed", job=jid, case=job.case, group=job.group_id, epoch=job.epoch)
             if self.telemetry is not None and job.epoch == 1:
                 self.telemetry.admitted(job.case)
                 if plan.why is not None:  # isolated: why no group took it
@@ -400,6 +383,7 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
             log.info("job %s is %s, not running: nothing to leave (%s)", job_id, self.state.jobs[job_id].status, why)
             return
         log.info("job %s leaves its group (%s)", job_id, why)
+        event("move", job=job_id, why=why)
         rest = self._record(MoveOut(job_id=job_id, why=why))
         for phase in PHASES:  # its permits were reclaimed: overtaking acquires go ahead
             self._closed(job_id, phase)
@@ -416,6 +400,7 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, InProcessApi):
     def _depart(self, job_id: str, status: JobStatus, reason: str | None) -> None:
         """The job ends (done, failed or cancelled): its waiters are answered, its group repaired."""
         rest = self._record(Leave(job_id=job_id, status=status, reason=reason))
+        event("leave", job=job_id, status=status, reason=reason)
         self._seen.pop(job_id, None)
         self._nodes_of.pop(job_id, None)
         for phase in PHASES:

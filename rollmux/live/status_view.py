@@ -33,9 +33,10 @@ def groups_table(status: dict) -> Table:
 
 
 def jobs_table(status: dict) -> Table:
-    """One row per job: status, iterations, mean iteration time vs its SLO, measured profile."""
+    """One row per job: status, iterations, mean and recent iteration time (live/views.py's
+    `iteration_figures`), the mean vs its SLO, measured profile."""
     t = Table(title="Jobs")
-    for col in ("job", "status", "group", "iterations", "mean iter", "SLO iter", "within SLO",
+    for col in ("job", "status", "group", "iterations", "mean iter", "recent iter", "SLO iter", "within SLO",
                 "measured rollout", "measured train", "host GB measured / declared", "holds"):
         t.add_column(col)
     for jid, j in status["jobs"].items():
@@ -44,7 +45,8 @@ def jobs_table(status: dict) -> Table:
         measured = j["profile"]["measured"]
         state = j["status"] + (f" ({j['reason']})" if j.get("reason") else "")
         t.add_row(jid, state, "-" if j["group_id"] is None else str(j["group_id"]), str(j["iterations"]),
-                  _s(mean), _s(slo), ok, _s(measured.get(Phase.ROLLOUT)), _s(measured.get(Phase.TRAIN)),
+                  _s(mean), _s(j.get("recent_iter_s")), _s(slo), ok,
+                  _s(measured.get(Phase.ROLLOUT)), _s(measured.get(Phase.TRAIN)),
                   _host(j.get("host_gb")), " ".join(j["held"]) or "-")
     return t
 

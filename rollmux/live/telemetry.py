@@ -231,15 +231,22 @@ class Telemetry:
     def exposition(self, per_job: bool = True) -> tuple[bytes, str]:
         """The registry in Prometheus text format, with the content type to serve it under; without
         `per_job` the series that name a job (PER_JOB) are left out."""
-        return generate_latest(self.registry if per_job else _WithoutJobs(self.registry)), CONTENT_TYPE_LATEST
+        return generate_latest(_Served(self.registry, per_job)), CONTENT_TYPE_LATEST
 
 
-class _WithoutJobs:
-    """A registry's collection less the families that name a job (what generate_latest reads)."""
+class _Served:
+    """A registry's collection as served (what generate_latest reads): no `_created` samples (each
+    counter's and histogram's creation time, one more series per series, that no query of ours reads),
+    and without `per_job` no family that names a job. (prometheus_client's `disable_created_metrics()`
+    would do the first for every registry of the process, Ray's included; this touches only ours.)"""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._registry = registry
+    def __init__(self, registry: CollectorRegistry, per_job: bool) -> None:
+        self._registry, self._per_job = registry, per_job
 
     def collect(self) -> Iterator[Metric]:
-        """Every family of the registry but PER_JOB's."""
-        return (m for m in self._registry.collect() if m.name not in PER_JOB)
+        """Every family of the registry (less PER_JOB's unless `per_job`), without `_created` samples."""
+        for family in self._registry.collect():
+            if self._per_job or family.name not in PER_JOB:
+                served = Metric(family.name, family.documentation, family.type, family.unit)
+                served.samples = [s for s in family.samples if not s.name.endswith("_created")]
+                yield served

@@ -6,11 +6,11 @@ consistent snapshot). No token or token hash ever appears in a view.
 
 from __future__ import annotations
 
-import time
 from itertools import islice
 from typing import Any
 
 from rollmux.core.vocabulary import JobStatus, Pool
+from rollmux.live.live_state import WINDOW
 
 TIMELINE_S = 600.0  # the dashboard's timeline shows the last ten minutes
 PAGE = 1000         # groups and jobs per status page by default
@@ -20,15 +20,32 @@ POOLS = tuple(Pool)
 ROLLOUT, TRAIN = Pool.ROLLOUT, Pool.TRAIN  # (a phase's pool has its name: the profile's keys too)
 
 
+def iteration_figures(job: Any) -> dict:
+    """A job's iteration times, from the ends of its iterations (no clock read: a finished job's
+    stay as they were, and a restart rebuilds them from the journal).
+
+    `mean_iter_s`: from its first permit (not its submission: a process that starts late is not
+    slow) to its latest iteration's end, over its iterations; `recent_iter_s`: the same over its
+    last `recent_iterations` (at most WINDOW: its current rate); `last_iteration_at`: wall-clock."""
+    n, ends = job.iterations - job.timed_from, job.iteration_ends
+    if n <= 0 or not ends or job.first_phase_at is None:
+        return {"mean_iter_s": None, "recent_iter_s": None, "recent_iterations": 0, "last_iteration_at": None}
+    k = min(n, WINDOW)
+    start = ends[-1 - k] if len(ends) > k else job.first_phase_at  # (fewer kept: all its iterations)
+    return {"mean_iter_s": (ends[-1] - job.first_phase_at) / n, "recent_iter_s": (ends[-1] - start) / k,
+            "recent_iterations": k, "last_iteration_at": ends[-1]}
+
+
 def job_view(job: Any, now: float, planned: Any = None) -> dict:
-    """One job: status, placement, iterations and mean iteration time vs its SLO, its profile
-    (declared, measured, and `planned`: what the drift repair plans it with, if it replaced the
-    declared one) and its host memory (declared, measured, over the declaration or not)."""
-    mean = (now - job.started_at) / job.iterations if job.iterations else None
+    """One job: status, placement, iterations and iteration times (`iteration_figures`) vs its
+    SLO, its profile (declared, measured, and `planned`: what the drift repair plans it with, if
+    it replaced the declared one) and its host memory (declared, measured, over the declaration or not)."""
+    figures = iteration_figures(job)
+    mean = figures["mean_iter_s"]
     solo = job.spec.solo_iter_s
     host = job.spec.host_gb
     return {"job_id": job.spec.job_id, "status": job.status, "group_id": job.group_id,
-            "iterations": job.iterations, "mean_iter_s": mean, "slo_iter_s": job.spec.slo_iter_s,
+            "iterations": job.iterations, **figures, "slo_iter_s": job.spec.slo_iter_s,
             "slowdown": None if mean is None else mean / solo,
             "profile": {"declared": {ROLLOUT: job.spec.rollout_s.median, TRAIN: job.spec.train_s},
                         "measured": dict(job.profile),
@@ -101,11 +118,11 @@ def metrics_snapshot(core: Any) -> dict:
     slowdown = {}
     host = {p: {"declared": 0.0, "measured": 0.0} for p in POOLS}  # bytes per node, summed over active jobs
     over = 0
-    now = time.time()
     for jid, r in core.state.jobs.items():
         by_state[r.status] = by_state.get(r.status, 0) + 1
-        if r.status == JobStatus.RUNNING and r.iterations:
-            slowdown[jid] = (now - r.started_at) / r.iterations / r.spec.solo_iter_s
+        mean = iteration_figures(r)["mean_iter_s"] if r.status == JobStatus.RUNNING else None
+        if mean is not None:
+            slowdown[jid] = mean / r.spec.solo_iter_s
         if r.active:
             over += r.over_memory
             for p in POOLS:

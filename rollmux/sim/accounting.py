@@ -8,7 +8,7 @@ how it fared the same way for all of them.
 - `work` (the default, ours): every job runs all its iterations, round(duration_s /
   solo_iter_s); a slowdown lengthens its stay and so its cost: the gain is the cost of the
   same work.
-- `paper` (the authors' cost code, ../shared/traces/paper/README.md): every job is present from
+- `paper` (the authors' cost code, rollmux/data/paper/README.md): every job is present from
   its arrival for exactly its trace duration_s, whatever its slowdown. It iterates until
   arrival + duration_s and leaves then, giving its nodes back as any departure does. An
   iteration in flight at that instant (one ending at that very instant too) is abandoned: it counts neither in the job's iterations

@@ -11,6 +11,7 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from rollmux.study.figures import NA, STYLES, Figures, identical_labels, integer_axis, write_csv  # noqa: E402
 from rollmux.study.part_a import PAPER, PLACEMENT_SEEDS  # noqa: E402
 
 
@@ -91,53 +92,79 @@ def philly_table(run: dict, key: str) -> str:
 
 
 def plot_small(cells: list, size: int, path: Path) -> None:
-    """Bars (mean, whiskers ± std): paper's cost, total cost and SLO per workload at SLO U(1,2)."""
+    """Bars (mean, whiskers ± std): paper's cost, total cost and SLO per workload at SLO U(1,2); a
+    policy without the number (gavel's paper's cost) is marked n/a, not drawn as a zero bar. The
+    plotted numbers go to the CSV beside `path`."""
     rows = [c for c in cells if c.group_size == size and c.slo is None]
     x = np.arange(len(rows))
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     pols = _policies(rows)
     width = 0.8 / len(pols)
+    table = []
     for ax, (metric, title, pct) in zip(axes, METRICS):
         scale = 100 if pct else 1
         for i, p in enumerate(pols):
             runs = [getattr(c, metric).get(p, []) for c in rows]
-            ax.bar(x + i * width, [scale * np.mean(v) if v else 0 for v in runs], width,
-                   yerr=[scale * np.std(v) if v else 0 for v in runs], label=p, capsize=2)
+            have = [k for k, v in enumerate(runs) if v]
+            ax.bar([x[k] + i * width for k in have], [scale * np.mean(runs[k]) for k in have], width,
+                   yerr=[scale * np.std(runs[k]) for k in have], label=p, capsize=2, color=f"C{i}")
+            for k in (k for k, v in enumerate(runs) if not v):
+                ax.text(x[k] + i * width, 0, NA, rotation=90, ha="center", va="bottom", fontsize=7, color=f"C{i}")
+            table += [(metric, c.workload, p, *((float(np.mean(v)), float(np.std(v))) if v else (None, None)),
+                       len(v)) for c, v in zip(rows, runs)]
         ax.set_xticks(x + 0.4 - width / 2, [c.workload for c in rows])
         ax.set_title(title + (" (%)" if pct else ""), fontsize=9)
         if not pct:
             ax.axhline(1.0, color="k", lw=0.8)
-    axes[0].legend(fontsize=8)
+    axes[1].legend(fontsize=8)  # (total cost: every policy has one)
     fig.suptitle(f"small job sets, SLO U(1,2), max group size {size}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    write_csv(path, ("metric", "workload", "policy", "mean", "std", "runs"), table)
 
 
-def plot_sizes(cells: list, path: Path) -> None:
-    """Lines: RollMux's (`paper` profile) total cost / optimum's against max group size, per workload."""
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    for w in sorted({c.workload for c in cells}):
-        pts = sorted((c.group_size, np.mean(c.total_cost[PAPER]))
+def plot_sizes(cells: list, path: Path) -> bool:
+    """Lines: RollMux's (`paper` profile) total cost / optimum's against max group size, per workload,
+    the sizes on an integer axis; a workload's line equal to another's says so. The numbers go to
+    the CSV beside `path`; no picture (False) with fewer than two sizes (a line of one point)."""
+    sizes = sorted({c.group_size for c in cells if c.slo is None})
+    pts = {w: sorted((c.group_size, float(np.mean(c.total_cost[PAPER])))
                      for c in cells if c.workload == w and c.slo is None)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=w)
+           for w in sorted({c.workload for c in cells})}
+    write_csv(path, ("workload", "max_group_size", "total_cost_over_optimum"),
+              [(w, g, y) for w, line in pts.items() for g, y in line])
+    if len(sizes) < 2:
+        return False
+    labels = identical_labels({w: line for w, line in pts.items()})
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for k, (w, line) in enumerate(pts.items()):
+        marker, style = STYLES[k % len(STYLES)]
+        ax.plot([g for g, _ in line], [y for _, y in line], marker=marker, linestyle=style, label=labels[w])
+    integer_axis(ax.xaxis, sizes)
     ax.set_xlabel("max group size")
     ax.set_ylabel(f"RollMux ({PAPER}) total cost / optimum's")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def plot_cost_over_time(run: dict, path: Path) -> None:
-    """Step plot of the provisioning cost rate over a Philly-driven trace."""
+    """Step plot of the provisioning cost rate over a Philly-driven trace, one line style per policy
+    (a series equal to another's says so); the steps go to the CSV beside `path`."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
     names = run.get("labels", {})  # (a RollMux row's label names its configuration)
     series = {names.get(n, n).replace("`", ""): run["policies"][n] for n in ("solo-d", "rollmux-static", "rollmux")}
-    for label, r in series.items():
+    labels = identical_labels({k: list(r.cost_timeline) for k, r in series.items()})
+    table = []
+    for k, (label, r) in enumerate(series.items()):
         t = [0.0] + [x / 3600 for x, _ in r.cost_timeline]
         rate = [0.0] + [y for _, y in r.cost_timeline]
-        ax.step(t, rate, where="post", label=f"{label} (${r.cost_usd:,.0f})", lw=1)
+        ax.step(t, rate, where="post", label=f"{labels[label]} (${r.cost_usd:,.0f})", lw=1.2,
+                linestyle=STYLES[k % len(STYLES)][1])
+        table += [(label, h, y) for h, y in zip(t, rate)]
     ax.set_xlabel("hours")
     ax.set_ylabel("$/h")
     ax.set_title(f"cost rate over a {run['jobs']}-job Philly-driven trace ({run['mode']} profiles)")
@@ -145,6 +172,7 @@ def plot_cost_over_time(run: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    write_csv(path, ("policy", "hours", "dollars_per_hour"), table)
 
 
 # What part A's numbers mean (kept next to the tables that show them).
@@ -184,13 +212,37 @@ PART_A_EXPLAINED = [
 ]
 
 
+def _figures(out: Path, sc, small: list, philly: list[dict], size: int) -> tuple[list[str], ...]:
+    """Draw the three figures (each with its CSV) under `out`; their numbered captions as markdown."""
+    figs = Figures()
+    plot_small(small, size, out / "small_sets.png")
+    fig1 = figs.markdown("small_sets.png", (
+        f"Small job sets at max group size {size}, SLO U(1,2): per workload, each policy's paper's cost and "
+        "total cost over the optimum's (1.00x: the optimum; lower is cheaper) and its SLO attainment. Bars: "
+        "the mean over the cell's runs, whiskers ± one standard deviation; n/a: the policy has no such "
+        "number (gavel forms no groups, so it has no paper's cost)."))
+    if plot_sizes(small, out / "group_size.png"):
+        fig2 = figs.markdown("group_size.png", (
+            f"RollMux's (`{PAPER}` profile) total cost over the optimum's against the max group size, per "
+            "workload, SLO U(1,2); a workload whose line equals another's says so in the legend."))
+    else:
+        fig2 = figs.omitted("RollMux's total cost against the max group size", (
+            f"this run has one max group size ({sc.group_sizes[0]}): the table above holds its numbers "
+            "(group_size.csv too)"))
+    run = philly[0]
+    plot_cost_over_time(run, out / "cost_over_time.png")
+    fig3 = figs.markdown("cost_over_time.png", (
+        f"Provisioning cost rate ($/h) over the {run['jobs']}-job Philly-driven trace ({run['mode']} "
+        "profiles): Solo-D and two RollMux configurations, each legend entry with its total cost; a "
+        "policy whose steps equal another's says so."))
+    return fig1, fig2, fig3
+
+
 def write_report(out: Path, sc, small: list, philly: list[dict], sections: list[str] = ()) -> Path:
     """Write study.md and its PNGs under `out`; return the markdown path. `sections`: rendered
     markdown of the study's further sections, appended in order."""
     size = max(sc.group_sizes)
-    plot_small(small, size, out / "small_sets.png")
-    plot_sizes(small, out / "group_size.png")
-    plot_cost_over_time(philly[0], out / "cost_over_time.png")
+    fig1, fig2, fig3 = _figures(out, sc, small, philly, size)
     exact = all(c.exact for c in small)
     parts = [
         "# RollMux scheduling study",
@@ -206,12 +258,12 @@ def write_report(out: Path, sc, small: list, philly: list[dict], sections: list[
         f"### Max group size {size}",
         "",
         *small_tables(small, size),
-        "![small sets](small_sets.png)",
+        *fig1,
         "",
         "### Max group size (SLO U(1,2))",
         "",
         *size_tables(small),
-        "![group size](group_size.png)",
+        *fig2,
     ]
     for run in philly:
         parts += [
@@ -235,7 +287,7 @@ def write_report(out: Path, sc, small: list, philly: list[dict], sections: list[
             "",
             philly_table(run, "variants"),
         ]
-    parts += ["", "![cost over time](cost_over_time.png)", ""]
+    parts += ["", *fig3]
     for section in sections:
         parts += ["", section]
     md = out / "study.md"

@@ -1,4 +1,5 @@
-"""Reading the Philly trace extract (../shared/traces) and drawing arrivals and lifetimes."""
+"""Reading the Philly trace extract (shipped in rollmux/data/philly, with its attribution) and drawing
+arrivals and lifetimes."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ MIN_LIFETIME_S = 1 * HOUR
 MAX_LIFETIME_S = 7 * DAY
 
 _ENV = "ROLLMUX_TRACES"
+# The traces that ship in the package: philly/ (the Philly extract) and paper/ (the authors' trace),
+# each with a README naming its source and license.
+PACKAGED = Path(__file__).resolve().parents[1] / "data"
 
 
 def _is_traces_dir(path: Path) -> bool:
@@ -26,7 +30,7 @@ def _is_traces_dir(path: Path) -> bool:
 
 
 def find_traces_dir(explicit: Path | None = None) -> Path:
-    """Locate the traces dir: explicit, $ROLLMUX_TRACES, ./shared or ../shared, cwd parents."""
+    """The traces dir: `explicit`, else $ROLLMUX_TRACES, else the copy in the package (PACKAGED)."""
     if explicit is not None:
         path = Path(explicit)
         if not _is_traces_dir(path):
@@ -39,15 +43,10 @@ def find_traces_dir(explicit: Path | None = None) -> Path:
             raise InputError(f"${_ENV}={env}", "not a traces dir (expected philly/job_durations.csv "
                                                "and philly/arrivals/)")
         return path
-    cwd = Path.cwd()
-    # The repo checkout sits next to shared/ (../shared/traces), CI may run from above it;
-    # the package location covers runs from anywhere else in an editable install.
-    roots = [cwd.parent, cwd, *cwd.parents, *Path(__file__).resolve().parents]
-    for root in roots:
-        if _is_traces_dir(root / "shared" / "traces"):
-            return root / "shared" / "traces"
-    raise InputError("traces", f"no traces dir found (pass one explicitly or set ${_ENV}; "
-                               f"looked for shared/traces from {cwd} upwards)")
+    if not _is_traces_dir(PACKAGED):  # (an installation that lost its package data)
+        raise InputError(str(PACKAGED), "the packaged traces are missing (expected philly/job_durations.csv "
+                                        f"and philly/arrivals/); pass a traces dir or set ${_ENV}")
+    return PACKAGED
 
 
 def available_vcs(traces_dir: Path) -> list[str]:

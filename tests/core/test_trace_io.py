@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from rollmux.core.spec import JobSpec, default_cluster
-from rollmux.core.trace_io import dump_jobs, load_cluster, load_jobs, parse_cluster, parse_jobs, unknown_fields
+from rollmux.core.trace_io import (
+    dump_jobs,
+    load_cluster,
+    load_jobs,
+    parse_cluster,
+    parse_job_file,
+    parse_jobs,
+    unknown_fields,
+)
 from rollmux.errors import InputError
 from tests.factories import job_record, make_job
 
@@ -127,29 +135,29 @@ def test_input_error_message_joins_place_and_reason():
     assert str(err) == "t.jsonl:3: field 'slo': too small"
 
 
-# -- trace: warnings and ordering ------------------------------------------------------------
+# -- trace: unknown fields and ordering ------------------------------------------------------
 
-def test_unknown_top_level_field_warns_with_line():
-    trace = parse_jobs(lines(job_record("a"), job_record("b", colour="red")), "t.jsonl")
-    assert trace.warnings == ["t.jsonl:2: unknown field 'colour' ignored"]
+def test_unknown_top_level_field_is_an_error_naming_line_and_field():
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(job_record("a"), job_record("b", colour="red")), "t.jsonl")
+    assert str(exc.value) == "t.jsonl:2: field 'colour': unknown field"
 
 
-def test_unknown_nested_field_warns_with_dotted_name():
+def test_unknown_nested_field_is_an_error_with_its_dotted_name():
     rec = job_record("a", rollout_s={"median": 10, "sigma": 0.1, "max": 20, "p99": 18})
-    trace = parse_jobs(lines(rec), "t.jsonl")
-    assert trace.warnings == ["t.jsonl:1: unknown field 'rollout_s.p99' ignored"]
-
-
-def test_unknown_fields_do_not_reject_the_job():
-    trace = parse_jobs(lines(job_record("a", colour="red")), "t.jsonl")
-    assert [j.job_id for j in trace.jobs] == ["a"]
+    with pytest.raises(InputError) as exc:
+        parse_jobs(lines(rec), "t.jsonl")
+    assert exc.value.place == "t.jsonl:1: field 'rollout_s.p99'"
 
 
 def test_blank_and_comment_lines_are_skipped_but_counted():
     trace = parse_jobs(["# header", "", json.dumps(job_record("a")), "   ",
-                        json.dumps(job_record("b", colour=1))], "t.jsonl")
+                        json.dumps(job_record("b"))], "t.jsonl")
     assert [j.job_id for j in trace.jobs] == ["a", "b"]
-    assert trace.warnings == ["t.jsonl:5: unknown field 'colour' ignored"]
+    with pytest.raises(InputError) as exc:
+        parse_jobs(["# header", "", json.dumps(job_record("a")), "   ",
+                    json.dumps(job_record("b", colour=1))], "t.jsonl")
+    assert exc.value.place == "t.jsonl:5: field 'colour'"
 
 
 def test_jobs_are_sorted_by_arrival():
@@ -254,15 +262,35 @@ def test_cluster_missing_pool_names_field():
     assert exc.value.place.endswith("field 'pools.train'")
 
 
-def test_cluster_unknown_top_level_field_warns_with_line():
-    _, warnings = parse_cluster(CLUSTER_YAML + "region: eu\n", "c.yaml")
-    assert warnings == ["c.yaml:7: unknown field 'region' ignored"]
+def test_cluster_unknown_top_level_field_is_an_error_naming_its_line():
+    with pytest.raises(InputError) as exc:
+        parse_cluster(CLUSTER_YAML + "region: eu\n", "c.yaml")
+    assert str(exc.value) == "c.yaml:7: field 'region': unknown field"
 
 
-def test_cluster_unknown_nested_field_warns_with_line_and_dotted_name():
+def test_cluster_unknown_nested_field_is_an_error_naming_its_line_and_dotted_name():
     text = BLOCK_YAML.replace("    gpu: H800\n", "    gpu: H800\n    colour: red\n")
-    _, warnings = parse_cluster(text, "c.yaml")
-    assert warnings == ["c.yaml:7: unknown field 'pools.train.colour' ignored"]
+    with pytest.raises(InputError) as exc:
+        parse_cluster(text, "c.yaml")
+    assert exc.value.place == "c.yaml:7: field 'pools.train.colour'"
+
+
+@pytest.mark.parametrize("old,new,place", [
+    ("gpus_per_node: 8, host_gb_per_node: 2048, price_per_gpu_hour: 2.85",
+     "gpus_per_node: 99999999, host_gb_per_node: 2048, price_per_gpu_hour: 2.85",
+     "c.yaml:4: field 'pools.train.gpus_per_node'"),
+    ("max_nodes: 4", "max_nodes: 9999999", "c.yaml:4: field 'pools.train.max_nodes'"),
+    ("price_per_gpu_hour: 1.00", "price_per_gpu_hour: 1.0e+300", "c.yaml:3: field 'pools.rollout.price_per_gpu_hour'"),
+    ("host_gb_per_node: 2048, price_per_gpu_hour: 1.00", "host_gb_per_node: 1.0e+12, price_per_gpu_hour: 1.00",
+     "c.yaml:3: field 'pools.rollout.host_gb_per_node'"),
+    ("cold_switch_s: 135.0", "cold_switch_s: 1.0e+300", "c.yaml:6: field 'cold_switch_s'"),
+    ("warm_switch_s: 2.0", "warm_switch_s: 2.0\ninter_pool_gbps: 1.0e+30", "c.yaml:6: field 'inter_pool_gbps'"),
+])
+def test_cluster_counts_sizes_prices_and_times_are_bounded(old, new, place):
+    assert old in CLUSTER_YAML
+    with pytest.raises(InputError) as exc:
+        parse_cluster(CLUSTER_YAML.replace(old, new), "c.yaml")
+    assert exc.value.place == place
 
 
 def test_cluster_bad_yaml_names_line():
@@ -296,3 +324,46 @@ def test_load_cluster_from_file(tmp_path):
     cluster, warnings = load_cluster(write(tmp_path, "c.yaml", CLUSTER_YAML))
     assert cluster.pools.train.max_nodes == 4
     assert warnings == []
+
+
+# -- job files (YAML or JSON: `rollmux submit` and `rollmux run`) ------------------------------
+
+JOB_YAML = """\
+job_id: j0
+arrival_s: 0.0
+duration_s: 3600.0
+slo: 1.5
+rollout_gpus: 16
+train_gpus: 8
+rollout_s:
+  median: 240.0
+  sigma: 0.1
+  max: 280.0
+train_s: 180.0
+sync_s: 12.0
+host_gb: {rollout: 30.0, train: 112.0}
+"""
+
+
+def test_a_job_file_gives_its_record():
+    assert parse_job_file(JOB_YAML, "j.yaml")["rollout_s"] == {"median": 240.0, "sigma": 0.1, "max": 280.0}
+
+
+def test_a_job_file_error_names_the_fields_own_line():
+    with pytest.raises(InputError) as exc:
+        parse_job_file(JOB_YAML.replace("sigma: 0.1", "sigma: 9"), "j.yaml")
+    assert exc.value.place == "j.yaml:9: field 'rollout_s.sigma'"
+
+
+def test_a_job_files_unknown_field_is_an_error_naming_its_line():
+    with pytest.raises(InputError) as exc:
+        parse_job_file(JOB_YAML.replace("slo: 1.5\n", "slo: 1.5\ncolour: red\n"), "j.yaml")
+    assert str(exc.value) == "j.yaml:5: field 'colour': unknown field"
+
+
+def test_a_json_job_file_names_its_lines_too():
+    text = json.dumps(job_record("a", train_gpus=0), indent=2)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if '"train_gpus"' in ln)
+    with pytest.raises(InputError) as exc:
+        parse_job_file(text, "j.json")
+    assert exc.value.place == f"j.json:{line}: field 'train_gpus'" and line > 1

@@ -31,6 +31,9 @@ class Job:
     def __init__(self, fail=None):
         self.fail = fail
 
+    def init(self):
+        CALLS.append(("init",))
+
     def rollout(self, max_length=False):
         CALLS.append(("rollout", max_length))
         return "batch"
@@ -113,8 +116,10 @@ def test_the_profiler_runs_the_jobs_phases_through_the_shim(fake_module):
     assert rollouts == [False] * 4 + [True]  # warm-up, 3 runs, then one at maximum response length
     assert [c for c in calls if c[0] == "train"] == [("train", "batch")] * 5
     assert len([c for c in calls if c[0] == "sync"]) == 5
-    # The shim's hooks, by pool: each rollout and train phase onloads and offloads its side.
-    hooks = [c for c in calls if c[0] in ("onload", "offload")]
+    # The shim's hooks, by pool: the init phase builds the job, then offloads both pools; then each
+    # rollout and train phase onloads and offloads its side.
+    assert calls[1:4] == [("init",), ("offload", "rollout"), ("offload", "train")]
+    hooks = [c for c in calls[4:] if c[0] in ("onload", "offload")]
     assert hooks[:4] == [("onload", "rollout"), ("offload", "rollout"), ("onload", "train"), ("offload", "train")]
     assert rec["host_gb"] == {"rollout": 5.0, "train": 7.0}
     assert rec["model"] == "fakejob:tiny"
@@ -174,12 +179,13 @@ def test_the_colocated_run_times_its_phases_without_the_switches_and_records_the
     assert (colo.rollout, colo.train, colo.max_rollout) == ([1.0, 2.0, 6.0], [4.0, 4.0, 7.0], 0.0)
     # Co-located order, 4 times (warm-up + 3 runs, no max length): each phase's state onloaded
     # before it and offloaded after it, so rollout and training switch every iteration.
+    # After the init phase, which offloads both pools.
     one = ["onload rollout", "rollout", "offload rollout", "onload train", "train", "offload train", "sync"]
-    assert job.calls[n_disagg:] == one * 4
+    assert job.calls[n_disagg:] == ["offload rollout", "offload train"] + one * 4
     # The permits: disaggregated, the rollout runs on the rollout pool; co-located, every phase
     # runs on the same training nodes.
     assert {(g.phase, g.pool) for g in clients[0].grants} >= {("rollout", "rollout"), ("train", "train")}
-    colo_grants = [g for g in clients[1].grants if g.phase != "sync"]
+    colo_grants = [g for g in clients[1].grants if g.phase not in ("init", "sync")]
     assert [(g.phase, g.pool) for g in colo_grants] == [("rollout", "train"), ("train", "train")] * 4
     assert len({g.nodes for g in colo_grants}) == 1
     rec = job_record(disagg, ProfileOptions(job_id="c", iterations=10), colo=colo)
@@ -196,9 +202,10 @@ def test_profile_colocated_adds_the_colocated_profile_to_the_record(fake_module,
     assert res.exit_code == 0, res.output
     import fakejob
     calls = [c[0] for c in fakejob.CALLS if c[0] != "make"]
-    # 3 disaggregated iterations (2 runs, max length), then 2 co-located ones.
-    one = ["onload", "rollout", "offload", "onload", "train", "offload", "sync"]
-    assert calls == one * 5
+    # Each placement's init (the job's, then both pools offloaded), then 3 disaggregated iterations
+    # (2 runs, max length), then 2 co-located ones.
+    init, one = ["init", "offload", "offload"], ["onload", "rollout", "offload", "onload", "train", "offload", "sync"]
+    assert calls == init + one * 3 + init + one * 2
     assert [c[1] for c in fakejob.CALLS if c[0] == "rollout"] == [False, False, True, False, False]
     rec = yaml.safe_load(out.read_text())
     job = JobSpec.model_validate(rec)
@@ -247,3 +254,61 @@ def test_an_unknown_grpo_option_names_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = runner.invoke(app, ["profile", "rollmux.jobs.grpo", "--set", "widht=3", "-o", str(tmp_path / "j.yaml")])
     assert res.exit_code == 2 and "widht" in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+class GrantAtOnce:
+    """A permit client that grants every phase at once (a job under a scheduler with nothing else)."""
+
+    def __init__(self):
+        self.released = []
+
+    def acquire(self, job_id, phase):
+        from rollmux.core.group_controller import Grant
+        return Grant(0, job_id, phase, "rollout" if phase == "rollout" else "train", (0,), 0.0, 0.0, 0.0)
+
+    def tail_started(self, job_id):
+        pass
+
+    def release(self, timings):
+        self.released.append(timings.phase)
+
+
+class StateByPool:
+    """A job whose state is a dict keyed by pool, as the protocol's hooks see it."""
+
+    def __init__(self):
+        self.on_device = {"rollout": "weights", "train": "weights+adam"}
+        self.host = {}
+
+    def onload(self, pool):
+        self.on_device[pool] = self.host.pop(pool)
+
+    def offload(self, pool):
+        if pool not in self.host:  # (offloaded already: a new placement's init)
+            self.host[pool] = self.on_device.pop(pool)  # a phase name ("init") here is a KeyError
+
+    def host_bytes(self):
+        return {pool: len(v) for pool, v in self.host.items()}
+
+    def rollout(self, max_length=False):
+        return self.on_device["rollout"]
+
+    def train(self, batch):
+        assert batch == "weights" and "train" in self.on_device
+
+    def sync(self):
+        pass
+
+
+def test_the_profiler_and_the_shim_take_the_same_job_object():
+    from rollmux.shim import JobShim, run_init, run_iteration
+    job = StateByPool()
+    m = measure(job, "same", runs=2, warmup=0)
+    assert len(m.rollout) == 2 and m.host_bytes == {"rollout": 7, "train": 12}
+    client = GrantAtOnce()
+    shim = JobShim("same", client, job=job)  # the object the profiler measured, under a scheduler
+    run_init(shim, job)
+    run_iteration(shim, job)
+    assert client.released == ["init", "rollout", "train", "sync"]
+    assert job.on_device == {} and set(job.host) == {"rollout", "train"}  # holds nothing between phases
+    assert shim.history[-3].host_bytes == {"rollout": 7, "train": 12}

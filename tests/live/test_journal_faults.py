@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+
+import httpx
 import pytest
 from factories import make_job
 
 from rollmux.core.spec import default_cluster
 from rollmux.live.journal import FailingStore, open_store
+from rollmux.live.local import ThreadServer
+from rollmux.live.rollback import REBASE_EVERY
 from rollmux.live.service import SchedulerCore, Unavailable
 
 CLUSTER = default_cluster().model_dump()
@@ -132,3 +138,118 @@ def test_a_failed_snapshot_is_not_fatal(tmp_path):
         assert core.dump() == _replayed(path)
     finally:
         core.shutdown()
+
+
+# -- through the HTTP server: one failed write costs one call -------------------------------------
+ADMIN = "admin-token-for-journal-faults-0123"
+EIGHT = [make_job(f"j{i}", rollout=100, train=100, slo=2.0) for i in range(8)]  # two groups of four
+
+
+def _history(core: SchedulerCore, tok: dict, iterations: int) -> None:
+    """Every job runs `iterations` iterations in turn (a journal of about 32 records per iteration)."""
+    for _ in range(iterations):
+        for jid in tok:
+            for phase in ("rollout", "train"):
+                core.acquire(jid, phase, tok[jid])
+                core.release(jid, phase, TIMINGS, tok[jid])
+
+
+class _Tenant(threading.Thread):
+    """A co-tenant calling GET /v1/jobs/{id} and heartbeat without retrying, counting what it got."""
+
+    def __init__(self, url: str, jid: str, token: str, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.url, self.jid, self.token, self.stop = url, jid, token, stop
+        self.codes: Counter = Counter()
+        self.calls = 0
+        self.busy = threading.Event()  # set after 20 calls (again by `again`)
+
+    def again(self) -> None:
+        self.calls = 0
+        self.busy.clear()
+
+    def run(self) -> None:
+        auth = {"Authorization": f"Bearer {self.token}"}
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            while not self.stop.is_set():
+                for r in (http.get(f"/v1/jobs/{self.jid}", headers=auth),
+                          http.post(f"/v1/jobs/{self.jid}/heartbeat", json={}, headers=auth)):
+                    self.codes[r.status_code] += 1
+                self.calls += 1
+                if self.calls >= 20:
+                    self.busy.set()
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A served core over a failing SQLite journal with a few thousand records; its tokens and the arming switch."""
+    path = str(tmp_path / "j.db")
+    armed = threading.Event()
+    store = FailingStore(open_store(path), fail_on=lambda k, p: armed.is_set() and k == "release"
+                         and p.get("job_id") == "j0")
+    core = SchedulerCore(CLUSTER, store=store, snapshot_every=0, admin_token=ADMIN)
+    tok = {j.job_id: core.submit(j.model_dump(exclude_none=True))["token"] for j in EIGHT}
+    _history(core, tok, 100)
+    with ThreadServer(core) as server:
+        yield server, core, tok, armed, path
+
+
+def _failed_release(served) -> tuple[int, dict, list[_Tenant]]:
+    """j0's release fails to be journaled while the other seven call in parallel: its status code,
+    the state before it, the tenants (stopped)."""
+    server, core, tok, armed, _ = served
+    stop = threading.Event()
+    tenants = [_Tenant(server.url, j, tok[j], stop) for j in tok if j != "j0"]
+    auth = {"Authorization": f"Bearer {tok['j0']}"}
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        got = http.post("/v1/jobs/j0/acquire", json={"phase": "rollout", "wait_s": 10}, headers=auth).json()
+        before = core.dump()
+        for t in tenants:
+            t.start()
+        assert all(t.busy.wait(30) for t in tenants)
+        armed.set()
+        code = http.post("/v1/jobs/j0/release", headers=auth, json={
+            "phase": "rollout", "grant_no": got["grant_no"], "timings": TIMINGS}).status_code
+        armed.clear()
+        for t in tenants:
+            t.again()
+        assert all(t.busy.wait(30) for t in tenants)  # they went on calling after the failure
+    stop.set()
+    for t in tenants:
+        t.join(timeout=30)
+    return code, before, tenants
+
+
+def test_over_http_a_failed_append_answers_503_to_its_own_call(served):
+    code, _, _ = _failed_release(served)
+    assert code == 503
+
+
+def test_over_http_co_tenants_get_no_401_and_no_503_while_an_append_fails(served):
+    _, _, tenants = _failed_release(served)
+    codes = sum((t.codes for t in tenants), Counter())
+    assert set(codes) == {200}, codes
+
+
+def test_over_http_the_state_after_a_failed_append_is_the_state_before_it(served):
+    _, before, _ = _failed_release(served)
+    core, path = served[1], served[4]
+    assert core.dump() == before
+    assert core.dump() == _replayed(path)
+
+
+def test_over_http_the_failed_release_asked_again_goes_through(served):
+    _failed_release(served)
+    server, core, tok = served[0], served[1], served[2]
+    held = core.status()["jobs"]["j0"]["held"]
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        r = http.post("/v1/jobs/j0/release", headers={"Authorization": f"Bearer {tok['j0']}"},
+                      json={"phase": "rollout", "timings": TIMINGS})
+    assert (held, r.status_code, core.status()["jobs"]["j0"]["held"]) == (["rollout"], 200, [])
+
+
+def test_over_http_a_rollback_replays_at_most_a_checkpoints_tail_not_the_journal(served):
+    _failed_release(served)
+    core = served[1]
+    assert core._last_seq > 3000
+    assert len(core._committed) < max(REBASE_EVERY, len(core.state.jobs))

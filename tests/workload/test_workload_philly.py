@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import rollmux
 from rollmux.core.spec import default_cluster
 from rollmux.errors import InputError
 from rollmux.workload import available_vcs, find_traces_dir, synthesize_philly
@@ -154,19 +155,24 @@ def test_bad_arguments_name_the_argument(kwargs, place):
 
 
 def test_find_traces_dir_prefers_explicit_then_env(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROLLMUX_TRACES", str(TRACES))
-    assert find_traces_dir() == TRACES
+    (tmp_path / "copy").symlink_to(TRACES.resolve())
+    monkeypatch.setenv("ROLLMUX_TRACES", str(tmp_path / "copy"))
+    assert find_traces_dir() == tmp_path / "copy"
     with pytest.raises(InputError):
         find_traces_dir(tmp_path)
 
 
-def test_find_traces_dir_looks_next_to_the_checkout(tmp_path, monkeypatch):
+def test_find_traces_dir_defaults_to_the_traces_in_the_package(tmp_path, monkeypatch):
     monkeypatch.delenv("ROLLMUX_TRACES", raising=False)
-    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared").mkdir()  # a sibling shared/traces, as a checkout once had, is not looked for
     (tmp_path / "shared" / "traces").symlink_to(TRACES.resolve())
     (tmp_path / "repo").mkdir()
     monkeypatch.chdir(tmp_path / "repo")
-    assert find_traces_dir() == tmp_path / "shared" / "traces"
+    found = find_traces_dir()
+    assert found == Path(rollmux.__file__).parent / "data"
+    assert len(available_vcs(found)) == 7 and (found / "paper" / "wild.trace").is_file()
+    for folder in ("philly", "paper"):  # each with its attribution
+        assert "license" in (found / folder / "README.md").read_text().lower()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -333,6 +333,7 @@ def plan(jobs: int, seconds: float, waiting: int,
     from rollmux.harness.chaos.faults import auth_routes, hung_job, second_server, torn_journal
     from rollmux.harness.chaos.input_faults import poisoned_timing
     from rollmux.harness.chaos.journal_faults import journal_failures
+    from rollmux.harness.chaos.store_faults import append_failure_costs_one_call, damaged_journal_repaired
     from rollmux.harness.chaos.turn_faults import idle_member
     from rollmux.harness.chaos.waiting import waiting_jobs
     return [("double release", double_release), ("forged token", forged_token),
@@ -341,5 +342,7 @@ def plan(jobs: int, seconds: float, waiting: int,
             ("auth on every route", auth_routes), ("hung job", hung_job),
             ("journal append failures", journal_failures), ("torn journal", torn_journal),
             ("header flood", header_flood), ("idle member", idle_member), ("poisoned timing", poisoned_timing),
+            ("append failure costs one call", append_failure_costs_one_call),
+            ("damaged journal repaired", damaged_journal_repaired),
             (f"{jobs} jobs for {seconds:g} s", load(jobs, seconds)),
             (f"{waiting} waiting jobs", waiting_jobs(waiting, p99_limit_ms))]

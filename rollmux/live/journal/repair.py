@@ -1,9 +1,13 @@
 """Checking and repairing a journal (`rollmux journal check|repair`): find the first torn or
-corrupt record, and cut the journal back to the last good one after taking a backup.
+corrupt record, and cut the journal back to the last good one after taking a backup. An SQLite
+file damaged below the records (torn, truncated or overwritten pages: SQLite cannot read it) is
+read page by page instead (`salvage`): check names the first bad page and record, repair keeps
+the damaged file aside, recovers every valid record a replay can use and says what it lost.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -12,7 +16,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from rollmux.live.journal import open_store
 from rollmux.live.journal.base import JournalCorrupt, Store, damage_report
+from rollmux.live.journal.pages import first_damage
 from rollmux.live.journal.redis import RedisStore
+from rollmux.live.journal.salvage import keep_damaged, read_salvage, take_lock, write_journal
 from rollmux.live.journal.sqlite import SQLiteStore
 
 
@@ -36,10 +42,31 @@ class RepairReport:
     kept: int  # records kept (1..kept)
     dropped: int  # stored records (or stray stream entries) removed after the last good one
     dropped_snapshot: bool = False  # the snapshot was corrupt or beyond the last good record
+    damage: str | None = None  # page-level damage (SQLite could not read the file): what, where
+    lost: int = 0  # records written (as far as the pages tell) that the repaired journal lacks
+    first_lost: int | None = None
+    last_lost: int | None = None
+    snapshot_seq: int | None = None  # the snapshot the repaired journal holds, if any
+
+    def summary(self) -> str:
+        """One line: what was kept, what was lost, where the backup is."""
+        line = f"kept {self.kept} records, dropped {self.dropped}"
+        if self.damage is not None:
+            snap = f" and the snapshot as of record {self.snapshot_seq}" if self.snapshot_seq else ""
+            lost = (f"lost {self.lost} record(s), seq {self.first_lost}..{self.last_lost}" if self.lost
+                    else "lost no record the remaining pages name")
+            if "truncated" in self.damage:
+                lost += f" (and whatever records after {self.kept} the missing pages held)"
+            line = f"damaged pages ({self.damage}): recovered {self.kept} records{snap}; {lost}"
+        return f"{line}; backup {self.backup}"
 
 
 def check_store(url: str) -> CheckReport:
     """Read a journal without the writer lock (safe while a server runs) and report its first damage."""
+    path = _sqlite_file(url)
+    damage = first_damage(path) if path is not None else None
+    if damage is not None:
+        return _check_pages(path, damage)
     store = open_store(url, readonly=True)
     try:
         good, problem = store.scan()
@@ -56,6 +83,10 @@ def repair_store(url: str) -> RepairReport:
 
     Takes the writer lock, so it refuses while a server runs. A sound journal is backed up
     and otherwise left untouched."""
+    path = _sqlite_file(url)
+    damage = first_damage(path) if path is not None else None
+    if damage is not None:
+        return _repair_pages(path, damage)
     store = open_store(url)
     try:
         good, problem = store.scan()
@@ -69,6 +100,45 @@ def repair_store(url: str) -> RepairReport:
                             dropped_snapshot=snap_problem is not None)
     finally:
         store.close()
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file of an SQLite store URL that exists, else None (a Redis URL, or no file yet)."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("", "sqlite"):
+        return None
+    path = Path(url[len("sqlite://"):] if scheme else url).expanduser().absolute()
+    return path if path.is_file() and path.stat().st_size else None
+
+
+def _check_pages(path: Path, damage: str) -> CheckReport:
+    """Check a file SQLite cannot read: the first bad page, and the first record no page holds."""
+    salvage = read_salvage(path.read_bytes())
+    missing = salvage.first_missing()
+    record = (f"record {missing} is the first no page holds whole" if missing is not None
+              else f"records 1..{max(salvage.records, default=0)} read whole")
+    lost, first, last = salvage.lost
+    what = (f"{damage}; {record}; a repair would keep {len(salvage.kept)} records"
+            + (f" and lose {lost} (seq {first}..{last})" if lost else ""))
+    return CheckReport(f"sqlite://{path}", len(salvage.kept), salvage.last_kept,
+                       damage_report(f"sqlite://{path}", what), salvage.snapshot[0] if salvage.snapshot else None,
+                       False)
+
+
+def _repair_pages(path: Path, damage: str) -> RepairReport:
+    """Keep the damaged file aside, then write a journal of what its pages hold that a replay can use."""
+    fd = take_lock(path)
+    try:
+        backup = keep_damaged(path)
+        salvage = read_salvage(path.read_bytes())
+        write_journal(path, salvage)
+    finally:
+        os.close(fd)
+    lost, first, last = salvage.lost
+    snap = salvage.snapshot[0] if salvage.snapshot and salvage.snapshot[0] <= salvage.last_kept else None
+    return RepairReport(str(backup), kept=len(salvage.kept), dropped=len(salvage.records) - len(salvage.kept),
+                        dropped_snapshot=salvage.snapshot is not None and snap is None, damage=damage,
+                        lost=lost, first_lost=first, last_lost=last, snapshot_seq=snap)
 
 
 def _snapshot_state(store: Store, last_good: int) -> tuple[int | None, str | None]:
@@ -109,6 +179,7 @@ def _backup(store: Store) -> str:
             path = Path(f"{store.path}.bak-{_stamp()}" + ("" if n == 1 else f"-{n}"))
             if not path.exists():
                 break
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))  # the owner's only, whatever the umask
         with store._lock, store._errors(f"cannot back up into {path}"):
             target = sqlite3.connect(path)
             try:

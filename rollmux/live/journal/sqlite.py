@@ -33,6 +33,24 @@ from rollmux.live.journal.base import (
 _APPLICATION_ID = 0x524D5558  # "RMUX"
 _SCHEMA_VERSION = 1
 _NO_LIMIT = 2**63 - 1
+PRIVATE = 0o600  # the journal, its -wal, -shm and lock files: the owner's only, whatever the umask
+
+
+def _create_private(path: Path) -> None:
+    """Create a new journal file owner-only (an existing file is left as it is until it is known to be ours)."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, PRIVATE))
+    except FileExistsError:
+        pass
+
+
+def _make_private(path: Path) -> None:
+    """Make a journal of ours and its -wal and -shm files owner-only (one an older rollmux left 0644)."""
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            os.chmod(name, PRIVATE)
+        except FileNotFoundError:
+            pass
 
 
 class SQLiteStore(BaseStore):
@@ -56,6 +74,7 @@ class SQLiteStore(BaseStore):
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._release = weakref.finalize(self, os.close, self._take_writer_lock())
+                _create_private(self.path)  # (SQLite gives its -wal and -shm files the database file's mode)
                 self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         except (OSError, sqlite3.Error) as exc:
             self._release()
@@ -66,6 +85,7 @@ class SQLiteStore(BaseStore):
         try:
             self._check_owner()
             if not readonly:
+                _make_private(self.path)
                 self._init_schema()
         except sqlite3.Error as exc:  # OperationalError: locked, read-only, ...; others: not a database
             self.close()
@@ -77,7 +97,8 @@ class SQLiteStore(BaseStore):
 
     def _take_writer_lock(self) -> int:
         """flock `<path>.lock` (held until close; the kernel drops it if the process dies) and write who holds it."""
-        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, PRIVATE)
+        os.fchmod(fd, PRIVATE)  # whatever the umask, or the mode an older rollmux gave it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -16,7 +16,7 @@ from rollmux.harness.chaos.job import PhaseLog
 SCENARIOS = ["double release", "forged token", "job killed mid-rollout", "job killed mid-training",
              "service restart mid-phase", "second server on one store", "auth on every route", "hung job",
              "journal append failures", "torn journal", "header flood", "idle member", "poisoned timing",
-             "20 jobs for 5 s", "200 waiting jobs"]
+             "append failure costs one call", "damaged journal repaired", "20 jobs for 5 s", "200 waiting jobs"]
 NO_PHASES = {"200 waiting jobs", "header flood"}  # their jobs only wait or beat: nobody runs a phase
 
 

@@ -1,0 +1,187 @@
+"""Repairing an SQLite journal damaged at the page level (`rollmux journal repair` when SQLite
+itself cannot read the file): the damaged file is kept aside as `<store>.damaged-<n>`, every
+readable row is read from its pages (`pages.scan_pages`), each record is validated by the
+record models (core/records.py), and a new journal is written with what a replay can use:
+the snapshot, if one survived, and the gap-free run of records after it (or from record 1).
+What is lost is counted and its first and last seq named.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from rollmux.core.records import config_from, parse
+from rollmux.live.journal.base import JournalError, in_use
+from rollmux.live.journal.pages import Row, scan_pages
+from rollmux.live.journal.sqlite import PRIVATE, SQLiteStore
+
+
+@dataclass(frozen=True)
+class Salvage:
+    """What the pages of a damaged journal hold that a replay can use."""
+
+    records: dict[int, tuple[str, str, float]]  # seq -> (kind, payload text, written_at): every valid one read
+    snapshot: tuple[int, str, float] | None     # (seq, state text, written_at), if a valid one was read
+    kept: list[int] = field(default_factory=list)  # the seqs the repaired journal holds
+    invalid: int = 0                              # rows read whole that no record model accepts
+
+    @property
+    def last_kept(self) -> int:
+        """The last record a replay reaches (the snapshot's when it has none after it)."""
+        return self.kept[-1] if self.kept else (self.snapshot[0] if self.snapshot else 0)
+
+    @property
+    def lost(self) -> tuple[int, int | None, int | None]:
+        """(how many, first seq, last seq) of the records after the last kept one that were
+        written (as far as the pages tell) and that the repaired journal does not hold."""
+        top = max([*self.records, *([self.snapshot[0]] if self.snapshot else [])], default=0)
+        first = self.last_kept + 1
+        return (top - first + 1, first, top) if top >= first else (0, None, None)
+
+    def first_missing(self) -> int | None:
+        """The first record (from 1) no page holds readable and valid, if any."""
+        seq = 1
+        while seq in self.records:
+            seq += 1
+        return seq if seq <= max(self.records, default=0) else None
+
+
+def read_salvage(data: bytes) -> Salvage:
+    """The valid records and snapshot the file's pages hold, and which of them a replay can use."""
+    records: dict[int, tuple[str, str, float]] = {}
+    snapshots: list[tuple[int, str, float]] = []
+    for row in scan_pages(data):
+        if _is_record(row) and row.rowid not in records:
+            records[row.rowid] = (row.values[1], row.values[2], float(row.values[3]))
+        elif _is_snapshot(row):
+            snapshots.append((row.values[1], row.values[2], float(row.values[3])))
+    snapshot = max(snapshots, default=None)  # an older snapshot's freed page may still hold its row
+    intra = _intra(_config(records, snapshot))
+    invalid = [seq for seq, (kind, text, _) in records.items() if not _valid(kind, text, intra)]
+    for seq in invalid:
+        del records[seq]
+    return Salvage(records, snapshot, _replayable(records, snapshot), len(invalid))
+
+
+def _is_record(row: Row) -> bool:
+    v = row.values
+    return (row.rowid > 0 and len(v) == 4 and v[0] is None and isinstance(v[1], str) and bool(v[1])
+            and isinstance(v[2], str) and isinstance(v[3], (int, float)))
+
+
+def _is_snapshot(row: Row) -> bool:
+    v = row.values
+    return (row.rowid == 1 and len(v) == 4 and v[0] is None and isinstance(v[1], int) and not isinstance(v[1], bool)
+            and isinstance(v[2], str) and isinstance(v[3], (int, float)) and _object(v[2]) is not None)
+
+
+def _object(text: str) -> dict | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _config(records: dict, snapshot) -> dict | None:
+    """The journal's config payload (record 1's, or the snapshot's), if it survived."""
+    if 1 in records and records[1][0] == "config":
+        return _object(records[1][1])
+    state = _object(snapshot[1]) if snapshot else None
+    return state.get("config") if state else None
+
+
+def _intra(config: dict | None):
+    """The planner's view the journal's config gives (group records are read with it), or None."""
+    if config is None:
+        return None
+    try:
+        spec, cfg = config_from(config)
+    except (ValidationError, ValueError, TypeError, KeyError):
+        return None
+    return cfg.intra_for(spec)
+
+
+def _valid(kind: str, text: str, intra) -> bool:
+    """The record reads back through its model (core/records.py)."""
+    payload = _object(text)
+    if payload is None:
+        return False
+    try:
+        parse(kind, payload, intra)
+    except (ValidationError, ValueError, TypeError, KeyError):
+        return False
+    return True
+
+
+def _replayable(records: dict, snapshot) -> list[int]:
+    """The gap-free run of records a replay can use: from record 1, or after the snapshot when
+    a record at or before it is gone (the snapshot holds their effect)."""
+    start = 1
+    if snapshot is not None and any(s not in records for s in range(1, snapshot[0] + 1)):
+        start = snapshot[0] + 1
+    kept = []
+    while start in records:
+        kept.append(start)
+        start += 1
+    if start == 1 or (kept and kept[0] == 1 and records[1][0] != "config"):
+        return []  # without its config record (and no snapshot) nothing replays
+    return kept
+
+
+def take_lock(path: Path) -> int:
+    """The journal's writer lock (as `rollmux serve` takes it): a running server is never repaired under."""
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, PRIVATE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 512).decode(errors="replace")
+        os.close(fd)
+        raise JournalError(in_use(f"sqlite://{path}", holder)) from None
+    return fd
+
+
+def keep_damaged(path: Path) -> Path:
+    """Copy the damaged file (and its -wal) aside, byte for byte: `<path>.damaged-<n>`."""
+    n = 1
+    while Path(f"{path}.damaged-{n}").exists():
+        n += 1
+    backup = Path(f"{path}.damaged-{n}")
+    shutil.copy2(path, backup)
+    os.chmod(backup, PRIVATE)
+    if Path(f"{path}-wal").exists():
+        shutil.copy2(f"{path}-wal", f"{backup}-wal")
+    return backup
+
+
+def write_journal(path: Path, salvage: Salvage) -> None:
+    """Replace the journal at `path` by a new one holding the salvage's kept records and snapshot."""
+    tmp = Path(f"{path}.repairing")
+    for stale in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+        stale.unlink(missing_ok=True)
+    store = SQLiteStore(tmp)
+    try:
+        conn = store._conn
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT INTO records (seq, kind, payload, written_at) VALUES (?, ?, ?, ?)",
+                         [(seq, *salvage.records[seq]) for seq in salvage.kept])
+        snap = salvage.snapshot
+        if snap is not None and snap[0] <= salvage.last_kept:
+            conn.execute("INSERT INTO snapshot (id, seq, state, written_at) VALUES (1, ?, ?, ?)", snap)
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        store.close()
+    Path(f"{tmp}.lock").unlink(missing_ok=True)
+    for old in (Path(f"{path}-wal"), Path(f"{path}-shm")):  # the damaged file's: never applied to the new one
+        old.unlink(missing_ok=True)
+    for part in ("-wal", "-shm"):
+        Path(f"{tmp}{part}").unlink(missing_ok=True)
+    os.replace(tmp, path)
