@@ -18,7 +18,7 @@ from rollmux.live.journal import open_store
 from rollmux.live.journal.base import JournalCorrupt, Store, damage_report
 from rollmux.live.journal.pages import first_damage
 from rollmux.live.journal.redis import RedisStore
-from rollmux.live.journal.salvage import keep_damaged, read_salvage, take_lock, write_journal
+from rollmux.live.journal.salvage import job_of, keep_damaged, read_salvage, take_lock, write_journal
 from rollmux.live.journal.sqlite import SQLiteStore
 
 
@@ -47,6 +47,7 @@ class RepairReport:
     first_lost: int | None = None
     last_lost: int | None = None
     snapshot_seq: int | None = None  # the snapshot the repaired journal holds, if any
+    requeued: tuple[str, ...] = ()  # jobs submitted past the gap, written again to be placed anew
 
     def summary(self) -> str:
         """One line: what was kept, what was lost, where the backup is."""
@@ -58,6 +59,9 @@ class RepairReport:
             if "truncated" in self.damage:
                 lost += f" (and whatever records after {self.kept} the missing pages held)"
             line = f"damaged pages ({self.damage}): recovered {self.kept} records{snap}; {lost}"
+            if self.requeued:
+                line += (f"; {len(self.requeued)} job(s) submitted past the gap are queued to be placed "
+                         f"anew: {', '.join(self.requeued[:10])}{' ...' if len(self.requeued) > 10 else ''}")
         return f"{line}; backup {self.backup}"
 
 
@@ -138,7 +142,8 @@ def _repair_pages(path: Path, damage: str) -> RepairReport:
     snap = salvage.snapshot[0] if salvage.snapshot and salvage.snapshot[0] <= salvage.last_kept else None
     return RepairReport(str(backup), kept=len(salvage.kept), dropped=len(salvage.records) - len(salvage.kept),
                         dropped_snapshot=salvage.snapshot is not None and snap is None, damage=damage,
-                        lost=lost, first_lost=first, last_lost=last, snapshot_seq=snap)
+                        lost=lost, first_lost=first, last_lost=last, snapshot_seq=snap,
+                        requeued=tuple(str(job_of(salvage.records[q][1])) for q in salvage.requeued))
 
 
 def _snapshot_state(store: Store, last_good: int) -> tuple[int | None, str | None]:

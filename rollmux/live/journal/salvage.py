@@ -31,6 +31,7 @@ class Salvage:
     snapshot: tuple[int, str, float] | None     # (seq, state text, written_at), if a valid one was read
     kept: list[int] = field(default_factory=list)  # the seqs the repaired journal holds
     invalid: int = 0                              # rows read whole that no record model accepts
+    requeued: list[int] = field(default_factory=list)  # submits past the gap, appended after `kept`
 
     @property
     def last_kept(self) -> int:
@@ -67,7 +68,35 @@ def read_salvage(data: bytes) -> Salvage:
     invalid = [seq for seq, (kind, text, _) in records.items() if not _valid(kind, text, intra)]
     for seq in invalid:
         del records[seq]
-    return Salvage(records, snapshot, _replayable(records, snapshot), len(invalid))
+    kept = _replayable(records, snapshot)
+    return Salvage(records, snapshot, kept, len(invalid), _requeued(records, snapshot, kept))
+
+
+def job_of(text: str) -> str | None:
+    """The job a record's payload names (a submit's job, or a record's job_id)."""
+    payload = _object(text) or {}
+    job = payload.get("job")
+    return job.get("job_id") if isinstance(job, dict) else payload.get("job_id")
+
+
+def _requeued(records: dict, snapshot, kept: list[int]) -> list[int]:
+    """The submits past the replayable run whose job the kept journal does not know and whose
+    later records do not say it left: written again after the run, such a job is placed anew at
+    start (its token still valid) instead of being lost with the records its gap cut off."""
+    if not kept:
+        return []
+    known = {job_of(records[q][1]) for q in kept if records[q][0] == "submit"}
+    if snapshot is not None and snapshot[0] <= kept[-1]:
+        known |= set((_object(snapshot[2]) or {}).get("jobs", {}))
+    latest: dict[str, int] = {}
+    for seq in sorted(q for q in records if q > kept[-1]):
+        kind, text, _ = records[seq]
+        job = job_of(text)
+        if kind == "submit" and job not in known:
+            latest[job] = seq
+        elif kind == "leave" and job in latest:
+            del latest[job]  # it ended after the gap: nothing to place again
+    return sorted(latest.values())
 
 
 def _is_record(row: Row) -> bool:
@@ -171,7 +200,9 @@ def write_journal(path: Path, salvage: Salvage) -> None:
         conn = store._conn
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany("INSERT INTO records (seq, kind, payload, written_at) VALUES (?, ?, ?, ?)",
-                         [(seq, *salvage.records[seq]) for seq in salvage.kept])
+                         [(seq, *salvage.records[seq]) for seq in salvage.kept]
+                         + [(salvage.last_kept + i, *salvage.records[seq])
+                            for i, seq in enumerate(salvage.requeued, 1)])
         snap = salvage.snapshot
         if snap is not None and snap[0] <= salvage.last_kept:
             conn.execute("INSERT INTO snapshot (id, seq, state, written_at) VALUES (1, ?, ?, ?)", snap)

@@ -143,3 +143,40 @@ def test_the_service_starts_on_the_repaired_store_with_every_job_a_record_surviv
         assert submitted <= set(core.state.jobs)
     finally:
         core.shutdown()
+
+
+def _late_journal(path: Path) -> dict[str, str]:
+    """Four jobs iterate, then three more are submitted (j-late-*), and one of those finishes; the tokens."""
+    core = SchedulerCore(default_cluster().model_dump(), store=str(path), snapshot_every=0)
+    try:
+        early = {f"j{i}": core.submit(make_job(f"j{i}", rollout=100, train=100, slo=2.0)
+                                      .model_dump(exclude_none=True))["token"] for i in range(4)}
+        for _ in range(12):
+            for jid, tok in early.items():
+                for phase in ("rollout", "train"):
+                    core.acquire(jid, phase, tok)
+                    core.release(jid, phase, TIMINGS, tok)
+        late = {f"late{i}": core.submit(make_job(f"late{i}", rollout=100, train=100, slo=2.0)
+                                        .model_dump(exclude_none=True))["token"] for i in range(3)}
+        core.finish("late2", late["late2"])
+    finally:
+        core.shutdown()
+    return late
+
+
+def test_jobs_submitted_past_a_gap_are_placed_anew_with_their_tokens(tmp_path):
+    path = tmp_path / "j.db"
+    late = _late_journal(path)
+    data = path.read_bytes()
+    path.write_bytes(_overwrite(data, _pages(data, 0x0D)[2] * SIZE, bytes(SIZE)))  # a page well before the end
+    report = repair_store(str(path))
+    assert report.lost > 0 and set(report.requeued) == {"late0", "late1"}  # late2 left: not placed again
+    assert "late0" in report.summary()
+    core = SchedulerCore(None, store=str(path))
+    try:
+        for jid in ("late0", "late1"):
+            assert core.identify(late[jid]) == jid  # the job's own token still works
+            assert core.state.jobs[jid].active and core.state.jobs[jid].group_id is not None  # placed at start
+        assert "late2" not in core.state.jobs
+    finally:
+        core.shutdown()
