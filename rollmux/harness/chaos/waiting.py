@@ -271,7 +271,10 @@ def waiting_jobs(n: int, p99_limit_ms: float | None = P99_LIMIT_MS) -> Callable[
         why = _raise_fd_limit(n + FD_MARGIN)
         if not run.check(why is None, str(why)):
             return
-        srv = run.own_server("waiting", ["--heartbeat-timeout", "3600", "--lease-min", "3600"],
+        # Every waiter comes from loopback, where a cluster's jobs come from their own nodes: the
+        # per-address connection cap (the door's) is raised to hold them, the total cap is not.
+        srv = run.own_server("waiting", ["--heartbeat-timeout", "3600", "--lease-min", "3600",
+                                         "--max-connections-per-client", str(n + FD_MARGIN)],
                              cluster=_tight_cluster())
         run.ctx.say(f"chaos: {n} waiting jobs: submitting, then asking ...")
         waiters = Waiters(srv.url, srv.admin_token, n)
