@@ -166,9 +166,9 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcess
                 raise ServiceError(refusal)
             config = config_record(spec, cfg).payload()
             self.journal.append("config", config)
-            self.recovered_records = 1
+            self.recovered_records = 0  # a new journal: its config record is written, nothing was recovered
         self._config = config
-        self._last_seq = self._snap_seq = self.recovered_records
+        self._last_seq = self._snap_seq = self.recovered_records or 1
         state = LiveState(self.env, spec, cfg)
         # What a live drift repair decides (evictions; with elastic rollout, each rollout node a
         # compaction gives back) is journaled before it takes effect.

@@ -159,3 +159,18 @@ def test_a_reserved_move_is_journaled_and_rebuilt_by_a_restart(tmp_path):
         assert again.state.cluster.controllers[target].export_state()["held"] == ["a"]
     finally:
         again.shutdown()
+
+
+def test_a_new_journal_reports_no_record_recovered_and_a_restart_counts_its_config(store_url):
+    core = SchedulerCore(CLUSTER, store=store_url)
+    try:
+        assert core.status()["recovered_records"] == 0  # its config record was written, not recovered
+    finally:
+        core.shutdown()
+    again = SchedulerCore(None, store=store_url)
+    try:
+        assert again.status()["recovered_records"] == 1
+        again.submit(make_job("after").model_dump(exclude_none=True))  # its seq follows the config's
+    finally:
+        again.shutdown()
+    assert [r.kind for r in open_store(store_url, readonly=True).records()] == ["config", "submit", "place"]
