@@ -9,12 +9,14 @@ import sqlite3
 import struct
 from pathlib import Path
 
+import httpx
 import pytest
 from factories import make_job
 
 from rollmux.core.spec import default_cluster
 from rollmux.live.journal import open_store
 from rollmux.live.journal.repair import check_store, repair_store
+from rollmux.live.local import ProcessServer
 from rollmux.live.service import SchedulerCore
 
 TIMINGS = {"wait_s": 0.0, "onload_s": 0.0, "run_s": 0.01, "offload_s": 0.0}
@@ -180,3 +182,20 @@ def test_jobs_submitted_past_a_gap_are_placed_anew_with_their_tokens(tmp_path):
         assert "late2" not in core.state.jobs
     finally:
         core.shutdown()
+
+
+def test_rollmux_serve_on_the_repaired_store_answers_each_surviving_job_with_its_own_token(tmp_path):
+    path = tmp_path / "j.db"
+    late = _late_journal(path)
+    data = path.read_bytes()
+    path.write_bytes(_overwrite(data, _pages(data, 0x0D)[2] * SIZE, bytes(SIZE)))
+    repair_store(str(path))
+    server = ProcessServer(str(path), tmp_path, profile=None)  # the journal's own cluster and configuration
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            for jid in ("late0", "late1"):
+                got = http.get(f"/v1/jobs/{jid}", headers={"Authorization": f"Bearer {late[jid]}"})
+                assert got.status_code == 200 and got.json()["status"] == "running"
+            assert http.get("/v1/jobs/late2", headers={"Authorization": f"Bearer {late['late2']}"}).status_code == 401
+    finally:
+        server.signal()
