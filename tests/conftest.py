@@ -94,6 +94,7 @@ INTEGRATION = {
     "tests/test_tutorial.py::test_run_": "bash running docs/tutorial.md: `rollmux serve` and `rollmux run` (fixture)",
     "tests/weightsync/test_weightsync_bench.py": "network namespaces (ip, tc)",
     "tests/weightsync/test_weightsync_sync.py::test_spawned_processes": "spawned processes over a TCPStore",
+    "tests/live/journal/test_repair_damage.py::test_rollmux_serve_on": "rollmux serve as a child process",
 }
 
 SLOW_S = 0.5
