@@ -104,7 +104,10 @@ def test_the_recent_window_is_the_last_iterations_rate(timed):
     low, high = timed["bounds"]["recent"]
     figures = timed["finished"]
     assert figures["recent_iterations"] == WINDOW
-    assert low <= figures["recent_iter_s"] <= high < timed["bounds"]["mean"][0], (figures, low, high)
+    assert low <= figures["recent_iter_s"] <= high, (figures, low, high)
+    # The window leaves the slow first iterations out (compared as measured: the bounds carry the
+    # host's overheads, which on a busy machine can bring the window's upper bound above the mean's lower).
+    assert figures["recent_iter_s"] < figures["mean_iter_s"], figures
 
 
 def test_slowdown_is_the_mean_over_the_solo_iteration(timed):
