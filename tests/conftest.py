@@ -31,14 +31,11 @@ the tests whose names start with it; tests/test_markers.py checks that each stil
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-import redis
+from redis_server import redis_binary, start_redis
 
 KINDS = ("packaging", "integration", "unit")
 
@@ -231,28 +228,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def redis_port():
     """A throwaway redis-server on a free loopback port, shared by the session's tests."""
-    binary = shutil.which("redis-server")
-    if binary is None:  # fail, never skip: `make test` installs it
-        pytest.fail("redis-server not found on PATH; install it (apt-get install redis-server) "
-                    "or run `make test`, which does")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--daemonize", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"redis-server did not answer PING on port {port}")
-            time.sleep(0.02)
-    client.close()
+    proc = start_redis([redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                        "--appendonly", "no", "--daemonize", "no"], port)
     yield port
     proc.terminate()
     proc.wait(timeout=10)

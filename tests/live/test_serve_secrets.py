@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from factories import make_job
+from redis_server import redis_binary, start_redis
 
 from rollmux.live.journal.redis import PASSWORD_ENV
 from rollmux.live.local import ProcessServer, free_port
@@ -27,27 +25,12 @@ PASSWORD = secrets.token_hex(24)
 @pytest.fixture(scope="module")
 def locked_redis(tmp_path_factory):
     """A redis-server on loopback whose password is in its config file (not its argv): its port."""
-    binary = shutil.which("redis-server")
-    if binary is None:  # fail, never skip: `make test` installs it
-        pytest.fail("redis-server not found on PATH; install it (apt-get install redis-server)")
     work = tmp_path_factory.mktemp("locked-redis")
     port = free_port()
     conf = work / "redis.conf"
     conf.write_text(f'port {port}\nbind 127.0.0.1\nsave ""\nappendonly no\ndir {work}\nrequirepass "{PASSWORD}"\n')
     conf.chmod(0o600)
-    proc = subprocess.Popen([binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port, password=PASSWORD)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"redis-server did not answer PING on port {port}")
-            time.sleep(0.02)  # the server is still starting (start-up, not a test condition)
-    client.close()
+    proc = start_redis([redis_binary(), str(conf)], port, PASSWORD)
     yield port
     proc.terminate()
     proc.wait(timeout=10)
