@@ -10,6 +10,7 @@ import pytest
 from factories import make_job
 
 from rollmux.core.spec import default_cluster
+from rollmux.harness.chaos.store_faults import history
 from rollmux.live.journal import FailingStore, open_store
 from rollmux.live.local import ThreadServer
 from rollmux.live.rollback import REBASE_EVERY
@@ -145,15 +146,6 @@ ADMIN = "admin-token-for-journal-faults-0123"
 EIGHT = [make_job(f"j{i}", rollout=100, train=100, slo=2.0) for i in range(8)]  # two groups of four
 
 
-def _history(core: SchedulerCore, tok: dict, iterations: int) -> None:
-    """Every job runs `iterations` iterations in turn (a journal of about 32 records per iteration)."""
-    for _ in range(iterations):
-        for jid in tok:
-            for phase in ("rollout", "train"):
-                core.acquire(jid, phase, tok[jid])
-                core.release(jid, phase, TIMINGS, tok[jid])
-
-
 class _Tenant(threading.Thread):
     """A co-tenant calling GET /v1/jobs/{id} and heartbeat without retrying, counting what it got."""
 
@@ -189,7 +181,7 @@ def served(tmp_path):
                          and p.get("job_id") == "j0")
     core = SchedulerCore(CLUSTER, store=store, snapshot_every=0, admin_token=ADMIN)
     tok = {j.job_id: core.submit(j.model_dump(exclude_none=True))["token"] for j in EIGHT}
-    _history(core, tok, 100)
+    history(core, tok, 100)  # (about 32 records an iteration)
     with ThreadServer(core) as server:
         yield server, core, tok, armed, path
 

@@ -24,7 +24,7 @@ TIMINGS = {"wait_s": 0.0, "onload_s": 0.0, "run_s": 0.01, "offload_s": 0.0}
 JOBS = [f"sf-{i}" for i in range(8)]
 
 
-def _history(core: SchedulerCore, tok: dict, iterations: int) -> None:
+def history(core: SchedulerCore, tok: dict, iterations: int) -> None:
     """Every job runs `iterations` iterations in turn, in process (a journal of thousands of records)."""
     for _ in range(iterations):
         for jid in tok:
@@ -53,7 +53,7 @@ def append_failure_costs_one_call(run: Run) -> None:
     admin = random_token(run.ctx.rng)
     core = SchedulerCore(chaos_run.CLUSTER, store=store, admin_token=admin, snapshot_every=0)
     tok = {j: core.submit(_record(j, 100, 100, 2.0))["token"] for j in JOBS}
-    _history(core, tok, 100)
+    history(core, tok, 100)
     server = ThreadServer(core)
     run.cleanups.append(server.stop)
     stop, codes = threading.Event(), Counter()
@@ -77,7 +77,7 @@ def append_failure_costs_one_call(run: Run) -> None:
             http.post("/v1/jobs/sf-0/release", json=body, headers=auth)
             core.acquire("sf-0", "train", tok["sf-0"])  # the rest of the round, so that sf-0's turn comes again
             core.release("sf-0", "train", TIMINGS, tok["sf-0"])
-            _history(core, {j: tok[j] for j in JOBS[1:]}, 1)
+            history(core, {j: tok[j] for j in JOBS[1:]}, 1)
     stop.set()
     for t in threads:
         t.join(timeout=30)
@@ -96,7 +96,7 @@ def damaged_journal_repaired(run: Run) -> None:
     path = run.log_dir / "journal.db"
     core = SchedulerCore(chaos_run.CLUSTER, store=str(path), snapshot_every=0)
     tok = {j: core.submit(_record(j, 100, 100, 2.0))["token"] for j in JOBS}
-    _history(core, tok, 10)
+    history(core, tok, 10)
     core.shutdown()
     data = path.read_bytes()
     size = int.from_bytes(data[16:18], "big")
