@@ -92,6 +92,7 @@ INTEGRATION = {
     "tests/weightsync/test_weightsync_bench.py": "network namespaces (ip, tc)",
     "tests/weightsync/test_weightsync_sync.py::test_spawned_processes": "spawned processes over a TCPStore",
     "tests/live/journal/test_repair_damage.py::test_rollmux_serve_on": "rollmux serve as a child process",
+    "tests/live/journal/test_repair_damage.py::test_journal_check_counts": "rollmux journal as child processes",
 }
 
 SLOW_S = 0.5

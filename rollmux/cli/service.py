@@ -335,17 +335,20 @@ def journal_check(store: str = typer.Argument(..., help="A SQLite file path or r
     from rollmux.live.journal.repair import check_store
     report = _journal_tool(check_store, store)
     if report.ok:
+        kept = f", {report.salvaged} more kept unreplayed by a repair" if report.salvaged else ""
         out.print(f"{report.url}: {report.records} records, snapshot at "
-                  f"{report.snapshot_seq if report.snapshot_seq is not None else '-'}: ok", highlight=False)
+                  f"{report.snapshot_seq if report.snapshot_seq is not None else '-'}{kept}: ok", highlight=False,
+                  soft_wrap=True)
         return
-    err.print(f"{report.url}: {report.first_bad}", highlight=False, soft_wrap=True)
+    line = report.first_bad if report.first_bad.startswith(report.url) else f"{report.url}: {report.first_bad}"
+    err.print(line, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
 @journal_app.command("repair")
 def journal_repair(store: str = typer.Argument(..., help="A SQLite file path or redis://... URL.")) -> None:
     """Back the journal up, then truncate it after its last good record (a file with damaged pages:
-    recover every valid record a replay can use, and say what was lost)."""
+    recover every valid record, replayed or kept unreplayed past the gap, and say what was lost)."""
     from rollmux.live.journal.repair import repair_store
     report = _journal_tool(repair_store, store)
     out.print(report.summary(), highlight=False, soft_wrap=True)

@@ -1,10 +1,13 @@
 """Store faults as `rollmux chaos` scenarios: a failed journal append costs only its own call
 (`append_failure_costs_one_call`), and a journal damaged at the page level is repaired with
-every intact record a replay can use (`damaged_journal_repaired`). Both run an in-process
-`SchedulerCore`; their figures go to `run.extras`."""
+every intact record, after which the service knows every job one names
+(`damaged_journal_repaired`). Both run an in-process `SchedulerCore`; their figures go to
+`run.extras`."""
 
 from __future__ import annotations
 
+import re
+import sqlite3
 import statistics
 import threading
 import time
@@ -90,8 +93,9 @@ def append_failure_costs_one_call(run: Run) -> None:
 
 def damaged_journal_repaired(run: Run) -> None:
     """A journal written by the service is damaged at the page level four ways (truncated, header
-    and a leaf page overwritten, a page zeroed); each repair keeps a backup, and the service starts
-    on the repaired store with every job a kept record submitted."""
+    and a leaf page overwritten, a page zeroed); each repair keeps a backup and every record it
+    could read (replayed, or kept unreplayed past the gap), and the service starts on the
+    repaired store knowing every job a record it kept names."""
     _log_to_file(run, run.log_dir / "core.log")
     path = run.log_dir / "journal.db"
     core = SchedulerCore(chaos_run.CLUSTER, store=str(path), snapshot_every=0)
@@ -111,8 +115,18 @@ def damaged_journal_repaired(run: Run) -> None:
         jobs = set(started.state.jobs) if started else set()
         if started:
             started.shutdown()
-        run.extras[f"repair_{name}"] = {"kept": report.kept, "lost": report.lost, "first_lost": report.first_lost}
+        run.extras[f"repair_{name}"] = {"replayed": report.kept, "kept_unreplayed": report.salvaged,
+                                        "lost": report.lost, "first_lost": report.first_lost}
         run.check((run.log_dir / f"{name}.db.damaged-1").exists(), f"{name}: no backup of the damaged file")
-        submitted = {r.payload["job"]["job_id"] for r in open_store(str(target), readonly=True).records()
-                     if r.kind == "submit"}
-        run.check(submitted <= jobs, f"{name}: jobs {sorted(submitted - jobs)} lost although their record survived")
+        named = _named_jobs(target) - set(report.unplaced)
+        run.check(named <= jobs, f"{name}: jobs {sorted(named - jobs)} lost although a record of theirs survived")
+
+
+def _named_jobs(path) -> set[str]:
+    """Every job a record of the repaired journal names, replayed or kept unreplayed."""
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    try:
+        texts = [t for (t,) in conn.execute("SELECT payload FROM records UNION ALL SELECT payload FROM salvaged")]
+    finally:
+        conn.close()
+    return {job for text in texts for job in re.findall(r'"job_id":"([^"]+)"', text)}

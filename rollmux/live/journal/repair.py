@@ -18,7 +18,7 @@ from rollmux.live.journal import open_store
 from rollmux.live.journal.base import JournalCorrupt, Store, damage_report
 from rollmux.live.journal.pages import first_damage
 from rollmux.live.journal.redis import RedisStore
-from rollmux.live.journal.salvage import job_of, keep_damaged, read_salvage, take_lock, write_journal
+from rollmux.live.journal.salvage import keep_damaged, read_salvage, take_lock, write_journal, write_tokens
 from rollmux.live.journal.sqlite import SQLiteStore
 
 
@@ -32,6 +32,7 @@ class CheckReport:
     first_bad: str | None  # one line: the first damaged record, gap or snapshot; None if all is well
     snapshot_seq: int | None  # the snapshot's seq if it is readable, else None
     ok: bool
+    salvaged: int = 0  # records an earlier page-level repair kept unreplayed (table `salvaged`)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,12 @@ class RepairReport:
     last_lost: int | None = None
     snapshot_seq: int | None = None  # the snapshot the repaired journal holds, if any
     requeued: tuple[str, ...] = ()  # jobs submitted past the gap, written again to be placed anew
+    salvaged: int = 0  # valid records kept unreplayed (table `salvaged`): past the gap, or before the snapshot
+    reissued: tuple[str, ...] = ()  # jobs whose submit was lost, queued again under a new token
+    tokens_file: str | None = None  # where the new tokens are (the owner's only)
+    left: tuple[str, ...] = ()  # jobs that left past the gap, their departure written again
+    unplaced: tuple[str, ...] = ()  # jobs named past the gap that no surviving record holds the profile of
+    written: int = 0  # of `kept`, the records written after the replayed run (the jobs' submits and departures)
 
     def summary(self) -> str:
         """One line: what was kept, what was lost, where the backup is."""
@@ -57,12 +64,28 @@ class RepairReport:
             lost = (f"lost {self.lost} record(s), seq {self.first_lost}..{self.last_lost}" if self.lost
                     else "lost no record the remaining pages name")
             if "truncated" in self.damage:
-                lost += f" (and whatever records after {self.kept} the missing pages held)"
-            line = f"damaged pages ({self.damage}): recovered {self.kept} records{snap}; {lost}"
-            if self.requeued:
-                line += (f"; {len(self.requeued)} job(s) submitted past the gap are queued to be placed "
-                         f"anew: {', '.join(self.requeued[:10])}{' ...' if len(self.requeued) > 10 else ''}")
+                lost += f" (and whatever records after seq {self.last_lost or self.kept} the missing pages held)"
+            line = f"damaged pages ({self.damage}): recovered {self.kept - self.written} records to replay{snap}"
+            if self.written:
+                line += f" (and wrote {self.written} after them: the jobs below)"
+            if self.salvaged:
+                line += f", and {self.salvaged} more kept unreplayed in table 'salvaged'"
+            line += f"; {lost}{self._jobs()}"
         return f"{line}; backup {self.backup}"
+
+    def _jobs(self) -> str:
+        """What became of the jobs the records past the gap name."""
+        parts = []
+        for jobs, what in ((self.requeued, "submitted past the gap are queued to be placed anew"),
+                           (self.reissued, f"whose submit was lost are queued again under new tokens "
+                                           f"(in {self.tokens_file})"),
+                           (self.left, "left past the gap and are recorded as left"),
+                           (self.unplaced, "are named past the gap but no surviving record holds their "
+                                           "profile: resubmit them")):
+            if jobs:
+                more = " ..." if len(jobs) > 10 else ""
+                parts.append(f"{len(jobs)} job(s) {what}: {', '.join(jobs[:10])}{more}")
+        return "".join(f"; {p}" for p in parts)
 
 
 def check_store(url: str) -> CheckReport:
@@ -79,7 +102,8 @@ def check_store(url: str) -> CheckReport:
     finally:
         store.close()
     first_bad = problem or snap_problem
-    return CheckReport(store.url, len(good), last, first_bad, snap_seq, first_bad is None)
+    return CheckReport(store.url, len(good), last, first_bad, snap_seq, first_bad is None,
+                       _salvaged_count(path) if path is not None else 0)
 
 
 def repair_store(url: str) -> RepairReport:
@@ -115,6 +139,16 @@ def _sqlite_file(url: str) -> Path | None:
     return path if path.is_file() and path.stat().st_size else None
 
 
+def _salvaged_count(path: Path) -> int:
+    """The records an earlier page-level repair kept unreplayed in the file (0 if none)."""
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    try:
+        has = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'salvaged'").fetchone()
+        return conn.execute("SELECT count(*) FROM salvaged").fetchone()[0] if has else 0
+    finally:
+        conn.close()
+
+
 def _check_pages(path: Path, damage: str) -> CheckReport:
     """Check a file SQLite cannot read: the first bad page, and the first record no page holds."""
     salvage = read_salvage(path.read_bytes())
@@ -122,7 +156,8 @@ def _check_pages(path: Path, damage: str) -> CheckReport:
     record = (f"record {missing} is the first no page holds whole" if missing is not None
               else f"records 1..{max(salvage.records, default=0)} read whole")
     lost, first, last = salvage.lost
-    what = (f"{damage}; {record}; a repair would keep {len(salvage.kept)} records"
+    what = (f"{damage}; {record}; a repair would replay {len(salvage.kept)} records, keep "
+            f"{len(salvage.archived)} more unreplayed"
             + (f" and lose {lost} (seq {first}..{last})" if lost else ""))
     return CheckReport(f"sqlite://{path}", len(salvage.kept), salvage.last_kept,
                        damage_report(f"sqlite://{path}", what), salvage.snapshot[0] if salvage.snapshot else None,
@@ -130,20 +165,24 @@ def _check_pages(path: Path, damage: str) -> CheckReport:
 
 
 def _repair_pages(path: Path, damage: str) -> RepairReport:
-    """Keep the damaged file aside, then write a journal of what its pages hold that a replay can use."""
+    """Keep the damaged file aside, then write a journal of every valid record its pages hold."""
     fd = take_lock(path)
     try:
         backup = keep_damaged(path)
         salvage = read_salvage(path.read_bytes())
+        tokens = write_tokens(path, salvage.gap.reissued) if salvage.gap.reissued else None
         write_journal(path, salvage)
     finally:
         os.close(fd)
     lost, first, last = salvage.lost
     snap = salvage.snapshot[0] if salvage.snapshot and salvage.snapshot[0] <= salvage.last_kept else None
-    return RepairReport(str(backup), kept=len(salvage.kept), dropped=len(salvage.records) - len(salvage.kept),
+    gap = salvage.gap
+    return RepairReport(str(backup), kept=len(salvage.kept) + len(gap.appended), dropped=0,
                         dropped_snapshot=salvage.snapshot is not None and snap is None, damage=damage,
                         lost=lost, first_lost=first, last_lost=last, snapshot_seq=snap,
-                        requeued=tuple(str(job_of(salvage.records[q][1])) for q in salvage.requeued))
+                        requeued=tuple(gap.requeued), salvaged=len(salvage.archived) + len(salvage.earlier),
+                        reissued=tuple(gap.reissued), tokens_file=str(tokens) if tokens else None,
+                        left=tuple(gap.left), unplaced=tuple(gap.unplaced), written=len(gap.appended))
 
 
 def _snapshot_state(store: Store, last_good: int) -> tuple[int | None, str | None]:

@@ -1,9 +1,12 @@
 """Repairing an SQLite journal damaged at the page level (`rollmux journal repair` when SQLite
 itself cannot read the file): the damaged file is kept aside as `<store>.damaged-<n>`, every
 readable row is read from its pages (`pages.scan_pages`), each record is validated by the
-record models (core/records.py), and a new journal is written with what a replay can use:
-the snapshot, if one survived, and the gap-free run of records after it (or from record 1).
-What is lost is counted and its first and last seq named.
+record models (core/records.py), and a new journal is written with every valid record:
+- replayed: the snapshot, if one survived, and the gap-free run of records after it (or from
+  record 1), then what the records past the gap still tell (`past_gap`: the jobs they name,
+  submitted again, and their departures);
+- kept unreplayed, in table `salvaged` with their own seqs: every other valid record.
+What no page holds is counted and its seqs named.
 """
 
 from __future__ import annotations
@@ -12,26 +15,35 @@ import fcntl
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from rollmux.core.records import config_from, parse
+from rollmux.core.vocabulary import TERMINAL
 from rollmux.live.journal.base import JournalError, in_use
 from rollmux.live.journal.pages import Row, scan_pages
+from rollmux.live.journal.past_gap import PastGap, past_gap
 from rollmux.live.journal.sqlite import PRIVATE, SQLiteStore
+
+# The records a repaired journal keeps but does not replay (past a gap, or before its snapshot):
+# six columns, so that a later page-level repair never reads one of its rows as a record.
+SALVAGED_TABLE = ("CREATE TABLE IF NOT EXISTS salvaged (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, "
+                  "kind TEXT NOT NULL, payload TEXT NOT NULL, written_at REAL NOT NULL, repaired_at REAL NOT NULL)")
 
 
 @dataclass(frozen=True)
 class Salvage:
-    """What the pages of a damaged journal hold that a replay can use."""
+    """What the pages of a damaged journal hold, and what the repaired journal makes of it."""
 
     records: dict[int, tuple[str, str, float]]  # seq -> (kind, payload text, written_at): every valid one read
     snapshot: tuple[int, str, float] | None     # (seq, state text, written_at), if a valid one was read
-    kept: list[int] = field(default_factory=list)  # the seqs the repaired journal holds
+    kept: list[int] = field(default_factory=list)  # the seqs the repaired journal replays
     invalid: int = 0                              # rows read whole that no record model accepts
-    requeued: list[int] = field(default_factory=list)  # submits past the gap, appended after `kept`
+    gap: PastGap = field(default_factory=PastGap)  # what the records past the kept run still tell
+    earlier: list[tuple[int, str, str, float, float]] = field(default_factory=list)  # an earlier repair's
 
     @property
     def last_kept(self) -> int:
@@ -39,12 +51,24 @@ class Salvage:
         return self.kept[-1] if self.kept else (self.snapshot[0] if self.snapshot else 0)
 
     @property
+    def archived(self) -> list[int]:
+        """Every valid record the repaired journal keeps without replaying it (table `salvaged`)."""
+        kept = set(self.kept)
+        return sorted(q for q in self.records if q not in kept)
+
+    @property
+    def lost_seqs(self) -> list[int]:
+        """The records (up to the last one the pages name) that no page holds readable and valid;
+        those before the snapshot the repaired journal holds are not lost (it holds their effect)."""
+        covered = self.snapshot[0] if self.snapshot and self.snapshot[0] <= self.last_kept else 0
+        top = max([*self.records, covered], default=0)
+        return [seq for seq in range(covered + 1, top + 1) if seq not in self.records]
+
+    @property
     def lost(self) -> tuple[int, int | None, int | None]:
-        """(how many, first seq, last seq) of the records after the last kept one that were
-        written (as far as the pages tell) and that the repaired journal does not hold."""
-        top = max([*self.records, *([self.snapshot[0]] if self.snapshot else [])], default=0)
-        first = self.last_kept + 1
-        return (top - first + 1, first, top) if top >= first else (0, None, None)
+        """(how many, first seq, last seq) of the records no page holds readable and valid."""
+        seqs = self.lost_seqs
+        return (len(seqs), seqs[0], seqs[-1]) if seqs else (0, None, None)
 
     def first_missing(self) -> int | None:
         """The first record (from 1) no page holds readable and valid, if any."""
@@ -58,18 +82,25 @@ def read_salvage(data: bytes) -> Salvage:
     """The valid records and snapshot the file's pages hold, and which of them a replay can use."""
     records: dict[int, tuple[str, str, float]] = {}
     snapshots: list[tuple[int, str, float]] = []
+    earlier: dict[tuple, tuple[int, str, str, float, float]] = {}
     for row in scan_pages(data):
         if _is_record(row) and row.rowid not in records:
             records[row.rowid] = (row.values[1], row.values[2], float(row.values[3]))
         elif _is_snapshot(row):
             snapshots.append((row.values[1], row.values[2], float(row.values[3])))
+        elif _is_salvaged(row):
+            earlier.setdefault(row.values[1:4], (*row.values[1:4], float(row.values[4]), float(row.values[5])))
     snapshot = max(snapshots, default=None)  # an older snapshot's freed page may still hold its row
     intra = _intra(_config(records, snapshot))
     invalid = [seq for seq, (kind, text, _) in records.items() if not _valid(kind, text, intra)]
     for seq in invalid:
         del records[seq]
     kept = _replayable(records, snapshot)
-    return Salvage(records, snapshot, kept, len(invalid), _requeued(records, snapshot, kept))
+    gap = PastGap()
+    if kept or snapshot is not None:  # else nothing replays: no state to bring jobs back into
+        last = kept[-1] if kept else snapshot[0]
+        gap = past_gap(records, last, _known(records, snapshot if snapshot and snapshot[0] <= last else None, kept))
+    return Salvage(records, snapshot, kept, len(invalid), gap, sorted(earlier.values()))
 
 
 def job_of(text: str) -> str | None:
@@ -79,30 +110,28 @@ def job_of(text: str) -> str | None:
     return job.get("job_id") if isinstance(job, dict) else payload.get("job_id")
 
 
-def _requeued(records: dict, snapshot, kept: list[int]) -> list[int]:
-    """The submits past the replayable run whose job the kept journal does not know and whose
-    later records do not say it left: written again after the run, such a job is placed anew at
-    start (its token still valid) instead of being lost with the records its gap cut off."""
-    if not kept:
-        return []
-    known = {job_of(records[q][1]) for q in kept if records[q][0] == "submit"}
-    if snapshot is not None and snapshot[0] <= kept[-1]:
-        known |= set((_object(snapshot[2]) or {}).get("jobs", {}))
-    latest: dict[str, int] = {}
-    for seq in sorted(q for q in records if q > kept[-1]):
+def _known(records: dict, snapshot, kept: list[int]) -> dict[str, bool]:
+    """The jobs a replay of the kept run knows, and whether each has left."""
+    state = (_object(snapshot[1]) or {}) if snapshot is not None else {}
+    known = {j: r.get("status") in TERMINAL for j, r in state.get("jobs", {}).items()}
+    for seq in kept:
         kind, text, _ = records[seq]
-        job = job_of(text)
-        if kind == "submit" and job not in known:
-            latest[job] = seq
-        elif kind == "leave" and job in latest:
-            del latest[job]  # it ended after the gap: nothing to place again
-    return sorted(latest.values())
+        if kind in ("submit", "leave"):
+            known[job_of(text)] = kind == "leave"
+    return known
 
 
 def _is_record(row: Row) -> bool:
     v = row.values
     return (row.rowid > 0 and len(v) == 4 and v[0] is None and isinstance(v[1], str) and bool(v[1])
             and isinstance(v[2], str) and isinstance(v[3], (int, float)))
+
+
+def _is_salvaged(row: Row) -> bool:
+    """A row of an earlier repair's `salvaged` table: (id, seq, kind, payload, written_at, repaired_at)."""
+    v = row.values
+    return (len(v) == 6 and v[0] is None and isinstance(v[1], int) and isinstance(v[2], str)
+            and isinstance(v[3], str) and all(isinstance(x, (int, float)) for x in v[4:]))
 
 
 def _is_snapshot(row: Row) -> bool:
@@ -191,23 +220,14 @@ def keep_damaged(path: Path) -> Path:
 
 
 def write_journal(path: Path, salvage: Salvage) -> None:
-    """Replace the journal at `path` by a new one holding the salvage's kept records and snapshot."""
+    """Replace the journal at `path` by a new one: the salvage's kept records and snapshot, the
+    records written after them (`past_gap`), and every other valid record in table `salvaged`."""
     tmp = Path(f"{path}.repairing")
     for stale in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
         stale.unlink(missing_ok=True)
     store = SQLiteStore(tmp)
     try:
-        conn = store._conn
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany("INSERT INTO records (seq, kind, payload, written_at) VALUES (?, ?, ?, ?)",
-                         [(seq, *salvage.records[seq]) for seq in salvage.kept]
-                         + [(salvage.last_kept + i, *salvage.records[seq])
-                            for i, seq in enumerate(salvage.requeued, 1)])
-        snap = salvage.snapshot
-        if snap is not None and snap[0] <= salvage.last_kept:
-            conn.execute("INSERT INTO snapshot (id, seq, state, written_at) VALUES (1, ?, ?, ?)", snap)
-        conn.execute("COMMIT")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        _fill(store._conn, salvage)
     finally:
         store.close()
     Path(f"{tmp}.lock").unlink(missing_ok=True)
@@ -216,3 +236,32 @@ def write_journal(path: Path, salvage: Salvage) -> None:
     for part in ("-wal", "-shm"):
         Path(f"{tmp}{part}").unlink(missing_ok=True)
     os.replace(tmp, path)
+
+
+def _fill(conn, salvage: Salvage) -> None:
+    """Write the repaired journal's tables in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(SALVAGED_TABLE)
+    conn.executemany("INSERT INTO records (seq, kind, payload, written_at) VALUES (?, ?, ?, ?)",
+                     [(seq, *salvage.records[seq]) for seq in salvage.kept]
+                     + [(salvage.last_kept + i, *row) for i, row in enumerate(salvage.gap.appended, 1)])
+    now = time.time()
+    conn.executemany("INSERT INTO salvaged (seq, kind, payload, written_at, repaired_at) VALUES (?, ?, ?, ?, ?)",
+                     salvage.earlier + [(seq, *salvage.records[seq], now) for seq in salvage.archived])
+    snap = salvage.snapshot
+    if snap is not None and snap[0] <= salvage.last_kept:
+        conn.execute("INSERT INTO snapshot (id, seq, state, written_at) VALUES (1, ?, ?, ?)", snap)
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def write_tokens(path: Path, tokens: dict[str, str]) -> Path:
+    """The new tokens of the jobs a repair queued again (`<path>.tokens-<n>`, JSON, the owner's only)."""
+    n = 1
+    while Path(f"{path}.tokens-{n}").exists():
+        n += 1
+    target = Path(f"{path}.tokens-{n}")
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE)
+    with os.fdopen(fd, "w") as f:
+        json.dump(tokens, f, indent=1, sort_keys=True)
+    return target
