@@ -112,14 +112,16 @@ class WallClockEnvironment(Environment):
         self._cv = threading.Condition()
         self._stopped = False
         self._serving = False
+        self._on_error: Callable[[Exception], None] | None = None
 
-    def serve(self) -> None:
-        """Run callbacks until stop() is called, waiting when idle (for a service thread)."""
-        self._serving = True
+    def serve(self, on_error: Callable[[Exception], None] | None = None) -> None:
+        """Run callbacks until stop() is called, waiting when idle (for a service thread); with
+        `on_error`, a callback that raises is handed to it and the thread goes on."""
+        self._serving, self._on_error = True, on_error
         try:
             self.run()
         finally:
-            self._serving = False
+            self._serving, self._on_error = False, None
 
     def now(self) -> float:
         """Seconds since the environment started (scaled)."""
@@ -158,4 +160,9 @@ class WallClockEnvironment(Environment):
                         break
                     self._cv.wait(timeout=wait)
                 _, fn, args = self._queue.pop()
-            fn(*args)
+            try:
+                fn(*args)
+            except Exception as exc:
+                if self._on_error is None:
+                    raise
+                self._on_error(exc)

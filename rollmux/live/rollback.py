@@ -140,6 +140,7 @@ class Rollback:
     def _answer(self, failed: list, err: Unavailable) -> None:
         """Fail the undone replies; ask the restored controllers for every permit still waited for."""
         answers = [(fut, None, err) for fut, _, _ in failed if not fut.done()]
+        again = []
         for (jid, phase), fut in list(self._waiting.items()):
             job = self.state.jobs.get(jid)
             if fut.done() or job is None or not job.active:
@@ -149,8 +150,44 @@ class Rollback:
                 self._waiting.pop((jid, phase))
                 answers.append((fut, job.held[phase], None))
             elif job.group_id is not None:
+                again.append((jid, phase))
+        try:
+            for jid, phase in again:
                 self._request(jid, phase)
+            self._drain()
+        except JournalError as exc:  # the store still fails: what was asked again cannot be written either
+            answers += self._give_up(exc, err)
         settle(answers)
-        self._drain()
         if self.journal.pending():  # what the drain decided is no request's: commit it
             self._schedule_flush()
+
+    def _give_up(self, exc: JournalError, err: Unavailable) -> list:
+        """Drop everything uncommitted and rebuild once more without asking again: every call still
+        waiting or unanswered is told to ask again (a store that keeps failing costs no thread)."""
+        log.error("journal: still failing while a rollback asked again for the waiting permits; "
+                  "every waiting call is told to ask again: %s", exc)
+        try:
+            self.journal.rollback()
+        except JournalError as again:
+            log.error("journal rollback failed: %s", again)
+        self._gen += 1
+        state = self._restored([])
+        self._token_of, self.state = {r.token_hash: j for j, r in state.jobs.items()}, state
+        self._pending = []
+        self._last_seq = self._base[0] + len(self._committed)
+        self._after_restore()
+        answers = [(fut, None, err) for fut, _, _ in self._replies if not fut.done()]
+        answers += [(fut, None, err) for fut in self._waiting.values() if not fut.done()]
+        self._replies, self._waiting = [], {}
+        return answers
+
+    def _on_error(self, exc: BaseException) -> None:
+        """A callback of the scheduler thread raised (a bug, or a store that failed outside any
+        operation): the uncommitted batch is undone so that memory equals the journal, and the
+        thread goes on serving."""
+        log.error("the scheduler thread caught %s: %s", type(exc).__name__, exc, exc_info=exc)
+        try:
+            self._rebuild(exc)
+        except Exception as again:  # noqa: BLE001 -- the rebuild itself failed: drop all that is uncommitted
+            settle(self._give_up(JournalError(str(again)), Unavailable(f"the scheduler recovered from an "
+                                                                       f"error; ask again ({exc})")))

@@ -134,7 +134,8 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcess
         self._seen = {j: grace for j, r in self.state.jobs.items() if r.active}
         self._stopping = threading.Event()
         self._inbox = Inbox(lambda run: self.env.call_at(self.env.now(), run))
-        self._thread = threading.Thread(target=self.env.serve, name="rollmux-scheduler", daemon=True)
+        self._thread = threading.Thread(target=self.env.serve, args=(self._on_error,), name="rollmux-scheduler",
+                                        daemon=True)
         self._thread.start()
         self._check_every = check_every_s
         self.request("drain").result()

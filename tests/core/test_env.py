@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from rollmux.core.env import SimEnvironment, WallClockEnvironment
 
 # -- SimEnvironment --------------------------------------------------------------------------
@@ -160,3 +162,25 @@ def test_wall_clock_accepts_callbacks_from_another_thread():
     env.run(until=60_000.0)  # would return at `until` (a minute of wall time) only if the thread failed
     thread.join()
     assert log == ["from thread"]
+
+
+def _boom() -> None:
+    raise RuntimeError("a callback's bug")
+
+
+def test_wall_clock_serve_hands_a_raising_callback_to_on_error_and_goes_on():
+    env, caught, after = WallClockEnvironment(), [], threading.Event()
+    thread = threading.Thread(target=env.serve, args=(caught.append,), daemon=True)
+    thread.start()
+    env.call_at(env.now(), _boom)
+    env.call_at(env.now(), after.set)
+    assert after.wait(30) and [str(e) for e in caught] == ["a callback's bug"]
+    env.stop()
+    thread.join(30)
+
+
+def test_wall_clock_run_without_on_error_raises_a_callback_error():
+    env = WallClockEnvironment()
+    env.call_at(0.0, _boom)
+    with pytest.raises(RuntimeError, match="a callback's bug"):
+        env.run()

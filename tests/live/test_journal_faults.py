@@ -9,9 +9,12 @@ import httpx
 import pytest
 from factories import make_job
 
+from rollmux.core.records import Leave
 from rollmux.core.spec import default_cluster
+from rollmux.core.vocabulary import JobStatus
 from rollmux.harness.chaos.store_faults import history
-from rollmux.live.journal import FailingStore, open_store
+from rollmux.live import in_process
+from rollmux.live.journal import FailingStore, JournalError, open_store
 from rollmux.live.local import ThreadServer
 from rollmux.live.rollback import REBASE_EVERY
 from rollmux.live.service import SchedulerCore, Unavailable
@@ -245,3 +248,52 @@ def test_over_http_a_rollback_replays_at_most_a_checkpoints_tail_not_the_journal
     core = served[1]
     assert core._last_seq > 3000
     assert len(core._committed) < max(REBASE_EVERY, len(core.state.jobs))
+
+
+def test_a_store_still_failing_when_a_rollback_asks_again_for_a_waiting_permit_fails_the_waiter(tmp_path,
+                                                                                                   monkeypatch):
+    path = str(tmp_path / "j.db")
+    armed = threading.Event()
+    store = FailingStore(open_store(path), fail_on=lambda k, p: armed.is_set())
+    core = SchedulerCore(CLUSTER, store=store, snapshot_every=0)
+    try:
+        tok = {j.job_id: core.submit(j.model_dump(exclude_none=True))["token"] for j in JOBS[:2]}
+        core.acquire("a", "rollout", tok["a"])
+        waiting = core.request("acquire", "b", "b", "rollout", None)  # b's turn comes when a releases
+        asked = core._request
+
+        def grant_write_fails(jid: str, phase: str) -> None:  # the re-request's grant: the store still fails
+            raise JournalError(f"{store.url}: disk full writing the grant of {phase} to {jid}")
+        monkeypatch.setattr(core, "_request", grant_write_fails)
+        armed.set()
+        with pytest.raises(Unavailable):
+            core.release("a", "rollout", TIMINGS, tok["a"])
+        with pytest.raises(Unavailable):
+            waiting.result(timeout=30).result(timeout=30)  # told to ask again, not left waiting
+        monkeypatch.setattr(core, "_request", asked)
+        armed.clear()
+        core.release("a", "rollout", TIMINGS, tok["a"])  # the scheduler thread still serves
+        assert core.acquire("b", "rollout", tok["b"])["job_id"] == "b"
+        assert core.dump() == _replayed(path)
+    finally:
+        core.shutdown()
+
+
+def test_a_callback_that_raises_on_the_scheduler_thread_undoes_its_batch_and_the_thread_goes_on(tmp_path):
+    path = str(tmp_path / "j.db")
+    core = SchedulerCore(CLUSTER, store=path, snapshot_every=0)
+    try:
+        tok = core.submit(JOBS[0].model_dump(exclude_none=True))["token"]
+        ran = threading.Event()
+
+        def buggy() -> None:  # stages a decision, then fails before it is committed
+            core._record(Leave.of("a", JobStatus.CANCELLED, "a bug"))
+            ran.set()
+            raise RuntimeError("a bug in a scheduler-thread callback")
+        core.env.call_at(core.env.now(), buggy)
+        assert ran.wait(30)
+        assert core.request("status", in_process.ADMIN).result(timeout=30)["jobs"]["a"]["status"] != "cancelled"
+        assert core.acquire("a", "rollout", tok)["job_id"] == "a"
+        assert core.dump() == _replayed(path)
+    finally:
+        core.shutdown()
