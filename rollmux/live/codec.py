@@ -55,6 +55,9 @@ def dump_state(state: Any) -> dict:
             "dissolving": sorted(cs.dissolving), "next_gid": cs.next_gid, "cases": cs.cases,
             "why": cs.why.to_json(),
             "arriving": {j: move_to_dict(m) for j, m in cs.arriving.items()},
+            # migrants not yet through their first iteration where they moved (their stall is still
+            # owed to the group's admission); absent: older snapshots, read as none
+            **({"settling": {j: move_to_dict(m) for j, m in cs.settling.items()}} if cs.settling else {}),
             "nodes": cs.ledger.nodes,
             "estimates": {j: estimate_to_dict(e) for j, e in cs.estimates.items()},
             "planned": {j: job_to_dict(s) for j, s in cs.planned.items()}, "compacted": cs.compacted,
@@ -83,6 +86,7 @@ def load_state(state: Any, d: dict, job_type: type) -> None:
             cs.controllers[g.group_id].import_state(d["controllers"][str(g.group_id)])
     cs.dissolving = set(d["dissolving"])
     cs.arriving = {j: move_from_dict(m, intra) for j, m in d.get("arriving", {}).items()}
+    cs.settling = {j: move_from_dict(m, intra) for j, m in d.get("settling", {}).items()}
     cs.next_gid, cs.cases = d["next_gid"], dict(d["cases"])
     cs.why = WhyTally.from_json(d.get("why", {}))  # older snapshots: none counted
     for pool, n in d["nodes"].items():

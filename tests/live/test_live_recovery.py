@@ -174,3 +174,24 @@ def test_a_new_journal_reports_no_record_recovered_and_a_restart_counts_its_conf
     finally:
         again.shutdown()
     assert [r.kind for r in open_store(store_url, readonly=True).records()] == ["config", "submit", "place"]
+
+
+def test_a_restart_from_a_snapshot_keeps_a_migrant_that_has_not_yet_settled(tmp_path):
+    path = str(tmp_path / "j.db")
+    core = SchedulerCore(CLUSTER, store=path, snapshot_every=1)  # a snapshot after every batch
+    jobs = [make_job("a", rollout=100, train=20), make_job("b", rollout=20, train=100),
+            make_job("c", rollout=20, train=100, slo=1.05)]
+    tok = {j.job_id: core.submit(j.model_dump(exclude_none=True))["token"] for j in jobs}
+    core.finish("b", tok["b"])  # a is left alone: it moves next to c at its iteration's end
+    for phase in ("rollout", "train"):
+        core.acquire("a", phase, tok["a"])
+        core.release("a", phase, TIMINGS, tok["a"])
+    before = json.loads(json.dumps(core.dump()))
+    assert set(before.get("settling", {})) == {"a"}  # moved; its first iteration there not yet run
+    core.shutdown()
+    again = SchedulerCore(None, store=path)
+    try:
+        assert again.recovered_records == open_store(path, readonly=True).snapshot()[0]  # all from the snapshot
+        assert again.dump() == before
+    finally:
+        again.shutdown()
