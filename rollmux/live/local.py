@@ -35,13 +35,13 @@ def free_port() -> int:
 
 def wait_until_up(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None,
                   verify: bool | str = True) -> None:
-    """Return once `url`/metrics answers; RuntimeError if it does not within `timeout_s` (or the process dies)."""
+    """Return once `url`/healthz answers; RuntimeError if it does not within `timeout_s` (or the process dies)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"rollmux serve exited with {proc.returncode} before answering")
         try:
-            httpx.get(f"{url}/metrics", timeout=2.0,
+            httpx.get(f"{url}/healthz", timeout=2.0,
                       verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify)
             return
         except httpx.HTTPError:
