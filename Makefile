@@ -34,8 +34,9 @@ test-explain:
 	@echo "make test installs, before it runs the whole suite:"
 	@echo "  - the test extra (pip install -e '.[test]' into $(VENV), about 1.8 GB): pytest and hypothesis, and"
 	@echo "    torch and TRL, because the job, adapter and weight-sync tests run real models;"
-	@echo "  - redis-server (the Redis journal tests) and chromium (the dashboard tests), with apt-get"
-	@echo "    where they are missing: that needs root (run make test as root, or install them first)."
+	@echo "  - redis-server (the Redis journal tests), chromium (the dashboard tests) and kubectl (renders"
+	@echo "    deploy/k8s), with apt-get where they are missing: that needs root (run make test as root, or"
+	@echo "    install them first)."
 	@echo "  make run needs none of this; make test-fast runs the unit tests without Redis or Chromium."
 
 ## Install the test extra, redis-server and chromium (apt-get: root), then run the whole test suite.

@@ -8,12 +8,23 @@ checks its JSON here."""
 from __future__ import annotations
 
 import math
+import re
 
 KEYS = {"jobs", "idle_share", "on_policy_identical", "warm_switch_s", "cold_switch_s", "timeline_png",
         "long_tail_migrations", "double_grants", "sync", "launcher"}
 JOB_KEYS = {"job_id", "framework", "group_id", "mode", "iterations", "final_reward", "mean_iter_s_solo",
             "mean_iter_s_mux", "mean_iter_s_mux_steady", "slo", "weights_identical_to_solo", "reward_curve",
             "loss_curve"}
+
+
+def check_demo_output(stdout: str, stderr: str, iterations: int) -> None:
+    """What a demo run with --json prints: nothing on stdout; on stderr "cluster up" naming the Ray
+    nodes of each pool, then a progress line per job and iteration."""
+    assert stdout == "", stdout[-3000:]
+    assert re.search(r"^demo: cluster up in [\d.]+s: \d+ Ray nodes: head \w+; rollout: rollout-0 \w+.*; "
+                     r"train: train-0 \w+", stderr, re.M), stderr[-3000:]
+    for job in ("heavy", "large", "small"):
+        assert f"demo: {job} it {iterations}/{iterations} rollout " in stderr, stderr[-3000:]
 
 
 def check_demo(result: dict, iterations: int) -> None:

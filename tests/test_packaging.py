@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from demo_checks import check_demo
+from demo_checks import check_demo, check_demo_output
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_HINT = "error: rollmux demo needs the demo extra: pip install 'rollmux[demo]'"
@@ -158,4 +158,5 @@ def test_a_fresh_venv_runs_simulate_without_extras_and_the_demo_with_its_extras(
     assert "Traceback" not in res.stderr
     check_demo(json.loads((work / "demo.json").read_text()), 12)
     assert (work / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    check_demo_output(res.stdout, res.stderr, 12)
     steps.done("rollmux demo --iterations 12")

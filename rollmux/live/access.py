@@ -62,7 +62,10 @@ class Access:
     def _refuse(self, op: str, job_id: Any, why: str, exc: type[ServiceError] = BadRequest,
                 field: str | None = None) -> ServiceError:
         # The job id and the reason can carry a caller's strings: bounded and escaped (`shown`).
-        log.warning("refused %s for job %s: %s", op, shown(job_id), shown(why, 240, quoted=False))
+        if job_id is None:  # an admin route: `op` names it
+            log.warning("refused %s: %s", op, shown(why, 240, quoted=False))
+        else:
+            log.warning("refused %s for job %s: %s", op, shown(job_id), shown(why, 240, quoted=False))
         self.refused.append({"op": op, "job_id": str(job_id), "why": why, "at": time.time()})
         self.refused_count += 1
         if self.telemetry is not None:
