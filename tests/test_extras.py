@@ -27,7 +27,7 @@ def run_without_torch(args: list[str], cwd) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args,command", [
-    (["demo", "--iterations", "2"], "rollmux demo"),
+    (["demo", "--iterations", "10"], "rollmux demo"),
     (["profile", "rollmux.jobs.grpo", "--preset", "small", "-o", "job.yaml"], "rollmux profile rollmux.jobs.grpo"),
     (["bench", "sync", "--model-mb", "1"], "rollmux bench sync"),
 ])

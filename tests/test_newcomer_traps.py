@@ -107,3 +107,8 @@ def test_serve_logs_a_refused_admin_route_by_the_route_not_job_none(serve_log, m
     refusals = [ln for ln in serve_log["text"].splitlines() if "refused auth" in ln]
     assert any(ln.endswith(f"refused auth on {method} {path}: missing or wrong token") for ln in refusals), refusals
     assert not [ln for ln in refusals if "None" in ln], refusals
+
+
+def test_demo_refuses_too_few_iterations_before_starting_anything():
+    res = CliRunner().invoke(app, ["demo", "--iterations", "3"])
+    assert res.exit_code == 2 and "--iterations" in res.output and "greater than or equal to" in res.output

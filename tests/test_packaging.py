@@ -136,7 +136,7 @@ def test_a_fresh_venv_runs_simulate_without_extras_and_the_demo_with_its_extras(
     assert len((work / "philly.jsonl").read_text().splitlines()) == 5
     steps.done("rollmux workload philly")
 
-    res = _run([rollmux, "demo", "--iterations", "2"], work, 120, env)
+    res = _run([rollmux, "demo", "--iterations", "10"], work, 120, env)
     assert res.returncode == 2, res.stdout + res.stderr
     assert [ln for ln in res.stderr.splitlines() if ln.strip()] == [DEMO_HINT], res.stderr
     assert res.stdout == "" and "Traceback" not in res.stderr

@@ -48,9 +48,16 @@ def profile(
         fail(exc)
 
 
+# Fewer and every job may end before two of them shared a group long enough to lose a node
+# (harness/demo_launch.py GROUP_ITERATIONS): the run fails after minutes. 10 was run to the end.
+DEMO_MIN_ITERATIONS = 10
+
+
 @app.command()
 def demo(
-    iterations: int = typer.Option(20, "--iterations", min=1, help="GRPO iterations per job."),
+    iterations: int = typer.Option(20, "--iterations", min=DEMO_MIN_ITERATIONS,
+                                   help="GRPO iterations per job (at least 10: two jobs must share a group for "
+                                        "3 iterations, lose a node, and still have iterations to run)."),
     json_out: Optional[Path] = typer.Option(None, "--json",
                                             help="Write the results as JSON here (else, or -: stdout)."),
     png: Optional[Path] = typer.Option(None, "--png", help="Draw the timeline of phases on nodes here (else: none)."),

@@ -60,7 +60,7 @@ def test_the_cli_asks_for_no_picture_without_png_and_prints_nothing_with_json(tm
         asked.update(kw)
         return {"jobs": []}
     monkeypatch.setattr(demo, "run_demo", fake_run_demo)
-    res = CliRunner().invoke(app, ["demo", "--iterations", "2", "--json", str(tmp_path / "out.json")])
+    res = CliRunner().invoke(app, ["demo", "--iterations", "10", "--json", str(tmp_path / "out.json")])
     assert res.exit_code == 0, res.output
     assert asked["png_out"] is None and asked["json_out"] == tmp_path / "out.json"
     assert res.stdout == ""
