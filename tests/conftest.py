@@ -87,6 +87,9 @@ INTEGRATION = {
     "tests/test_cli_profile.py::test_serve_refuses_a_setting": "`rollmux serve` in a subprocess",
     "tests/test_cli_profile.py::test_serve_runs_the_shipped_profile": "ProcessServer (`rollmux serve`)",
     "tests/test_standalone.py": "pytest on tests/core and tests/sim in a subprocess",
+    "tests/test_newcomer_traps.py::test_simulate_refuses_a_job_asking": "the CLI in a subprocess",
+    "tests/test_newcomer_traps.py::test_serve_at_log_level": "`rollmux serve` in a subprocess (fixture `serve_log`)",
+    "tests/test_newcomer_traps.py::test_serve_logs_a_refused": "`rollmux serve` in a subprocess (fixture `serve_log`)",
     "tests/test_docs_site.py": "`mkdocs build --strict` in a subprocess (fixture `site`)",
     "tests/test_tutorial.py::test_run_": "bash running docs/tutorial.md: `rollmux serve` and `rollmux run` (fixture)",
     "tests/weightsync/test_weightsync_bench.py": "network namespaces (ip, tc)",
@@ -149,6 +152,7 @@ SLOW = (
     "tests/study/test_offline_optimum.py::test_cheapest_group_matches_search_over_all_pin_assignments",
     "tests/study/test_sweep.py::test_a_study_section_through_ray",
     "tests/study/test_figures.py::test_every_figure_is_numbered_with_a_caption_and_its_csv",
+    "tests/study/test_figures.py::test_the_quick_studys_group_size_figure_shows_what_the_size_does",
     "tests/study/test_sweep.py::test_number_list_reads_comma_separated_numbers",
     "tests/study/test_sweep.py::test_ray_map_returns",
     "tests/test_cli.py::test_no_compact_and_static_turn_rollout_compaction_off",
@@ -159,6 +163,9 @@ SLOW = (
     "tests/test_cli_colocate.py::test_colocate_counts_its_placements_and_keeps_the_why_sum",
     "tests/test_cli_profile.py::test_serve_refuses_a_setting",
     "tests/test_cli_profile.py::test_serve_runs_the_shipped_profile",
+    "tests/test_newcomer_traps.py::test_simulate_refuses_a_job_asking",  # the CLI in a subprocess
+    "tests/test_newcomer_traps.py::test_serve_at_log_level",  # these two share the fixture `serve_log`
+    "tests/test_newcomer_traps.py::test_serve_logs_a_refused",
     "tests/test_extras.py::test_a_command_that_needs_torch",
     "tests/test_extras.py::test_a_user_job_importing_torch",
     "tests/test_extras.py::test_a_missing_module_that_no_extra",

@@ -4,7 +4,7 @@ Three parts, each a markdown table (and plots):
   A. small job sets (all jobs arrive together; study/part_a.py) — each policy's
      paper's cost and total cost to finish, normalized to the offline optimum,
      and SLO attainment, for workloads balanced / rollout-heavy / train-heavy /
-     mixed, SLO 1.2 / 1.5 / 2.0 / U(1,2), and max group size 2-5;
+     mixed, SLO 1.2 / 1.5 / 2.0 / U(1,2), and max group size 1-5;
   B. Philly-driven traces — every policy's cost normalized to the busy-time
      bound, gain over Solo-D and SLO attainment;
   C. what goes beyond the paper's static groups, on the same traces;

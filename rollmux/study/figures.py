@@ -44,6 +44,15 @@ def identical_labels(series: dict[str, Sequence]) -> dict[str, str]:
     return out
 
 
+def same_lines(series: dict[str, Sequence]) -> list[list[str]]:
+    """The names whose series are equal, in groups of two or more (lines drawn over each other),
+    each group in the order of `series`."""
+    groups: dict[tuple, list[str]] = {}
+    for name, ys in series.items():
+        groups.setdefault(tuple(ys), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
 @dataclass
 class Figures:
     """The study's figures in the order the markdown shows them: each numbered, with its caption."""

@@ -21,7 +21,7 @@ Per run, three numbers (DESIGN §6-7):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -67,8 +67,9 @@ class SmallCell:
     """One (workload, SLO, max group size) cell of part A: every run's numbers per policy.
 
     `paper_cost`, `total_cost` and `slo_attainment` hold one value per run (instances ×
-    placement seeds for a randomized policy); `paper_cost` lacks policies without groups
-    (gavel)."""
+    placement seeds for a randomized policy, instance by instance); `paper_cost` lacks policies
+    without groups (gavel). `optimum_usd`: the optimum's total $ per instance, which the
+    group-size figure compares across cells."""
 
     workload: str
     slo: float | None
@@ -77,6 +78,7 @@ class SmallCell:
     total_cost: dict[str, list[float]]
     slo_attainment: dict[str, list[float]]
     exact: bool
+    optimum_usd: list[float] = field(default_factory=list)
 
 
 class _Recorder(PlacementPolicy):
@@ -147,12 +149,14 @@ def small_cell(workload: str, slo: float | None, size: int, sc: StudyConfig,
     total = {p: [] for p in SMALL_POLICIES}
     slos = {p: [] for p in SMALL_POLICIES}
     exact = True
+    optimum_usd = []
     for i in range(sc.instances):
         seed = sc.seed * 1000 + i
         jobs = paper_jobs(sc.small_jobs, profile=workload, slo=slo, seed=seed)
         opt = optimal_partition(jobs, cluster, cell_config(size))
         exact &= opt.exact
         opt_total = optimum_run(jobs, cluster, size, seed, opt.groups).cost_usd
+        optimum_usd.append(opt_total)
         for p in SMALL_POLICIES:
             for k in range(placement_seeds if p in RANDOMIZED else 1):
                 res, groups = _small_policy(p, jobs, cluster, size, seed, k)
@@ -160,7 +164,7 @@ def small_cell(workload: str, slo: float | None, size: int, sc: StudyConfig,
                     paper[p].append(paper_cost_of(res, groups) / opt.cost_per_hour)
                 total[p].append(res.cost_usd / opt_total)
                 slos[p].append(res.slo_attainment)
-    return SmallCell(workload, slo, size, paper, total, slos, exact)
+    return SmallCell(workload, slo, size, paper, total, slos, exact, optimum_usd)
 
 
 def study_cells(sc: StudyConfig) -> list[tuple[str, float | None, int]]:

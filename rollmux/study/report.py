@@ -11,7 +11,8 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from rollmux.study.figures import NA, STYLES, Figures, identical_labels, integer_axis, write_csv  # noqa: E402
+from rollmux.study.figures import NA, STYLES, Figures, identical_labels, write_csv  # noqa: E402
+from rollmux.study.group_size_figure import plot_sizes, reference_label  # noqa: E402
 from rollmux.study.part_a import PAPER, PLACEMENT_SEEDS  # noqa: E402
 
 
@@ -116,44 +117,19 @@ def plot_small(cells: list, size: int, path: Path) -> None:
         ax.set_title(title + (" (%)" if pct else ""), fontsize=9)
         if not pct:
             ax.axhline(1.0, color="k", lw=0.8)
-    axes[1].legend(fontsize=8)  # (total cost: every policy has one)
+    handles, labels = axes[1].get_legend_handles_labels()  # (total cost: every policy has one)
+    fig.legend(handles, labels, loc="lower center", ncol=len(pols), fontsize=8, frameon=False)  # below: hides no bar
     fig.suptitle(f"small job sets, SLO U(1,2), max group size {size}")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     write_csv(path, ("metric", "workload", "policy", "mean", "std", "runs"), table)
 
 
-def plot_sizes(cells: list, path: Path) -> bool:
-    """Lines: RollMux's (`paper` profile) total cost / optimum's against max group size, per workload,
-    the sizes on an integer axis; a workload's line equal to another's says so. The numbers go to
-    the CSV beside `path`; no picture (False) with fewer than two sizes (a line of one point)."""
-    sizes = sorted({c.group_size for c in cells if c.slo is None})
-    pts = {w: sorted((c.group_size, float(np.mean(c.total_cost[PAPER])))
-                     for c in cells if c.workload == w and c.slo is None)
-           for w in sorted({c.workload for c in cells})}
-    write_csv(path, ("workload", "max_group_size", "total_cost_over_optimum"),
-              [(w, g, y) for w, line in pts.items() for g, y in line])
-    if len(sizes) < 2:
-        return False
-    labels = identical_labels({w: line for w, line in pts.items()})
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    for k, (w, line) in enumerate(pts.items()):
-        marker, style = STYLES[k % len(STYLES)]
-        ax.plot([g for g, _ in line], [y for _, y in line], marker=marker, linestyle=style, label=labels[w])
-    integer_axis(ax.xaxis, sizes)
-    ax.set_xlabel("max group size")
-    ax.set_ylabel(f"RollMux ({PAPER}) total cost / optimum's")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
 def plot_cost_over_time(run: dict, path: Path) -> None:
-    """Step plot of the provisioning cost rate over a Philly-driven trace, one line style per policy
-    (a series equal to another's says so); the steps go to the CSV beside `path`."""
+    """Step plot of the provisioning cost rate over a Philly-driven trace, one line style per policy,
+    earlier lines wider so that one a later line runs over still shows (a series equal to another's
+    says so); the steps go to the CSV beside `path`."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
     names = run.get("labels", {})  # (a RollMux row's label names its configuration)
     series = {names.get(n, n).replace("`", ""): run["policies"][n] for n in ("solo-d", "rollmux-static", "rollmux")}
@@ -162,7 +138,7 @@ def plot_cost_over_time(run: dict, path: Path) -> None:
     for k, (label, r) in enumerate(series.items()):
         t = [0.0] + [x / 3600 for x, _ in r.cost_timeline]
         rate = [0.0] + [y for _, y in r.cost_timeline]
-        ax.step(t, rate, where="post", label=f"{labels[label]} (${r.cost_usd:,.0f})", lw=1.2,
+        ax.step(t, rate, where="post", label=f"{labels[label]} (${r.cost_usd:,.0f})", lw=3.0 - 0.9 * k,
                 linestyle=STYLES[k % len(STYLES)][1])
         table += [(label, h, y) for h, y in zip(t, rate)]
     ax.set_xlabel("hours")
@@ -200,6 +176,9 @@ PART_A_EXPLAINED = [
     "policy meeting every SLO can also come out slightly below 1.00x here.",
     "- **SLO attainment**: share of jobs whose mean iteration time stayed within slo x solo.",
     "",
+    "Max group size 1 runs every job alone (the optimum and the group policies alike); the group-size "
+    "figure measures every size against the optimum at the smallest size swept.",
+    "",
     "Each entry is the mean ± standard deviation over the cell's runs: one per instance, and "
     f"for random one per instance x placement seed ({PLACEMENT_SEEDS} seeds). random draws uniformly among the "
     "groups with room and a new group; greedy (Most-Idle) joins the group with room whose "
@@ -222,11 +201,17 @@ def _figures(out: Path, sc, small: list, philly: list[dict], size: int) -> tuple
         "the mean over the cell's runs, whiskers ± one standard deviation; n/a: the policy has no such "
         "number (gavel forms no groups, so it has no paper's cost)."))
     if plot_sizes(small, out / "group_size.png"):
+        ref = reference_label(min(sc.group_sizes))
         fig2 = figs.markdown("group_size.png", (
-            f"RollMux's (`{PAPER}` profile) total cost over the optimum's against the max group size, per "
-            "workload, SLO U(1,2); a workload whose line equals another's says so in the legend."))
+            f"Total cost to finish against the max group size, SLO U(1,2), one panel per workload: the "
+            f"optimum and each policy (RollMux's `{PAPER}` profile first), divided by the cost of {ref} on "
+            "the same instance (so every size is measured against one reference). Where a line stays flat, a "
+            "larger max group size changed nothing for it (the SLO-aware lines, the optimum, both RollMux "
+            "configurations and gavel, grow no group that worst-case planning says breaks an SLO); lines "
+            "drawn over each other are named under their panel. Points: the mean over the cell's runs, "
+            "whiskers ± one standard deviation."))
     else:
-        fig2 = figs.omitted("RollMux's total cost against the max group size", (
+        fig2 = figs.omitted("Total cost against the max group size", (
             f"this run has one max group size ({sc.group_sizes[0]}): the table above holds its numbers "
             "(group_size.csv too)"))
     run = philly[0]
