@@ -248,3 +248,23 @@ def most_running_at_once(marks: list[tuple[float, str]]) -> int:
         running += 1 if kind == "start" else -1
         peak = max(peak, running)
     return peak
+
+
+class GrantAtOnce:
+    """A permit client that grants every phase at once (a job under a scheduler with nothing else)
+    and records each release's timings."""
+
+    def __init__(self) -> None:
+        self.released = []
+
+    def acquire(self, job_id, phase):
+        """The phase's permit, at once."""
+        from rollmux.core.group_controller import Grant
+        return Grant(0, job_id, phase, "rollout" if phase == "rollout" else "train", (0,), 0.0, 0.0, 0.0)
+
+    def tail_started(self, job_id) -> None:
+        """Nothing to do: no scheduler watches the tail."""
+
+    def release(self, timings) -> None:
+        """Record the released phase's timings."""
+        self.released.append(timings)

@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from factories import intra, make_group, make_job, most_running_at_once, run_threads
+from factories import GrantAtOnce, intra, make_group, make_job, most_running_at_once, run_threads
 
 from rollmux.core.config import IntraConfig
 from rollmux.core.env import WallClockEnvironment
@@ -122,29 +122,12 @@ def test_unknown_phase_is_refused(plane):
             pass
 
 
-class _Recorder:
-    """A permit client that grants at once and records releases."""
-
-    def __init__(self) -> None:
-        self.released = []
-
-    def acquire(self, job_id, phase):
-        from rollmux.core.group_controller import Grant
-        return Grant(0, job_id, phase, "rollout" if phase == "rollout" else "train", (0,), 0.0, 0.0, 0.0)
-
-    def tail_started(self, job_id):
-        pass
-
-    def release(self, timings):
-        self.released.append(timings)
-
-
 def _boom(phase):
     raise OSError(f"cannot load {phase}")
 
 
 def test_failed_onload_releases_the_permit_and_reraises():
-    client = _Recorder()
+    client = GrantAtOnce()
     shim = JobShim("a", client, onload=lambda phase: phase == "rollout" and _boom(phase))
     with pytest.raises(OSError, match="cannot load rollout"):
         with shim.phase("rollout"):
@@ -156,7 +139,7 @@ def test_failed_onload_releases_the_permit_and_reraises():
 
 
 def test_failed_offload_still_releases_and_reraises():
-    client = _Recorder()
+    client = GrantAtOnce()
     shim = JobShim("a", client, offload=_boom)
     with pytest.raises(OSError, match="cannot load train"):
         with shim.phase("train"):
@@ -387,7 +370,7 @@ class PoolJob:
 
 
 def test_a_job_object_given_to_the_shim_runs_every_phase_with_its_hooks_by_pool():
-    client, job = _Recorder(), PoolJob()
+    client, job = GrantAtOnce(), PoolJob()
     shim = JobShim("a", client, job=job)
     run_init(shim, job)
     timings = run_iteration(shim, job)
@@ -403,7 +386,7 @@ def test_a_job_object_given_to_the_shim_runs_every_phase_with_its_hooks_by_pool(
 
 
 def test_a_callable_given_wins_over_the_job_objects_method():
-    client, job, seen = _Recorder(), PoolJob(), []
+    client, job, seen = GrantAtOnce(), PoolJob(), []
     shim = JobShim("a", client, job=job, offload=seen.append)
     with shim.phase("init"):
         pass

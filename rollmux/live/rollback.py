@@ -117,6 +117,13 @@ class Rollback:
         if kept and not self._restage(kept):
             kept, keep_replies = [], 0
         failed, self._replies = self._replies[keep_replies:], self._replies[:keep_replies]
+        self._swap(kept)
+        self._answer(failed, Unavailable(f"the journal could not record the decision; nothing changed, "
+                                         f"ask again ({why})"))
+        self.rollbacks.append((time.perf_counter() - t0) * 1e3)
+
+    def _swap(self, kept: list[tuple[str, dict]]) -> None:
+        """Put in place the state rebuilt from the checkpoint, the committed tail and `kept` (staged)."""
         self._gen += 1
         state = self._restored(kept)
         token_of = {r.token_hash: j for j, r in state.jobs.items()}
@@ -124,9 +131,6 @@ class Rollback:
         self._pending = kept
         self._last_seq = self._base[0] + len(self._committed) + len(kept)
         self._after_restore()
-        self._answer(failed, Unavailable(f"the journal could not record the decision; nothing changed, "
-                                         f"ask again ({why})"))
-        self.rollbacks.append((time.perf_counter() - t0) * 1e3)
 
     def _after_restore(self) -> None:
         """What the core derives from its state, derived again from the restored one."""
@@ -170,12 +174,7 @@ class Rollback:
             self.journal.rollback()
         except JournalError as again:
             log.error("journal rollback failed: %s", again)
-        self._gen += 1
-        state = self._restored([])
-        self._token_of, self.state = {r.token_hash: j for j, r in state.jobs.items()}, state
-        self._pending = []
-        self._last_seq = self._base[0] + len(self._committed)
-        self._after_restore()
+        self._swap([])
         answers = [(fut, None, err) for fut, _, _ in self._replies if not fut.done()]
         answers += [(fut, None, err) for fut in self._waiting.values() if not fut.done()]
         self._replies, self._waiting = [], {}

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from factories import GrantAtOnce
 from typer.testing import CliRunner
 
 from rollmux.cli import app
@@ -256,23 +257,6 @@ def test_an_unknown_grpo_option_names_it(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "widht" in res.output and len(res.output.strip().splitlines()) == 1, res.output
 
 
-class GrantAtOnce:
-    """A permit client that grants every phase at once (a job under a scheduler with nothing else)."""
-
-    def __init__(self):
-        self.released = []
-
-    def acquire(self, job_id, phase):
-        from rollmux.core.group_controller import Grant
-        return Grant(0, job_id, phase, "rollout" if phase == "rollout" else "train", (0,), 0.0, 0.0, 0.0)
-
-    def tail_started(self, job_id):
-        pass
-
-    def release(self, timings):
-        self.released.append(timings.phase)
-
-
 class StateByPool:
     """A job whose state is a dict keyed by pool, as the protocol's hooks see it."""
 
@@ -309,6 +293,6 @@ def test_the_profiler_and_the_shim_take_the_same_job_object():
     shim = JobShim("same", client, job=job)  # the object the profiler measured, under a scheduler
     run_init(shim, job)
     run_iteration(shim, job)
-    assert client.released == ["init", "rollout", "train", "sync"]
+    assert [t.phase for t in client.released] == ["init", "rollout", "train", "sync"]
     assert job.on_device == {} and set(job.host) == {"rollout", "train"}  # holds nothing between phases
     assert shim.history[-3].host_bytes == {"rollout": 7, "train": 12}

@@ -6,7 +6,7 @@ every intact record, after which the service knows every job one names
 
 from __future__ import annotations
 
-import re
+import json
 import sqlite3
 import statistics
 import threading
@@ -19,6 +19,7 @@ from rollmux.harness.chaos import run as chaos_run
 from rollmux.harness.chaos.journal_faults import _log_to_file, _record
 from rollmux.harness.chaos.run import Run, random_token
 from rollmux.live.journal import FailingStore, open_store
+from rollmux.live.journal.past_gap import named_jobs
 from rollmux.live.journal.repair import repair_store
 from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
@@ -129,4 +130,4 @@ def _named_jobs(path) -> set[str]:
         texts = [t for (t,) in conn.execute("SELECT payload FROM records UNION ALL SELECT payload FROM salvaged")]
     finally:
         conn.close()
-    return {job for text in texts for job in re.findall(r'"job_id":"([^"]+)"', text)}
+    return {job for text in texts for job in named_jobs(json.loads(text))}

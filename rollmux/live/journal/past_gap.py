@@ -17,7 +17,6 @@ not hold its profile cannot be placed again and is named as lost.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from pydantic import ValidationError
 
 from rollmux.core.records import Submit
 from rollmux.core.spec import JobSpec
+from rollmux.live.access import hash_token
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def past_gap(records: dict[int, tuple[str, str, float]], after: int, known: dict
     for seq in sorted(q for q in records if q > after):
         kind, text, at = records[seq]
         payload = json.loads(text)
-        for job in dict.fromkeys(_named(payload)):
+        for job in dict.fromkeys(named_jobs(payload)):
             if job not in state and job not in out.unplaced:
                 _bring_back(out, state, job, kind, payload, text, at)
         job = payload.get("job_id")
@@ -56,11 +56,6 @@ def past_gap(records: dict[int, tuple[str, str, float]], after: int, known: dict
             out.left.append(job)
             state[job] = True
     return out
-
-
-def token_hash(token: str) -> str:
-    """A token as the journal keeps it (the service's hash: SHA-256, hex)."""
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _bring_back(out: PastGap, state: dict[str, bool], job: str, kind: str, payload: dict, text: str,
@@ -75,23 +70,23 @@ def _bring_back(out: PastGap, state: dict[str, bool], job: str, kind: str, paylo
             out.unplaced.append(job)
             return
         token = secrets.token_urlsafe(24)
-        submit = Submit(job=spec, token_hash=token_hash(token), at=at).payload()
+        submit = Submit(job=spec, token_hash=hash_token(token), at=at).payload()
         out.appended.append(("submit", json.dumps(submit, separators=(",", ":")), at))
         out.reissued[job] = token
     state[job] = False
 
 
-def _named(value: object) -> Iterator[str]:
+def named_jobs(value: object) -> Iterator[str]:
     """Every job id a payload names (its own, a submit's job, a group's members, a move's)."""
     if isinstance(value, dict):
         for key, v in value.items():
             if key == "job_id" and isinstance(v, str):
                 yield v
             else:
-                yield from _named(v)
+                yield from named_jobs(v)
     elif isinstance(value, list):
         for v in value:
-            yield from _named(v)
+            yield from named_jobs(v)
 
 
 def _spec(value: object, job: str) -> JobSpec | None:

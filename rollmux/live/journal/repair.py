@@ -175,7 +175,7 @@ def _repair_pages(path: Path, damage: str) -> RepairReport:
     finally:
         os.close(fd)
     lost, first, last = salvage.lost
-    snap = salvage.snapshot[0] if salvage.snapshot and salvage.snapshot[0] <= salvage.last_kept else None
+    snap = salvage.replayed_snapshot[0] if salvage.replayed_snapshot else None
     gap = salvage.gap
     return RepairReport(str(backup), kept=len(salvage.kept) + len(gap.appended), dropped=0,
                         dropped_snapshot=salvage.snapshot is not None and snap is None, damage=damage,

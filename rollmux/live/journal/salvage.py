@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -51,6 +51,11 @@ class Salvage:
         return self.kept[-1] if self.kept else (self.snapshot[0] if self.snapshot else 0)
 
     @property
+    def replayed_snapshot(self) -> tuple[int, str, float] | None:
+        """The snapshot the repaired journal holds: the one read, if a replay reaches its record."""
+        return self.snapshot if self.snapshot is not None and self.snapshot[0] <= self.last_kept else None
+
+    @property
     def archived(self) -> list[int]:
         """Every valid record the repaired journal keeps without replaying it (table `salvaged`)."""
         kept = set(self.kept)
@@ -60,7 +65,7 @@ class Salvage:
     def lost_seqs(self) -> list[int]:
         """The records (up to the last one the pages name) that no page holds readable and valid;
         those before the snapshot the repaired journal holds are not lost (it holds their effect)."""
-        covered = self.snapshot[0] if self.snapshot and self.snapshot[0] <= self.last_kept else 0
+        covered = self.replayed_snapshot[0] if self.replayed_snapshot else 0
         top = max([*self.records, covered], default=0)
         return [seq for seq in range(covered + 1, top + 1) if seq not in self.records]
 
@@ -96,14 +101,14 @@ def read_salvage(data: bytes) -> Salvage:
     for seq in invalid:
         del records[seq]
     kept = _replayable(records, snapshot)
-    gap = PastGap()
-    if kept or snapshot is not None:  # else nothing replays: no state to bring jobs back into
-        last = kept[-1] if kept else snapshot[0]
-        gap = past_gap(records, last, _known(records, snapshot if snapshot and snapshot[0] <= last else None, kept))
-    return Salvage(records, snapshot, kept, len(invalid), gap, sorted(earlier.values()))
+    salvage = Salvage(records, snapshot, kept, len(invalid), earlier=sorted(earlier.values()))
+    if not kept and snapshot is None:  # nothing replays: no state to bring jobs back into
+        return salvage
+    known = _known(records, salvage.replayed_snapshot, kept)
+    return replace(salvage, gap=past_gap(records, salvage.last_kept, known))
 
 
-def job_of(text: str) -> str | None:
+def _job_of(text: str) -> str | None:
     """The job a record's payload names (a submit's job, or a record's job_id)."""
     payload = _object(text) or {}
     job = payload.get("job")
@@ -117,7 +122,7 @@ def _known(records: dict, snapshot, kept: list[int]) -> dict[str, bool]:
     for seq in kept:
         kind, text, _ = records[seq]
         if kind in ("submit", "leave"):
-            known[job_of(text)] = kind == "leave"
+            known[_job_of(text)] = kind == "leave"
     return known
 
 
@@ -248,9 +253,8 @@ def _fill(conn, salvage: Salvage) -> None:
     now = time.time()
     conn.executemany("INSERT INTO salvaged (seq, kind, payload, written_at, repaired_at) VALUES (?, ?, ?, ?, ?)",
                      salvage.earlier + [(seq, *salvage.records[seq], now) for seq in salvage.archived])
-    snap = salvage.snapshot
-    if snap is not None and snap[0] <= salvage.last_kept:
-        conn.execute("INSERT INTO snapshot (id, seq, state, written_at) VALUES (1, ?, ?, ?)", snap)
+    if salvage.replayed_snapshot is not None:
+        conn.execute("INSERT INTO snapshot (id, seq, state, written_at) VALUES (1, ?, ?, ?)", salvage.replayed_snapshot)
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
