@@ -8,7 +8,7 @@ repairs hand over and what `ClusterState.apply` carries out, in the simulator as
 service (the simulator's journal is a null one: it applies each record at once).
 
 A record's journal line is its `kind` and its `payload()`: JSON-native, with the groups and
-plans inside in their JSON form (`group_to_dict`, `plan_to_dict`), which never changes, so a
+plans inside in their JSON form (core/record_forms.py), which never changes, so a
 journal (SQLite or Redis, snapshots included) written by an older service still replays.
 `parse` reads one line back: `upgrade` turns the older versions of a record into the
 current ones, the one place that knows them, and the discriminated union `Record` validates
@@ -26,7 +26,6 @@ terminal one is refused before it is journaled.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -42,81 +41,13 @@ from pydantic import (
     field_validator,
 )
 
-from rollmux.core.colo_model import is_colocated
 from rollmux.core.config import IntraConfig, SchedulerConfig
-from rollmux.core.group import Group, GroupShape, Member
-from rollmux.core.intra_group import plan_group
 from rollmux.core.legacy_config import legacy_config
 from rollmux.core.placement import PlacementPlan
-from rollmux.core.placement.why import PlacementWhy
+from rollmux.core.record_forms import job_to_dict, move_from_dict, move_to_dict, plan_from_dict, plan_to_dict
 from rollmux.core.repair.moves import Move, Regroup
 from rollmux.core.spec import MAX_HOST_GB, MAX_PHASE_S, ClusterSpec, JobSpec
-from rollmux.core.vocabulary import TERMINAL, Case, JobStatus, Phase
-
-# -- the JSON forms of the scheduler's frozen values -------------------------------------------
-# A placement is journaled as its outcome (the group after the plan), never re-decided: the
-# policy reads wall-clock progress, which a replay cannot reproduce.
-
-
-def job_to_dict(job: JobSpec) -> dict:
-    """A job spec as JSON-native data."""
-    return job.model_dump(exclude_none=True)
-
-
-def group_to_dict(group: Group) -> dict:
-    """A group (members in cyclic order, their pins) as JSON-native data."""
-    return {"group_id": group.group_id, "n_rollout": group.n_rollout, "n_train": group.n_train,
-            "members": [{"job": job_to_dict(m.job), "rollout_nodes": list(m.rollout_nodes),
-                         "train_nodes": list(m.train_nodes),
-                         # elastic rollout (core/elastic.py) only: records without it read 1.0
-                         **({"rollout_factor": m.rollout_factor} if m.rollout_factor != 1.0 else {})}
-                        for m in group.members],
-            # A co-located job's own placement (core/placement/options/colocated.py): its shape is its planned
-            # co-located iteration, which no group schedule recomputes.
-            **({"colocated_period_s": group.shape.period_s} if is_colocated(group) and group.shape else {})}
-
-
-def group_from_dict(d: dict, cfg: IntraConfig) -> Group:
-    """Rebuild a group in its recorded order and recompute its planning shape (a co-located
-    job's: the one it was recorded with)."""
-    members = tuple(Member(JobSpec.model_validate(m["job"]), tuple(m["rollout_nodes"]), tuple(m["train_nodes"]),
-                           float(m.get("rollout_factor", 1.0)))
-                    for m in d["members"])
-    group = Group(d["group_id"], d["n_rollout"], d["n_train"], members)
-    if "colocated_period_s" in d:
-        p = float(d["colocated_period_s"])
-        return replace(group, shape=GroupShape(period_s=p, t_cycle_s=p, t_load_s=p))
-    return plan_group(group, cfg, reorder=False)
-
-
-def plan_to_dict(plan: PlacementPlan) -> dict:
-    """A placement plan as JSON-native data (`why` only when the plan says why it is isolated)."""
-    d = {"job_id": plan.job_id, "case": plan.case.value, "group": group_to_dict(plan.group),
-         "added_rollout_nodes": plan.added_rollout_nodes, "added_train_nodes": plan.added_train_nodes,
-         "delta_cost_per_hour": plan.delta_cost_per_hour}
-    if plan.why is not None:
-        d["why"] = plan.why.to_dict()
-    return d
-
-
-def plan_from_dict(d: dict, cfg: IntraConfig) -> PlacementPlan:
-    """Rebuild a journaled placement plan."""
-    why = d.get("why")  # older journals: none
-    return PlacementPlan(d["job_id"], Case(d["case"]), group_from_dict(d["group"], cfg),
-                         d["added_rollout_nodes"], d["added_train_nodes"], d["delta_cost_per_hour"],
-                         None if why is None else PlacementWhy.from_dict(why))
-
-
-def move_to_dict(m: Move) -> dict:
-    """One reserved move as JSON-native data."""
-    return {"job_id": m.job_id, "from_group": m.from_group, "plan": plan_to_dict(m.plan),
-            "migration_s": m.migration_s}
-
-
-def move_from_dict(d: dict, cfg: IntraConfig) -> Move:
-    """Rebuild one journaled move."""
-    return Move(d["job_id"], d["from_group"], plan_from_dict(d["plan"], cfg), d["migration_s"])
-
+from rollmux.core.vocabulary import TERMINAL, JobStatus, Phase
 
 # -- fields holding the scheduler's values --------------------------------------------------------
 

@@ -14,7 +14,7 @@ from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.estimates import PhaseEstimate
 from rollmux.core.group_controller import GroupController
 from rollmux.core.placement.why import WhyTally
-from rollmux.core.records import group_from_dict, group_to_dict, job_to_dict, move_from_dict, move_to_dict
+from rollmux.core.record_forms import group_from_dict, group_to_dict, job_to_dict, move_from_dict, move_to_dict
 from rollmux.core.spec import JobSpec
 from rollmux.core.vocabulary import JobStatus
 

@@ -227,7 +227,7 @@ def _equal_with_and_without_the_index(specs, probes, switches, plan):
 
 
 def test_the_live_codec_keeps_an_elastic_members_factor_and_old_records_read_nominal():
-    from rollmux.core.records import group_from_dict, group_to_dict
+    from rollmux.core.record_forms import group_from_dict, group_to_dict
 
     job = make_job("b", rollout_gpus=16)
     g = plan_group(Group(0, 1, 1, (Member(job, (0,), (0,), rollout_factor(job, 2, 1)),)), CFG)
