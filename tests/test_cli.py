@@ -12,7 +12,7 @@ from rollmux.core.spec import default_cluster
 from rollmux.core.trace_io import load_jobs
 from rollmux.sim.baselines import solo_d_cost
 from rollmux.workload import find_traces_dir
-from tests.factories import job_record
+from factories import job_record
 
 runner = CliRunner()
 POLICY_KEYS = {"cost_usd", "cost_per_hour", "slo_attainment", "jobs_finished", "mean_slowdown",

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rollmux.cli import app
-from tests.factories import job_record
+from factories import job_record
 
 runner = CliRunner()
 

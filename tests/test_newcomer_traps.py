@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from rollmux.cli import app
 from rollmux.live.local import free_port, wait_until_up
-from tests.factories import job_record
+from factories import job_record
 
 ROOT = Path(__file__).resolve().parents[1]
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")

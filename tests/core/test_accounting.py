@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollmux.core.accounting import Ledger
-from tests.factories import make_cluster
+from factories import make_cluster
 
 CLUSTER = make_cluster(rollout_price=1.0, train_price=3.0)  # nodes: $8/h and $24/h
 

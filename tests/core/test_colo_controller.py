@@ -7,7 +7,7 @@ import pytest
 from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colo_model import colocated_group
 from rollmux.core.env import SimEnvironment
-from tests.factories import intra, make_cluster, make_job
+from factories import intra, make_cluster, make_job
 
 CFG = intra(warm_switch_s=2.0)
 

@@ -7,7 +7,7 @@ import pytest
 from rollmux.core.config import IntraConfig
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import Grant, GroupController
-from tests.factories import intra, make_group, make_job
+from factories import intra, make_group, make_job
 
 
 def _controller(cfg: IntraConfig | None = None, tail: float = 0.3) -> GroupController:

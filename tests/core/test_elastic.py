@@ -14,7 +14,7 @@ from rollmux.core.elastic import (
 )
 from rollmux.core.group import Member
 from rollmux.workload.perf import ROLLOUT_FIXED_S
-from tests.factories import make_cluster, make_job
+from factories import make_cluster, make_job
 
 CLUSTER = make_cluster()
 

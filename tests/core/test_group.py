@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from rollmux.core.group import Group, GroupShape, Member, isolated_group, residency_ok
-from tests.factories import make_cluster, make_group, make_job
+from factories import make_cluster, make_group, make_job
 
 
 def shape(t_cycle: float, t_load: float) -> GroupShape:

@@ -14,7 +14,7 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.group import Group, Member
 from rollmux.core.group_controller import Grant, GroupController
 from rollmux.core.intra_group import head_finish, schedule
-from tests.factories import any_configs, fixed_times, groups, intra, make_group, make_job
+from factories import any_configs, fixed_times, groups, intra, make_group, make_job
 
 EPS = 1e-6
 

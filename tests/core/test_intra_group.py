@@ -24,7 +24,7 @@ from rollmux.core.intra_group import (
     t_load,
     tail_share,
 )
-from tests.factories import any_configs, fixed_times, groups, intra, make_group, make_job, migration_configs
+from factories import any_configs, fixed_times, groups, intra, make_group, make_job, migration_configs
 
 EPS = 1e-6
 META = 6

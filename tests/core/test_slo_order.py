@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from rollmux.core.group import Group, GroupShape
 from rollmux.core.intra_group import period, plan_group, schedule
 from rollmux.core.slo_order import choose_slots, fresh_budget, spread
-from tests.core.test_group_controller import Driver
-from tests.factories import any_configs, fixed_times, groups, intra, make_group, make_job, make_policy
+from test_group_controller import Driver
+from factories import any_configs, fixed_times, groups, intra, make_group, make_job, make_policy
 
 
 def with_slots(g: Group, slots: tuple[int, ...]) -> Group:
@@ -148,7 +148,7 @@ def test_admission_packs_a_tight_newcomer_directly_only_under_the_slo_order():
     plan passes the written invariants and every member's own budget."""
     from rollmux.core.placement import Case, ClusterView, validate_plan
     from rollmux.core.placement.admission import group_fits
-    from tests.factories import make_cluster
+    from factories import make_cluster
 
     full = tight_and_loose()
     cluster = make_cluster()

@@ -21,7 +21,7 @@ from rollmux.core.spec import (
     default_cluster,
 )
 from rollmux.core.vocabulary import Mode
-from tests.factories import make_cluster, make_job
+from factories import make_cluster, make_job
 
 # -- RolloutDist ---------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from rollmux.core.trace_io import (
     unknown_fields,
 )
 from rollmux.errors import InputError
-from tests.factories import job_record, make_job
+from factories import job_record, make_job
 
 CLUSTER_YAML = """\
 # comment line

@@ -6,7 +6,7 @@ from copy import deepcopy
 
 from rollmux.core.env import SimEnvironment
 from rollmux.core.group_controller import GroupController
-from tests.factories import intra, make_group, make_job
+from factories import intra, make_group, make_job
 
 
 class Members:

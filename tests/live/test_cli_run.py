@@ -17,7 +17,7 @@ from ray.cluster_utils import Cluster
 from rollmux.core.spec import default_cluster
 from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
-from tests.factories import make_job
+from factories import make_job
 
 ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 JOB = Path(__file__).parent / "data" / "pinned_job.py"

@@ -9,7 +9,7 @@ from rollmux.core.spec import default_cluster
 from rollmux.live.inventory import ray_inventory
 from rollmux.live.service import SchedulerCore
 from rollmux.shim import JobShim
-from tests.factories import make_job
+from factories import make_job
 
 CLUSTER = default_cluster().model_dump()
 TIMINGS = {"wait_s": 0.0, "onload_s": 0.0, "run_s": 0.01, "offload_s": 0.0}

@@ -18,7 +18,7 @@ from rollmux.live.live_state import LiveJob, ReplayError
 from rollmux.live.service import OPS, SchedulerCore
 from rollmux.live.telemetry import JOB_STATES
 from rollmux.live.views import STATES
-from tests.factories import make_job
+from factories import make_job
 
 QUEUED, RUNNING, MOVING, DONE = JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.MOVING, JobStatus.DONE
 CAPPED = {"pools": {"rollout": {"gpu": "H20", "price_per_gpu_hour": 1.0, "max_nodes": 1},

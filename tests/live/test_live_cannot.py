@@ -9,7 +9,7 @@ from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import default_cluster
 from rollmux.core.vocabulary import Mode
 from rollmux.live.service import SchedulerCore, ServiceError
-from tests.factories import TRAIN_HEAVY_COLO, make_job
+from factories import TRAIN_HEAVY_COLO, make_job
 
 TIMINGS = {"wait_s": 0.0, "onload_s": 0.0, "run_s": 0.01, "offload_s": 0.0}
 

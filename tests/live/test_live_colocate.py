@@ -10,7 +10,7 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.spec import default_cluster
 from rollmux.live.live_state import LiveState
 from rollmux.live.service import SchedulerCore
-from tests.factories import BALANCED_COLO, GROUPS, ROLLOUT_HEAVY_COLO, TRAIN_HEAVY_COLO, config, make_cluster, make_job
+from factories import BALANCED_COLO, GROUPS, ROLLOUT_HEAVY_COLO, TRAIN_HEAVY_COLO, config, make_cluster, make_job
 
 CLUSTER = default_cluster().model_dump()
 COLO = config(GROUPS, colocate=True)

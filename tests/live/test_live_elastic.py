@@ -12,7 +12,7 @@ from rollmux.core.spec import default_cluster
 from rollmux.live.live_state import LiveState
 from rollmux.core.records import config_from, config_record
 from rollmux.live.service import SchedulerCore
-from tests.factories import GROUPS, TRAIN_HEAVY_COLO, config, make_cluster, make_job
+from factories import GROUPS, TRAIN_HEAVY_COLO, config, make_cluster, make_job
 
 CLUSTER = default_cluster().model_dump()
 # compact_every_s=0: a compaction may be tried at every iteration end (the default waits 1800 s).

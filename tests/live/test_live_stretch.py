@@ -6,7 +6,7 @@ from rollmux.core.env import SimEnvironment
 from rollmux.core.placement import Case
 from rollmux.core.placement.why import Refusal
 from rollmux.live.live_state import LiveState
-from tests.factories import GROUPS, config, make_cluster, make_job
+from factories import GROUPS, config, make_cluster, make_job
 
 
 def _decide(cfg):

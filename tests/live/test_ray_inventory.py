@@ -12,7 +12,7 @@ from rollmux.core.spec import default_cluster
 from rollmux.live.client import _grant
 from rollmux.live.service import SchedulerCore
 from rollmux.shim import JobShim, PhaseTimings
-from tests.factories import make_job
+from factories import make_job
 
 
 class _InProcess:

@@ -10,7 +10,7 @@ from rollmux.core.intra_group import plan_group
 from rollmux.core.placement import Case, ClusterView, validate_plan
 from rollmux.sim.baseline_policies import FixedPartition, GreedyPlacement, RandomPlacement, SoloPlacement, idle_s
 from rollmux.sim.metrics import JobOutcome, group_charge_per_hour, paper_cost_per_hour
-from tests.factories import intra, make_cluster, make_group, make_job, make_policy
+from factories import intra, make_cluster, make_group, make_job, make_policy
 
 CLUSTER = make_cluster()
 CFG = intra()

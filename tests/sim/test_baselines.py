@@ -24,7 +24,7 @@ from rollmux.sim.baselines import (
 )
 from rollmux.workload.catalog import recipe, recipe_profile
 from rollmux.workload.jobs import make_job as make_job_from_profile
-from tests.factories import make_cluster, make_job, synthetic_trace
+from factories import make_cluster, make_job, synthetic_trace
 
 CLUSTER = default_cluster()  # H20 $1/GPU-h (4.0 TB/s), H800 $2.85/GPU-h (3.35 TB/s), warm switch 2 s
 R_NODE, T_NODE = 8 * 1.0, 8 * 2.85

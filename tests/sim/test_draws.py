@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rollmux.sim.draws import RolloutStream, rollout_draws
-from tests.factories import make_job
+from factories import make_job
 
 JOB = make_job("a", rollout=120.0, sigma=0.4, rollout_max=300.0, duration=20 * 225.0)
 

@@ -12,7 +12,7 @@ from rollmux.sim.baseline_policies import SoloPlacement
 from rollmux.sim.baselines import simulate_verl, solo_d_cost
 from rollmux.sim.gavel import GavelSimulation, packed_period_s, simulate_gavel
 from rollmux.sim.simulator import simulate
-from tests.factories import BALANCED_COLO, GROUPS, ROLLOUT_HEAVY_COLO, WORST, make_cluster, make_job, synthetic_trace
+from factories import BALANCED_COLO, GROUPS, ROLLOUT_HEAVY_COLO, WORST, make_cluster, make_job, synthetic_trace
 
 CLUSTER = make_cluster()  # uncapped, warm switch 2 s
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,7 @@ import pytest
 
 from rollmux.core.env import SimEnvironment
 from rollmux.sim.link import SharedLink
-from tests.factories import make_policy
+from factories import make_policy
 
 
 def test_one_transfer_gets_the_whole_link():

@@ -10,7 +10,7 @@ from rollmux.errors import InputError
 from rollmux.sim.accounting import PAPER, WORK, accounting_named, job_outcome, nominal_iterations, throughput
 from rollmux.sim.baselines import solo_d_cost
 from rollmux.sim.runner import POLICY_NAMES, compare, run_policy
-from tests.factories import SHIPPED, make_cluster, make_job, synthetic_trace
+from factories import SHIPPED, make_cluster, make_job, synthetic_trace
 
 CLUSTER = default_cluster()
 SOLO_ITER = 100.0 + 100.0 + 5.0  # make_job's deterministic iteration: rollout + train + sync

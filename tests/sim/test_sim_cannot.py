@@ -7,7 +7,7 @@ import pytest
 
 from rollmux.core.elastic import rollout_factor
 from rollmux.sim.simulator import Simulation
-from tests.factories import BALANCED_COLO, SHIPPED, TRAIN_HEAVY_COLO, config, make_cluster, make_job, make_policy
+from factories import BALANCED_COLO, SHIPPED, TRAIN_HEAVY_COLO, config, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
 

@@ -9,7 +9,7 @@ from rollmux.core.colo_model import colocated_iter_s
 from rollmux.sim.baselines import simulate_verl
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import Simulation, simulate
-from tests.factories import ROLLOUT_HEAVY_COLO, SHIPPED, config, make_cluster, make_job, make_policy, synthetic_trace
+from factories import ROLLOUT_HEAVY_COLO, SHIPPED, config, make_cluster, make_job, make_policy, synthetic_trace
 
 CLUSTER = make_cluster()
 ON = SHIPPED  # (the co-located mode is on in the shipped profile)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from rollmux.cli import app
 from rollmux.core.placement.why import REASON_NAMES
 from rollmux.core.trace_io import dump_jobs
-from tests.factories import synthetic_trace
+from factories import synthetic_trace
 
 runner = CliRunner()
 

@@ -6,7 +6,7 @@ import pytest
 
 from rollmux.core.elastic import rollout_factor
 from rollmux.sim.simulator import Simulation
-from tests.factories import SHIPPED, config, intra, make_cluster, make_job, make_policy
+from factories import SHIPPED, config, intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
 
@@ -72,7 +72,7 @@ def test_stress_seed_6_meets_every_slo_with_elastic_rollout():
 
     from rollmux.core.spec import default_cluster
     from rollmux.sim.simulator import simulate
-    from tests.factories import synthetic_trace
+    from factories import synthetic_trace
 
     jobs = synthetic_trace(np.random.default_rng(6), 30, sigma=0.0, mean_gap_s=60.0, slo_range=(1.0, 1.5),
                            duration_range=(3000.0, 20000.0))

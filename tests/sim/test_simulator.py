@@ -13,7 +13,7 @@ from rollmux.errors import InputError
 from rollmux.sim.baseline_policies import GreedyPlacement, RandomPlacement, SoloPlacement
 from rollmux.sim.baselines import solo_d_cost
 from rollmux.sim.simulator import Simulation, simulate
-from tests.factories import (
+from factories import (
     GROUPS,
     PAPER,
     WORST,

@@ -6,7 +6,7 @@ import pytest
 
 from rollmux.core.config import SchedulerConfig
 from rollmux.study.group_shapes import COLOCATED, group_shapes
-from tests.factories import make_cluster, make_job
+from factories import make_cluster, make_job
 
 CLUSTER = make_cluster()
 SHIPPED = SchedulerConfig.profile("shipped")

@@ -25,7 +25,7 @@ from rollmux.study.offline_optimum import (
 )
 from rollmux.study.offline_optimum_cli import optimal_command
 from rollmux.workload import paper_jobs
-from tests.factories import make_cluster, make_job
+from factories import make_cluster, make_job
 
 CLUSTER = make_cluster()
 PAPER = SchedulerConfig.profile("paper")  # the RollMux configuration the optimum is measured against

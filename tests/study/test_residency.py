@@ -14,7 +14,7 @@ from rollmux.study import residency
 from rollmux.study.config import StudyConfig
 from rollmux.study.sweep import serial_map
 from rollmux.workload import find_traces_dir, synthesize_philly
-from tests.factories import make_cluster, make_job
+from factories import make_cluster, make_job
 
 CLUSTER = make_cluster(host_gb=2048.0)
 SMALL = StudyConfig(philly_jobs=12, philly_days=1.0, is_quick=True)

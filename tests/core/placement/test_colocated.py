@@ -19,7 +19,7 @@ from rollmux.core.placement.costs import iteration_cost
 from rollmux.core.placement.options.colocated import choose, colocated_option, colocated_slo_ok
 from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.sim.draws import rollout_draws, solo_seconds
-from tests.factories import ROLLOUT_HEAVY_COLO, intra, make_cluster, make_job, make_policy
+from factories import ROLLOUT_HEAVY_COLO, intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
 CFG = intra()

@@ -13,7 +13,7 @@ from rollmux.core.elastic import nonscaling_share
 from rollmux.core.placement import Case, ClusterView, PlanInvalid, validate_plan
 from rollmux.core.placement.costs import iteration_cost
 from rollmux.core.placement.options.colocated import colocated_option, colocated_slo_ok
-from tests.factories import ROLLOUT_HEAVY_COLO, TRAIN_HEAVY_COLO, intra, make_cluster, make_job, make_policy
+from factories import ROLLOUT_HEAVY_COLO, TRAIN_HEAVY_COLO, intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
 CFG = intra()

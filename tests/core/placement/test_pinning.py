@@ -6,7 +6,7 @@ import dataclasses
 
 from rollmux.core.group import Group, isolated_group
 from rollmux.core.placement.pinning import pin_into, rollout_node_loads
-from tests.factories import make_cluster, make_job
+from factories import make_cluster, make_job
 
 CLUSTER = make_cluster()
 

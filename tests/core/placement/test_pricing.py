@@ -13,7 +13,7 @@ from rollmux.core.placement import Case, ClusterView, RollMuxPlacement, validate
 from rollmux.core.placement.costs import added_cost, group_cost_per_period, plan_added_cost
 from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.placement.why import Refusal
-from tests.factories import intra, make_cluster, make_job, make_policy
+from factories import intra, make_cluster, make_job, make_policy
 
 CFG = intra()
 CLUSTER = make_cluster()

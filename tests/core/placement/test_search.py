@@ -22,7 +22,7 @@ from rollmux.core.placement.options.isolated import isolated_plan
 from rollmux.core.placement.refusals import Refusals
 from rollmux.core.placement.search import ordered, search, tiers
 from rollmux.study.placement_bench import indexed_view
-from tests.factories import intra, make_cluster, make_job, make_policy, synthetic_trace
+from factories import intra, make_cluster, make_job, make_policy, synthetic_trace
 
 CLUSTER = make_cluster()
 CFG = intra()

@@ -8,7 +8,7 @@ import pytest
 
 from rollmux.core.group import Group, Member
 from rollmux.core.placement import Case, ClusterView, PlacementPlan, PlanInvalid, validate_plan
-from tests.factories import make_cluster, make_job
+from factories import make_cluster, make_job
 
 CLUSTER = make_cluster(host_gb=1000.0)
 ROLLOUT_NODE = 8 * 1.0

@@ -19,7 +19,7 @@ from rollmux.core.placement import Case, ClusterView, PlacementPlan, RollMuxPlac
 from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.placement.why import REASON_NAMES, REFUSALS, PlacementWhy, Refusal, WhyTally
 from rollmux.core.state import ClusterState
-from tests.factories import GROUPS, config, intra, make_cluster, make_job, make_policy, synthetic_trace
+from factories import GROUPS, config, intra, make_cluster, make_job, make_policy, synthetic_trace
 
 CFG = intra()
 CLUSTER = make_cluster()

@@ -15,7 +15,7 @@ from rollmux.core.placement.costs import group_cost_per_period
 from rollmux.core.records import Place
 from rollmux.core.repair.compaction import _may_pay, compact, compactions, narrowed
 from rollmux.core.state import ClusterState
-from tests.factories import GROUPS, config, intra, make_cluster, make_group, make_job, make_policy
+from factories import GROUPS, config, intra, make_cluster, make_group, make_job, make_policy
 
 CLUSTER = make_cluster()
 CFG = intra()

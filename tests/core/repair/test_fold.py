@@ -18,7 +18,7 @@ from rollmux.core.repair.moves import migration_seconds, migration_usd
 from rollmux.core.repair.pairing import founding_saving
 from rollmux.core.state import ClusterState
 from rollmux.sim.simulator import Simulation
-from tests.factories import ROLLOUT_HEAVY_COLO, SHIPPED, make_cluster, make_job
+from factories import ROLLOUT_HEAVY_COLO, SHIPPED, make_cluster, make_job
 
 CLUSTER = make_cluster()
 NO_FOLD = SHIPPED.with_overrides({"colocation.fold": False})

@@ -18,7 +18,7 @@ from rollmux.core.repair.regroup import colocated_saving
 from rollmux.core.state import ClusterState
 from rollmux.sim.runner import run_policy
 from rollmux.sim.simulator import Simulation
-from tests.factories import BALANCED_COLO, GROUPS, SHIPPED, config, make_cluster, make_job
+from factories import BALANCED_COLO, GROUPS, SHIPPED, config, make_cluster, make_job
 
 CLUSTER = make_cluster()
 ON = SHIPPED

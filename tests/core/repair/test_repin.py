@@ -12,7 +12,7 @@ from rollmux.core.records import Compact, Place
 from rollmux.core.repair.compaction import Repin, compact, narrowed, repinned
 from rollmux.core.repair.moves import repin_seconds
 from rollmux.core.state import ClusterState
-from tests.factories import GROUPS, config, intra, make_cluster, make_group, make_job, make_policy
+from factories import GROUPS, config, intra, make_cluster, make_group, make_job, make_policy
 
 CLUSTER = make_cluster()
 CFG = intra()
