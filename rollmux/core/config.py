@@ -132,7 +132,18 @@ class IntraGroupConfig(_Section):
     max_rate: int = Field(4, ge=1)
 
 
-SECTIONS = ("admission", "placement", "shapes", "colocation", "regroup", "compaction", "intra_group")
+class ProfilingConfig(_Section):
+    """A job submitted without phase times is measured as it runs (core/state/profiling.py)."""
+
+    warmup: int = Field(1, ge=0)        # its first iterations, not counted (lazy initialisation, caches)
+    iterations: int = Field(3, ge=2)    # then this many measured: the profile it is planned with
+    # The worst-case rollout admission plans for is the slowest measured one times this: a run
+    # cannot make every response reach the maximum length, as `rollmux profile` does.
+    max_headroom: float = Field(1.25, ge=1.0)
+    min_sigma: float = Field(0.05, ge=0, le=3)  # a few runs understate a rollout's spread: at least this
+
+
+SECTIONS = ("admission", "placement", "shapes", "colocation", "regroup", "compaction", "intra_group", "profiling")
 
 
 class SchedulerConfig(_Section):
@@ -145,6 +156,7 @@ class SchedulerConfig(_Section):
     regroup: RegroupConfig = RegroupConfig()
     compaction: CompactionConfig = CompactionConfig()
     intra_group: IntraGroupConfig = IntraGroupConfig()
+    profiling: ProfilingConfig = ProfilingConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> "SchedulerConfig":

@@ -22,10 +22,12 @@ declared one (ValueError), and the caller keeps the profile it had.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rollmux.core.spec import MAX_PHASE_S, JobSpec, RolloutDist
+from rollmux.core.spec import MAX_PHASE_S, MIN_TIME_S, JobSpec, RolloutDist
 
 MIN_MEASURED_S = 1e-3  # a phase measured shorter than a millisecond says nothing of the job's speed
 
@@ -107,3 +109,31 @@ def measured_spec(job: JobSpec, rollout_scale: float, train_scale: float) -> Job
     if spec.iterations != job.iterations:
         raise AssertionError(f"{job.job_id}: measured profile changed the iteration count")
     return spec
+
+
+def fitted_phases(rollout: Sequence[float], train: Sequence[float], sync: Sequence[float],
+                  max_rollout: float = 0.0, min_sigma: float = 0.0) -> dict:
+    """A job record's phase-time fields from measured seconds (DESIGN §2): the rollouts' median,
+    the standard deviation of their logs as sigma (at least `min_sigma`, at most 3) and, as the
+    maximum, `max_rollout` or the slowest rollout if that is slower; the median training and sync
+    (no sync measured: 0). Every time at least `MIN_TIME_S`, at most `MAX_PHASE_S`; each in six
+    significant digits (measured seconds carry no more). ValueError without a rollout or training time."""
+    if not rollout or not train:
+        raise ValueError("fitted_phases: at least one rollout and one training time")
+    logs = [math.log(max(r, 1e-9)) for r in rollout]
+    spread = statistics.stdev(logs) if len(logs) > 1 else 0.0
+    median = _measured_s(statistics.median(rollout))
+    return {"rollout_s": {"median": median, "sigma": _sig(min(max(spread, min_sigma), 3.0)),
+                          "max": max(median, _measured_s(max(max_rollout, *rollout)))},
+            "train_s": _measured_s(statistics.median(train)),
+            "sync_s": _sig(min(statistics.median(sync), MAX_PHASE_S)) if sync else 0.0}
+
+
+def _sig(x: float) -> float:
+    """Six significant digits."""
+    return float(f"{x:.6g}")
+
+
+def _measured_s(x: float) -> float:
+    """A measured phase time as a record may hold it (within [MIN_TIME_S, MAX_PHASE_S])."""
+    return _sig(min(max(x, MIN_TIME_S), MAX_PHASE_S))

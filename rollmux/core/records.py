@@ -114,6 +114,16 @@ class Submit(_Record):
     version: Literal[1] = 1
 
 
+class FirstCall(_Record):
+    """The job's first call (with its own token) since it was submitted: its start-up deadline is met,
+    its heartbeat deadline runs from now (live/supervision.py)."""
+
+    kind: Literal["first_call"] = Field("first_call", exclude=True)
+    job_id: str
+    at: float  # wall-clock (epoch) seconds
+    version: Literal[1] = 1
+
+
 class Place(_Record):
     """A decision: the job joins a group (the policy's validated plan); `arrival`: a new job (a
     job placed again after it left its group is not one: it was counted when it arrived)."""
@@ -207,7 +217,25 @@ class Observe(_Record):
     train_s: Seconds
     at: float
     rollout_factor: float | None = None
+    # The job's last weight sync (the one before this iteration; None: none yet, or a record
+    # written before syncs were observed). A job measured as it runs profiles it.
+    sync_s: Seconds | None = None
     version: Literal[2] = 2
+
+
+class Profiled(_Record):
+    """A decision: a job submitted without phase times was measured (core/state/profiling.py);
+    `spec` is the profile it is planned with from now on, its group is offered to other jobs again."""
+
+    kind: Literal["profiled"] = Field("profiled", exclude=True)
+    job_id: str
+    spec: JobField
+    version: Literal[1] = 1
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> Profiled:
+        """The record of a profile the scheduler fitted."""
+        return cls(job_id=spec.job_id, spec=spec)
 
 
 class Compact(_Record):
@@ -342,7 +370,7 @@ class Turn(_Record):
 # -- reading a journal line --------------------------------------------------------------------
 
 _CLASSES = (Config, Submit, Place, Grant, Release, Tail, Observe, Compact, Memory, Movers, MoversV1, MoveOut,
-            Leave, Node, Bind, Turn)
+            Leave, Node, Bind, Turn, Profiled, FirstCall)
 KINDS = tuple(dict.fromkeys(c.model_fields["kind"].default for c in _CLASSES))
 
 
@@ -359,6 +387,7 @@ Record = Annotated[Union[
     Annotated[Movers, Tag("movers/2")], Annotated[MoversV1, Tag("movers/1")],
     Annotated[MoveOut, Tag("move_out")], Annotated[Leave, Tag("leave")],
     Annotated[Node, Tag("node")], Annotated[Bind, Tag("bind")], Annotated[Turn, Tag("turn")],
+    Annotated[Profiled, Tag("profiled")], Annotated[FirstCall, Tag("first_call")],
 ], Discriminator(_tag)]
 
 
@@ -368,7 +397,7 @@ def _record_adapter() -> TypeAdapter:
     return TypeAdapter(Record)
 
 # The scheduling decisions: what `ClusterState.apply` carries out.
-DECISIONS = (Place, Movers, MoversV1, Compact, MoveOut, Leave)
+DECISIONS = (Place, Movers, MoversV1, Compact, MoveOut, Leave, Profiled)
 
 
 def implied_version(kind: str, payload: dict) -> int:

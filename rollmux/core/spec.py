@@ -38,6 +38,10 @@ MAX_NODES = 4096                    # a pool's node cap
 MAX_PRICE = 1000.0                  # $ per GPU-hour
 MAX_MEM_BW_TBS = 100.0
 MAX_LINK_GBPS = 1e6                 # the migration rate (GB/s) and the inter-pool link (Gbit/s)
+# A record that gives none of its phase times is measured as it runs (`JobSpec.measure`): until then
+# it stands on placeholders this long per phase (its leases and turn graces follow them) and no host memory.
+MEASURE_PHASE_S = 600.0
+PHASE_TIME_FIELDS = ("rollout_s", "train_s", "sync_s")
 
 
 def job_id_problem(value: object) -> str | None:
@@ -150,6 +154,26 @@ class JobSpec(_Strict):
     # The execution modes its adapter cannot take (vocabulary.py `Mode`), sorted and without
     # repeats; empty (the default): every mode the configuration enables. Written out only when set.
     cannot: tuple[Mode, ...] = ()
+    # Seconds from submission (or placement, after a wait for nodes) to the job's first call before the
+    # service fails it as not started (live/supervision.py); None: the service's `--startup-timeout`.
+    startup_timeout_s: float | None = Field(default=None, gt=0, le=MAX_PHASE_S)
+    # The phase times are not known yet: the scheduler measures the job's first iterations and
+    # plans with what it measured from then on (core/state/profiling.py). Until then the job runs
+    # in a group of its own that no other job joins. A record that omits every phase time says
+    # this too; written out only when set.
+    measure: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _phase_times_to_measure(cls, data: Any) -> Any:
+        # No phase time given: the job is measured as it runs, on placeholders until then. Some
+        # but not all given is an error (the missing ones are reported as missing fields).
+        if (isinstance(data, Mapping) and not any(k in data for k in PHASE_TIME_FIELDS)
+                and data.get("measure", True) is not False):
+            placeholder = {"median": MEASURE_PHASE_S, "sigma": 0.0, "max": MEASURE_PHASE_S}
+            data = {"rollout_s": placeholder, "train_s": MEASURE_PHASE_S, "sync_s": 0.0,
+                    "host_gb": {"rollout": 0.0, "train": 0.0}, **data, "measure": True}
+        return data
 
     @field_validator("job_id")
     @classmethod
@@ -174,12 +198,19 @@ class JobSpec(_Strict):
     def _without_empty_cannot(self, handler: Any) -> Any:
         # A job that can take every mode is written as before the field existed (traces, journals).
         data = handler(self)
-        if not self.cannot and isinstance(data, dict):
-            data.pop("cannot", None)
+        if isinstance(data, dict):
+            if not self.cannot:
+                data.pop("cannot", None)
+            if not self.measure:
+                data.pop("measure", None)
         return data
 
     def can(self, mode: Mode) -> bool:
-        """Whether the scheduler may run this job in `mode` (it is not in `cannot`)."""
+        """Whether the scheduler may run this job in `mode`: it is not in `cannot`, and a job still
+        being measured (`measure`) runs on its nominal nodes where it was placed, disaggregated (its
+        tail may migrate: that needs no profile)."""
+        if self.measure and mode != Mode.TAIL_MIGRATION:
+            return False
         return mode not in self.cannot
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> "JobSpec":

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from rollmux.core.spec import ClusterSpec, JobSpec, default_cluster
+from rollmux.core.spec import PHASE_TIME_FIELDS, ClusterSpec, JobSpec, default_cluster
 from rollmux.errors import InputError, pydantic_reason
 
 DEFAULT_TRACE = "default_trace.jsonl"
@@ -56,6 +56,9 @@ def parse_jobs(lines: list[str], source: str) -> Trace:
             raise InputError(place, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(record, dict):
             raise InputError(place, "a job must be a JSON object")
+        if not any(k in record for k in PHASE_TIME_FIELDS):  # (a live record may leave them to be measured)
+            raise InputError(f"{place}: field 'rollout_s'", "a trace gives every job's phase times, the simulated "
+                             "truth (with measure: true the scheduler measures them as the job runs)")
         try:
             job = JobSpec.model_validate(record)
         except ValidationError as exc:

@@ -16,6 +16,7 @@ from rollmux.core.group_controller import GroupController
 from rollmux.core.placement.why import WhyTally
 from rollmux.core.record_forms import group_from_dict, group_to_dict, job_to_dict, move_from_dict, move_to_dict
 from rollmux.core.spec import JobSpec
+from rollmux.core.state.profiling import Measuring
 from rollmux.core.vocabulary import JobStatus
 
 
@@ -42,11 +43,15 @@ def estimate_from_dict(d: dict) -> PhaseEstimate:
                          **{k: d[k] for k in _ESTIMATE_FIELDS})
 
 
+_UNTIL_SET = ("inited", "first_call_at")  # a job's fields a snapshot holds only once set
+
+
 def dump_state(state: Any) -> dict:
     """A `LiveState` as JSON-native data (a journal snapshot)."""
     cs = state.cluster
-    # (`inited` only once an init was granted: a snapshot of a journal without one reads as before)
-    jobs = {j: {**{k: v for k, v in vars(r).items() if k != "spec" and (k != "inited" or v)},
+    # (`inited` only once an init was granted, `first_call_at` once it called: a snapshot of a journal
+    # without them reads as before)
+    jobs = {j: {**{k: v for k, v in vars(r).items() if k != "spec" and (k not in _UNTIL_SET or v)},
                 "spec": job_to_dict(r.spec)} for j, r in state.jobs.items()}
     return {"jobs": jobs, "grants": state.grants,
             "groups": [group_to_dict(g) for g in cs.groups.values()],
@@ -63,6 +68,9 @@ def dump_state(state: Any) -> dict:
             "planned": {j: job_to_dict(s) for j, s in cs.planned.items()}, "compacted": cs.compacted,
             **({"repinned": cs.repinned} if cs.repinned else {}),  # (absent: older snapshots read the same)
             **({"folded": cs.folded} if cs.folded else {}),
+            # jobs measured as they run, and what was measured of each so far (absent: none)
+            **({"measuring": {j: [list(t) for t in m.seen] for j, m in cs.profiling.jobs.items()}}
+               if cs.profiling.jobs else {}),
             **({"node_map": {"pool_of": dict(state.nodes.pool_of),
                              "bound": [[g, p, i, n] for (g, p, i), n in sorted(state.nodes.bound.items())],
                              "renumbered": {str(g): {str(o): n for o, n in m.items()}
@@ -96,6 +104,7 @@ def load_state(state: Any, d: dict, job_type: type) -> None:
     cs.compacted = d.get("compacted", 0)
     cs.repinned = d.get("repinned", 0)
     cs.folded = d.get("folded", 0)
+    cs.profiling.jobs = {j: Measuring([tuple(t) for t in seen]) for j, seen in d.get("measuring", {}).items()}
     nm = d.get("node_map")
     if nm is not None:  # (absent: no inventory was reported)
         state.nodes.pool_of.update(nm["pool_of"])

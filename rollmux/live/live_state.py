@@ -32,6 +32,7 @@ from rollmux.core.placement import build_policy
 from rollmux.core.records import (
     Bind,
     Compact,
+    FirstCall,
     Grant,
     Leave,
     Memory,
@@ -41,6 +42,7 @@ from rollmux.core.records import (
     Node,
     Observe,
     Place,
+    Profiled,
     Release,
     Submit,
     Tail,
@@ -94,6 +96,7 @@ class LiveJob:
     first_phase_at: float | None = None  # wall-clock seconds of its first permit: its iterations are timed from there
     timed_from: int = 0               # iterations it had then (an older snapshot's job: some untimed)
     iteration_ends: list[float] = field(default_factory=list)  # wall-clock ends of its last WINDOW + 1 iterations
+    first_call_at: float | None = None  # wall-clock seconds of its first call (a `first_call` record)
 
     @property
     def job_id(self) -> str:
@@ -104,6 +107,12 @@ class LiveJob:
     def over_memory(self) -> bool:
         """Measured to hold more host memory than it declared (on either pool)."""
         return any(gb > getattr(self.spec.host_gb, pool) + 1e-9 for pool, gb in self.host_measured.items())
+
+    @property
+    def called(self) -> bool:
+        """It made its first call: its heartbeat deadline applies, no longer its start-up one. A granted
+        permit is a call the journal holds; any other first call is a `first_call` record."""
+        return self.first_call_at is not None or self.first_phase_at is not None
 
     @property
     def active(self) -> bool:
@@ -136,7 +145,8 @@ class LiveState:
             Submit: self._submit, Place: self._place, Grant: self._grant, Release: self._release,
             Tail: self._tail, Observe: self._observe, Compact: self._compact, Memory: self._memory,
             Movers: self._movers, MoversV1: self._movers_v1, MoveOut: self._move_out, Leave: self._leave,
-            Node: self._node, Bind: self._bind, Turn: self._turn,
+            Node: self._node, Bind: self._bind, Turn: self._turn, Profiled: self._profiled,
+            FirstCall: self._first_call,
         }
 
     def apply(self, kind: str, payload: dict, replay: bool = False) -> Group | None:
@@ -166,6 +176,9 @@ class LiveState:
     # -- the live-only records --------------------------------------------------------------
     def _submit(self, r: Submit, replay: bool) -> None:
         self.jobs[r.job.job_id] = LiveJob(r.job, r.token_hash, r.at)
+
+    def _first_call(self, r: FirstCall, replay: bool) -> None:
+        self.jobs[r.job_id].first_call_at = r.at
 
     def _grant(self, r: Grant, replay: bool) -> None:
         job = self.jobs[r.job_id]
@@ -213,9 +226,16 @@ class LiveState:
         job = self.jobs[r.job_id]
         try:
             self.cluster.observe(r.job_id, job.group_id, r.rollout_s, r.train_s, self.progress(r.at),
-                                 commit=_replayed if replay else self.commit, rollout_factor=r.rollout_factor)
+                                 commit=_replayed if replay else self.commit, rollout_factor=r.rollout_factor,
+                                 sync_s=r.sync_s)
         except _Journaled:
             pass
+
+    def _profiled(self, r: Profiled, replay: bool) -> None:
+        """A job submitted without phase times was measured: planned with its measured profile
+        from now on (its measured host memory counted too)."""
+        self.cluster.apply(r)
+        self._count_memory(r.job_id)
 
     def _node(self, r: Node, replay: bool) -> None:
         """The inventory changed: the pools' capacity is the live nodes' from now on."""

@@ -213,10 +213,11 @@ class Permits:
         if host_gb and any(p not in seen or gb > seen[p] * (1 + MEMORY_STEP) for p, gb in host_gb.items()):
             self._record(Memory(job_id=job_id, host_gb={p: max(gb, seen.get(p, 0.0)) for p, gb in host_gb.items()}))
         rollout_s = job.last_run.get(ROLLOUT)
-        if (phase == TRAIN and self.state.cfg.regroup.repair and rollout_s is not None and job.group_id is not None
-                and not job.migrate):
+        # Drift repair watches every job's iterations; a job measured as it runs is profiled by them.
+        watched = self.state.cfg.regroup.repair or job_id in self.state.cluster.profiling.jobs
+        if phase == TRAIN and watched and rollout_s is not None and job.group_id is not None and not job.migrate:
             self._record(Observe(job_id=job_id, rollout_s=rollout_s, train_s=job.last_run[TRAIN], at=time.time(),
-                                 rollout_factor=job.last_factor))
+                                 rollout_factor=job.last_factor, sync_s=job.last_run.get(Phase.SYNC)))
 
     def _resume_after_release(self, job_id: str, phase: str) -> None:
         """An acquire that overtook this release may now ask for its permit."""

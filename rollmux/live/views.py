@@ -36,25 +36,47 @@ def iteration_figures(job: Any) -> dict:
             "recent_iterations": k, "last_iteration_at": ends[-1]}
 
 
-def job_view(job: Any, now: float, planned: Any = None) -> dict:
+def job_view(job: Any, now: float, planned: Any = None, measuring: tuple[int, int] | None = None) -> dict:
     """One job: status, placement, iterations and iteration times (`iteration_figures`) vs its
-    SLO, its profile (declared, measured, and `planned`: what the drift repair plans it with, if
-    it replaced the declared one) and its host memory (declared, measured, over the declaration or not)."""
+    SLO, its profile (declared, measured, `planned`: what the scheduler plans it with, if a measured
+    profile replaced the declared one, and `plans_with`: the record fields it plans with) and its host
+    memory (declared, measured, over the declaration or not). `measuring`: (iterations measured,
+    iterations it takes) while a job submitted without phase times is being measured; until then
+    nothing was declared and its SLO has no solo time to be judged against."""
     figures = iteration_figures(job)
     mean = figures["mean_iter_s"]
-    solo = job.spec.solo_iter_s
+    judged = planned if job.spec.measure else job.spec  # (a job measured as it runs: against what was measured)
     host = job.spec.host_gb
     return {"job_id": job.spec.job_id, "status": job.status, "group_id": job.group_id,
-            "iterations": job.iterations, **figures, "slo_iter_s": job.spec.slo_iter_s,
-            "slowdown": None if mean is None else mean / solo,
-            "profile": {"declared": {ROLLOUT: job.spec.rollout_s.median, TRAIN: job.spec.train_s},
+            "iterations": job.iterations, **figures, "slo_iter_s": None if judged is None else judged.slo_iter_s,
+            "slowdown": None if mean is None or judged is None else mean / judged.solo_iter_s,
+            "profile": {"declared": None if job.spec.measure else {ROLLOUT: job.spec.rollout_s.median,
+                                                                   TRAIN: job.spec.train_s},
                         "measured": dict(job.profile),
                         "planned": None if planned is None else {ROLLOUT: planned.rollout_s.median,
-                                                                 TRAIN: planned.train_s}},
+                                                                 TRAIN: planned.train_s},
+                        "plans_with": None if judged is None else planned_fields(judged),
+                        "measuring": None if measuring is None else {"iterations": measuring[0],
+                                                                     "of": measuring[1]}},
             "host_gb": {"declared": {ROLLOUT: host.rollout, TRAIN: host.train},
                         "measured": dict(job.host_measured), "over_declaration": job.over_memory},
             "held": sorted(job.held), "epoch": job.epoch, "reason": job.reason, "case": job.case,
             "why": job.why}
+
+
+def planned_fields(spec: Any) -> dict:
+    """The job record's phase-time fields of a profile the scheduler plans with."""
+    return {"rollout_s": spec.rollout_s.model_dump(), "train_s": spec.train_s, "sync_s": spec.sync_s}
+
+
+def measuring_of(core: Any, job_id: str) -> tuple[int, int] | None:
+    """(iterations measured, iterations it takes) of a job being measured as it runs, else None."""
+    cs = core.state.cluster
+    m = cs.profiling.jobs.get(job_id)
+    if m is None:
+        return None
+    cfg = cs.cfg.profiling
+    return len(m.seen), cfg.warmup + cfg.iterations
 
 
 def _pools(core: Any) -> dict:
@@ -93,7 +115,7 @@ def status_view(core: Any, now: float, offset: int = 0, limit: int = PAGE) -> di
     colocated = [{"group_id": g.group_id, "job_id": g.members[0].job_id, "train_nodes": g.n_train,
                   "period_s": g.shape.period_s if g.shape else None}
                  for g in islice(cs.colocated.values(), offset, offset + limit)]
-    jobs = {jid: job_view(r, now, cs.planned.get(jid))
+    jobs = {jid: job_view(r, now, cs.planned.get(jid), measuring_of(core, jid))
             for jid, r in islice(core.state.jobs.items(), offset, offset + limit)}
     timeline = [dict(row) for row in core._timeline if row["end"] is None or row["end"] > now - TIMELINE_S]
     page = {"offset": offset, "limit": limit, "groups_total": len(cs.groups), "jobs_total": len(core.state.jobs),

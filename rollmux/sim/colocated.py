@@ -61,4 +61,5 @@ def colocated_iteration(sim: Host, run: JobRun) -> None:
         run.moving_since, now = None, now + moved
     sim.ledger.busy("train", g, roll + switches)
     sim.ledger.busy("train", job.train_gpus, train)
-    sim.env.call_at(now + roll + train + switches, sim._sync_done, job.job_id)
+    run.sync_from = now + roll + train + switches  # no sync across pools: its weights stay on its nodes
+    sim.env.call_at(run.sync_from, sim._sync_done, job.job_id)

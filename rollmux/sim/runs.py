@@ -26,6 +26,8 @@ class JobRun:
     rollout_s: float = 0.0  # this iteration's true phase times, as the scheduler measures them
     train_s: float = 0.0
     sync_parts: int = 0     # parts of the sync still running (fixed time, link transfer)
+    sync_from: float = 0.0  # when the current iteration's sync started
+    sync_s: float | None = None  # the last sync's measured seconds (its link share included)
     solo_s: float = 0.0     # the completed iterations (same draws, same drift) run solo
     iter_solo_s: float = 0.0  # the iteration in progress run solo: added to solo_s when it completes
     # A lone member's iteration played in one step: (start, rollout end, train end, sync end,

@@ -191,7 +191,7 @@ class Simulation:
         t1 = (now + ctl.switch_for(jid, ROLLOUT)) + run.rollout_s
         t2 = t1 + (sw_t + run.train_s)
         t3 = t2 + run.job.sync_s
-        run.fast = (now, t1, t2, t3, sw_t)
+        run.fast, run.sync_from = (now, t1, t2, t3, sw_t), t2
         run.fast_token += 1
         ctl.before_change = lambda: self._materialize(jid)
         self.env.call_at(t3, self._fast_done, jid, run.fast_token)
@@ -293,7 +293,7 @@ class Simulation:
             return  # it left mid-iteration
         self.state.controllers[run.group_id].release(jid, TRAIN)
         # The sync ends when its fixed part is over and, on a finite link, the weights crossed it.
-        run.sync_parts = 1
+        run.sync_parts, run.sync_from = 1, self.env.now()
         self.env.call_later(run.job.sync_s, self._sync_part_done, jid)
         if self.link is not None and run.job.weights_gb is not None:
             run.sync_parts += 1
@@ -319,6 +319,7 @@ class Simulation:
         run.done += 1
         run.solo_s += run.iter_solo_s
         run.last_s = self.env.now()
+        run.sync_s = run.last_s - run.sync_from
         if self.accounting.finished(run.job, run.done):
             self._depart(run)
             return
@@ -334,7 +335,8 @@ class Simulation:
         if run.colo is not None and run.group_id in self.state.colocated:  # measured where it ran
             rollout, train = rollout * run.colo[0], train * run.colo[1]
         self.state.observe(run.job.job_id, run.group_id, rollout, train, self.progress(),
-                           rollout_factor=run.r_factor)  # (the factor it rolled out at: compaction may narrow it since)
+                           rollout_factor=run.r_factor,  # (the factor it rolled out at: compaction may narrow it since)
+                           sync_s=run.sync_s)
 
     def _migrate(self, run: JobRun) -> None:
         """At its boundary a mover leaves its old group and takes its reserved slot."""

@@ -14,7 +14,7 @@ from rollmux.core.repair.moves import Move
 from rollmux.core.state import ClusterState
 from rollmux.core.vocabulary import Case, JobStatus, Phase
 from rollmux.live.live_state import LiveState, ReplayError
-from tests.factories import GROUPS, make_cluster, make_job, make_policy
+from factories import GROUPS, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
 
@@ -42,6 +42,8 @@ def _every_record() -> list:
             rec.Release(job_id="a", phase=Phase.TRAIN,
                     timings={"wait_s": 0.0, "onload_s": 1.0, "run_s": 2.0, "offload_s": 0.0}),
             rec.Tail(job_id="a"), rec.Observe(job_id="a", rollout_s=100.0, train_s=50.0, at=4.0, rollout_factor=1.5),
+            rec.Observe(job_id="a", rollout_s=100.0, train_s=50.0, at=5.0, rollout_factor=1.0, sync_s=3.0),
+            rec.Profiled.of(make_job("a", rollout=90.0, train=40.0)),
             rec.Compact.of(1, 2), rec.Memory(job_id="a", host_gb={"rollout": 11.0}), rec.Movers.of(7, (move,), True),
             rec.MoveOut.of("a", "regroup"), rec.Leave.of("a", JobStatus.FAILED, "no heartbeat"),
             rec.Node(node_id="n-r0", pool="rollout"), rec.Node(node_id="n-t9", pool=None),

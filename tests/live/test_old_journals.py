@@ -24,6 +24,9 @@ TIMINGS = {"wait_s": 0.0, "onload_s": 0.0, "run_s": 100.0, "offload_s": 0.0}
 # (their figures read the clock): the replay adds them, from the grants' and releases' records.
 FIGURES = ("mean_iter_s", "slowdown", "recent_iter_s", "recent_iterations", "last_iteration_at")
 TIMES = ("first_phase_at", "timed_from", "iteration_ends")
+# What a job's profile view says that those services' did not: the record fields it is planned with,
+# and how far a job submitted without phase times is measured (none of theirs was).
+NEW_PROFILE_KEYS = ("plans_with", "measuring")
 
 
 def _load(url: str, doc: dict, from_snapshot: bool) -> None:
@@ -44,6 +47,8 @@ def _status(core: SchedulerCore) -> dict:
     """The parts of the status a replay fixes (not the clock's)."""
     s = core.status()
     jobs = {j: {k: v for k, v in v.items() if k not in FIGURES} for j, v in s["jobs"].items()}
+    for v in jobs.values():
+        v["profile"] = {k: p for k, p in v["profile"].items() if k not in NEW_PROFILE_KEYS}
     return json.loads(json.dumps({"groups": s["groups"], "jobs": jobs, "grants": s["grants"],
                                   "colocated": s["colocated"], "pools": s["pools"]}))
 

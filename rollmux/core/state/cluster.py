@@ -40,18 +40,20 @@ from rollmux.core.placement import (
 from rollmux.core.placement.costs import FoldTerms
 from rollmux.core.placement.index import IndexedGroups, IndexSnapshot
 from rollmux.core.placement.why import WhyTally
-from rollmux.core.records import Compact, Leave, MoveOut, Movers, MoversV1, Place
+from rollmux.core.placement.options.isolated import isolated_plan
+from rollmux.core.records import Compact, Leave, MoveOut, Movers, MoversV1, Place, Profiled
 from rollmux.core.repair.moves import Move, OwedProgress, owed_by_members
 from rollmux.core.repair.pairing import Pairing, pair_decision
 from rollmux.core.repair.regroup import shrink
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.state.departures import Departures
 from rollmux.core.state.drift import DriftRepair
+from rollmux.core.state.profiling import Profiling
 from rollmux.core.state.shared import Progress, measured
 from rollmux.core.vocabulary import Case, Pool
 from rollmux.errors import InputError
 
-Decision = Place | Movers | MoversV1 | Compact | MoveOut | Leave  # what `apply` carries out
+Decision = Place | Movers | MoversV1 | Compact | MoveOut | Leave | Profiled  # what `apply` carries out
 Commit = Callable[[Decision], object]
 ROLLOUT, TRAIN = Pool.ROLLOUT.value, Pool.TRAIN.value  # (vocabulary.py)
 
@@ -127,10 +129,14 @@ class ClusterState:
         self.renumbered: dict[int, dict[int, int]] | None = None
         self.departures = Departures(self)
         self.drift = DriftRepair(self)
+        # Jobs measured as they run (core/state/profiling.py), then revisited as a departure would.
+        self.profiling = Profiling(self, lambda gid, progress, commit: self.departures.after(
+            self.groups.get(gid), progress, commit))
         # The one table of what `apply` carries out (Ray autoscaler style: explicit, no lookup by name).
         self._apply: dict[type, Callable] = {
             Place: self._place, Movers: self._movers, MoversV1: self._movers_v1,
             Compact: self.drift.apply_compaction, MoveOut: self._move_out, Leave: self._leave,
+            Profiled: self.profiling.apply,
         }
 
     # -- the snapshot a decision reads ----------------------------------------------------
@@ -163,15 +169,16 @@ class ClusterState:
         return owed
 
     def _groups_in_view(self) -> tuple[tuple[Group, ...], IndexSnapshot | None]:
-        """The groups a view offers (dissolving ones hidden) and the index as of them,
-        rebuilt only when a group or the dissolving set changed (a rebuild is O(groups))."""
+        """The groups a view offers (dissolving ones and those of jobs being measured hidden) and
+        the index as of them, rebuilt only when a group or the hidden set changed (a rebuild is O(groups))."""
         groups = self.groups
+        hidden = frozenset(self.dissolving) | self.profiling.groups()
         if not isinstance(groups, IndexedGroups):  # replaced by a plain dict: no index
-            return tuple(g for g in groups.values() if g.group_id not in self.dissolving), None
-        key = (groups.index.version, frozenset(self.dissolving))
+            return tuple(g for g in groups.values() if g.group_id not in hidden), None
+        key = (groups.index.version, hidden)
         if self._view_groups[0] != key:
-            view_groups = groups.values_without(self.dissolving)
-            self._view_groups = (key, view_groups, groups.index.snapshot(view_groups, self.dissolving))
+            view_groups = groups.values_without(hidden)
+            self._view_groups = (key, view_groups, groups.index.snapshot(view_groups, hidden))
         return self._view_groups[1], self._view_groups[2]
 
     # -- deciding ---------------------------------------------------------------------------
@@ -181,12 +188,13 @@ class ClusterState:
         () if it must wait. `arrival`: a new job (only an arrival may be paired)."""
         view = self.view(progress)
         t0 = time.perf_counter()
-        plan = self.policy.place(job, view)
+        # A job still to be measured has nothing to admit it by: a group of its own, nominal nodes.
+        plan = isolated_plan(job, view, self.intra) if job.measure else self.policy.place(job, view)
         self.decision_ms["arrival"].append((time.perf_counter() - t0) * 1e3)
         if plan is None:
             return ()
         validate_plan(plan, job, view)
-        pairing = self.pair(job, plan, progress) if arrival else None
+        pairing = self.pair(job, plan, progress) if arrival and not job.measure else None
         if pairing is not None:
             return Place.of(pairing.plan, arrival), *(Movers.of_regroup(r) for r in pairing.regroups)
         return (Place.of(plan, arrival),)
@@ -229,12 +237,16 @@ class ClusterState:
         return self.departures.candidates(rest, progress)
 
     def observe(self, job_id: str, group_id: int, rollout_s: float, train_s: float, progress: Progress,
-                commit: Commit | None = None, rollout_factor: float | None = None) -> list[str]:
-        """A member finished an iteration with these measured phase times: drift repair, else
-        compaction (`DriftRepair.observe`); the evicted jobs. Each decision (a `Movers` or a
-        `Compact`) goes to `commit` (default: `apply`) before the next is made."""
-        return self.drift.observe(job_id, group_id, rollout_s, train_s, progress, commit or self.apply,
-                                  rollout_factor)
+                commit: Commit | None = None, rollout_factor: float | None = None,
+                sync_s: float | None = None) -> list[str]:
+        """A member finished an iteration with these measured phase times (`sync_s`: its previous
+        sync's, if measured): a job being measured is profiled (`Profiling.observe`), any other goes
+        to drift repair, else compaction (`DriftRepair.observe`); the evicted jobs. Each decision
+        (a `Profiled`, `Movers` or `Compact`) goes to `commit` (default: `apply`) before the next is made."""
+        commit = commit or self.apply
+        if self.profiling.observe(job_id, rollout_s, train_s, sync_s, progress, commit):
+            return []
+        return self.drift.observe(job_id, group_id, rollout_s, train_s, progress, commit, rollout_factor)
 
     def compact(self, group_id: int, progress: Progress, commit: Commit | None = None) -> int:
         """Rollout compaction of one group (`DriftRepair.compact`); the nodes it gives back."""
@@ -268,6 +280,8 @@ class ClusterState:
     def _place(self, r: Place) -> None:
         self._install(r.plan, r.arrival)
         self.group_of[r.job_id] = r.plan.group.group_id
+        if r.plan.group.member(r.job_id).job.measure:
+            self.profiling.start(r.job_id)
 
     def _movers(self, r: Movers) -> None:
         """Reserve every move's slot; a dissolved group is hidden from placement."""
@@ -341,6 +355,7 @@ class ClusterState:
         self.estimates.pop(job_id, None)
         self.planned.pop(job_id, None)
         self.settling.pop(job_id, None)
+        self.profiling.forget(job_id)
 
     def cancel_arrival(self, job_id: str) -> None:
         """A migrant ended before it moved: give its reserved slot back."""

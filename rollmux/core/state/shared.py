@@ -49,6 +49,7 @@ class Held(Protocol):
     groups: dict[int, Group]
     colocated: dict[int, Group]
     controllers: dict[int, GroupController | ColocatedController]
+    group_of: dict[str, int]
     dissolving: set[int]
     arriving: dict[str, Move]
     settling: dict[str, Move]
