@@ -13,10 +13,12 @@ from rollmux.cli.app import app, bench_app, err, fail, out, report_and_exit, tab
 from rollmux.errors import InputError, require_extra
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def profile(
+    ctx: typer.Context,
     job_module: str = typer.Argument(..., help="Python module with a make_job(preset, **options) entry point, "
-                                               "e.g. rollmux.jobs.grpo (installed, or in the working directory)."),
+                                               "e.g. rollmux.jobs.grpo (installed, or in the working directory); "
+                                               "with --run, the command to run (after --)."),
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the job record (YAML, or JSON for .json)."),
     preset: Optional[str] = typer.Option(None, "--preset", help="Passed to make_job (e.g. small, medium, large)."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE passed to make_job (repeatable)."),
@@ -33,16 +35,32 @@ def profile(
                                    help="Then run it co-located (veRL mode: every phase on its training side, "
                                         "offload/onload between them) and record the mean phase times, "
                                         "switches excluded, as `colocated`."),
+    run: bool = typer.Option(False, "--run", help="Profile a program instead (e.g. a script on the TRL or veRL "
+                                                  "adapter): `rollmux profile --run -o job.yaml -- python train.py` "
+                                                  "runs it under a private scheduler that measures its iterations."),
 ) -> None:
     """Measure a job's profile by running its own phases through the shim; write a record `submit` accepts."""
     from rollmux.harness.profile import ProfileOptions, profile_command
     try:
-        name = job_id if job_id is not None else job_module.rsplit(".", 1)[-1] + (f"-{preset}" if preset else "")
+        if run and (preset or sets or colocated):
+            raise InputError("--run", "a program is profiled as it runs: --preset, --set and --colocated are "
+                                      "for a make_job module")
+        if not run and ctx.args:
+            raise InputError("JOB_MODULE", f"one module, not {[job_module, *ctx.args]}: to profile a command, "
+                                           "give --run and the command after --")
+        name = job_id if job_id is not None else (
+            Path(ctx.args[0] if ctx.args else job_module).stem if run
+            else job_module.rsplit(".", 1)[-1] + (f"-{preset}" if preset else ""))
         opts = ProfileOptions(job_id=name, slo=slo, iterations=100 if iterations is None and duration is None
                               else iterations, duration_s=duration, rollout_gpus=rollout_gpus,
                               train_gpus=train_gpus, tail_frac=tail_frac, runs=runs, warmup=warmup,
                               colocated=colocated)
-        profile_command(job_module, preset, sets or [], output, opts, say=lambda line: err.print(line, highlight=False))
+        say = lambda line: err.print(line, highlight=False)  # noqa: E731
+        if run:
+            from rollmux.harness.profile_run import profile_entrypoint
+            profile_entrypoint([job_module, *ctx.args], opts, output, say)
+        else:
+            profile_command(job_module, preset, sets or [], output, opts, say=say)
         out.print(f"wrote {output}", highlight=False)
     except InputError as exc:
         fail(exc)

@@ -205,6 +205,10 @@ class JobSpec(_Strict):
                 data.pop("measure", None)
         return data
 
+    def phase_times(self) -> dict:
+        """The record's phase-time fields (`PHASE_TIME_FIELDS`) as JSON-native data."""
+        return self.model_dump(include=set(PHASE_TIME_FIELDS))
+
     def can(self, mode: Mode) -> bool:
         """Whether the scheduler may run this job in `mode`: it is not in `cannot`, and a job still
         being measured (`measure`) runs on its nominal nodes where it was placed, disaggregated (its

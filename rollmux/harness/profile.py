@@ -48,7 +48,6 @@ co-located model add them per iteration themselves.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import statistics
 import sys
@@ -62,6 +61,7 @@ from rollmux.core.colo_controller import ColocatedController
 from rollmux.core.colo_model import colocated_group
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.env import WallClockEnvironment
+from rollmux.core.estimates import fitted_phases
 from rollmux.core.group import isolated_group
 from rollmux.core.group_controller import GroupController
 from rollmux.core.spec import JobSpec, default_cluster
@@ -191,25 +191,26 @@ def _step(shim: JobShim, kind: str, where: str, step: Callable[[], Any]) -> Any:
 def job_record(m: Measured, opts: ProfileOptions, model: str | None = None, colo: Measured | None = None) -> dict:
     """The job record (DESIGN §2) `rollmux submit` accepts, from the measurements and options
     (with `colo`, the co-located runs' means as its `colocated` profile)."""
-    median = statistics.median(m.rollout)
-    logs = [math.log(max(r, 1e-9)) for r in m.rollout]
-    sigma = min(statistics.stdev(logs), 3.0) if len(logs) > 1 else 0.0
-    rec: dict[str, Any] = {
-        "job_id": opts.job_id, "arrival_s": 0.0, "duration_s": 1.0, "slo": opts.slo,
-        "rollout_gpus": opts.rollout_gpus, "train_gpus": opts.train_gpus,
-        "rollout_s": {"median": _sig(median), "sigma": _sig(sigma),
-                      "max": _sig(max(m.max_rollout, *m.rollout))},
-        "tail_frac": opts.tail_frac, "train_s": _sig(statistics.median(m.train)),
-        "sync_s": _sig(statistics.median(m.sync)),
-        "host_gb": {p: m.host_bytes.get(p, 0) / GB for p in ("rollout", "train")}}
-    if model is not None:
-        rec["model"] = model
+    phases = fitted_phases(m.rollout, m.train, m.sync, m.max_rollout)
+    rec = record_of(phases, {p: m.host_bytes.get(p, 0) / GB for p in ("rollout", "train")}, opts, model)
     if colo is not None:  # means, not medians: JobSpec.colocated is the mean seconds per iteration
         rec["colocated"] = {"rollout_s": _sig(statistics.fmean(colo.rollout)),
                             "train_s": _sig(statistics.fmean(colo.train))}
-    rec["rollout_s"]["max"] = max(rec["rollout_s"]["max"], rec["rollout_s"]["median"])
+        _spec(rec)
+    return rec
+
+
+def record_of(phases: dict, host_gb: dict[str, float], opts: ProfileOptions, model: str | None = None) -> dict:
+    """A job record from measured phase-time fields (core/estimates.py `fitted_phases`), the host
+    memory measured (GB per node, by pool) and the options; its length as many iterations as asked,
+    each at the measured solo time (or the duration given)."""
+    rec: dict[str, Any] = {
+        "job_id": opts.job_id, "arrival_s": 0.0, "duration_s": 1.0, "slo": opts.slo,
+        "rollout_gpus": opts.rollout_gpus, "train_gpus": opts.train_gpus, "rollout_s": phases["rollout_s"],
+        "tail_frac": opts.tail_frac, "train_s": phases["train_s"], "sync_s": phases["sync_s"], "host_gb": host_gb}
+    if model is not None:
+        rec["model"] = model
     probe = _spec(rec)
-    # The job's length: as many iterations as asked, each at the measured solo time.
     rec["duration_s"] = (opts.duration_s if opts.duration_s is not None
                          else _sig(opts.iterations * probe.solo_iter_s))
     _spec(rec)

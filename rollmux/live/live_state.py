@@ -97,6 +97,9 @@ class LiveJob:
     timed_from: int = 0               # iterations it had then (an older snapshot's job: some untimed)
     iteration_ends: list[float] = field(default_factory=list)  # wall-clock ends of its last WINDOW + 1 iterations
     first_call_at: float | None = None  # wall-clock seconds of its first call (a `first_call` record)
+    # Submitted without phase times: the record fields it was measured to have (a `profiled` record;
+    # kept when it ends, unlike the scheduler's planned profile)
+    profiled: dict | None = None
 
     @property
     def job_id(self) -> str:
@@ -235,6 +238,7 @@ class LiveState:
         """A job submitted without phase times was measured: planned with its measured profile
         from now on (its measured host memory counted too)."""
         self.cluster.apply(r)
+        self.jobs[r.job_id].profiled = r.spec.phase_times()
         self._count_memory(r.job_id)
 
     def _node(self, r: Node, replay: bool) -> None:

@@ -46,6 +46,7 @@ def job_view(job: Any, now: float, planned: Any = None, measuring: tuple[int, in
     figures = iteration_figures(job)
     mean = figures["mean_iter_s"]
     judged = planned if job.spec.measure else job.spec  # (a job measured as it runs: against what was measured)
+    plans_with = judged.phase_times() if judged is not None else job.profiled  # (kept once it ended)
     host = job.spec.host_gb
     return {"job_id": job.spec.job_id, "status": job.status, "group_id": job.group_id,
             "iterations": job.iterations, **figures, "slo_iter_s": None if judged is None else judged.slo_iter_s,
@@ -55,18 +56,13 @@ def job_view(job: Any, now: float, planned: Any = None, measuring: tuple[int, in
                         "measured": dict(job.profile),
                         "planned": None if planned is None else {ROLLOUT: planned.rollout_s.median,
                                                                  TRAIN: planned.train_s},
-                        "plans_with": None if judged is None else planned_fields(judged),
+                        "plans_with": plans_with,
                         "measuring": None if measuring is None else {"iterations": measuring[0],
                                                                      "of": measuring[1]}},
             "host_gb": {"declared": {ROLLOUT: host.rollout, TRAIN: host.train},
                         "measured": dict(job.host_measured), "over_declaration": job.over_memory},
             "held": sorted(job.held), "epoch": job.epoch, "reason": job.reason, "case": job.case,
             "why": job.why}
-
-
-def planned_fields(spec: Any) -> dict:
-    """The job record's phase-time fields of a profile the scheduler plans with."""
-    return {"rollout_s": spec.rollout_s.model_dump(), "train_s": spec.train_s, "sync_s": spec.sync_s}
 
 
 def measuring_of(core: Any, job_id: str) -> tuple[int, int] | None:
