@@ -13,8 +13,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rollmux"
 # on the side, shim (job-facing) and live (the service) sit on core only; jobs (the demo's jobs, shipped
 # in the package) see only what a user's job sees, the shim; job (`rollmux.init()` for a job `rollmux run`
 # launched) joins the shim to the service's HTTP client; adapters (real RL libraries under the shim)
-# see the shim and weightsync; harness (what exercises the live plane end to end: chaos, demo, profiler)
-# sees all of those, and only its demo job list imports adapters; cli sees everything.
+# see the shim, weightsync and job (a drop-in trainer builds its shim from `rollmux run`'s environment
+# through `rollmux.init()`'s plumbing, never the HTTP client itself); harness (what exercises the live
+# plane end to end: chaos, demo, profiler) sees all of those, and only its demo job list imports
+# adapters; cli sees everything.
 ALLOWED: dict[str, set[str]] = {
     "errors": {"errors"},
     "data": set(),
@@ -28,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "jobs": {"errors", "core", "shim", "jobs"},  # the demo jobs that ship in the package: job-facing, like a user's
     "job": {"shim", "live", "job"},  # rollmux.init() from `rollmux run`'s environment: the shim and its HTTP client
     "weightsync": {"weightsync"},
-    "adapters": {"errors", "shim", "weightsync", "adapters"},
+    "adapters": {"errors", "shim", "weightsync", "job", "adapters"},
     "harness": {"errors", "core", "workload", "shim", "live", "jobs", "weightsync", "adapters", "harness"},
     "cli": {"errors", "core", "workload", "sim", "study", "shim", "live", "weightsync", "jobs", "adapters", "harness",
             "job",

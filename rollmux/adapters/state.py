@@ -8,8 +8,10 @@ one rollout rank per generator copy inside one process.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -25,7 +27,10 @@ def host_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 class Offloadable:
-    """A module's tensors (and its optimizer's state, once the Trainer built one): resident, or in host copies."""
+    """A module's tensors (and its optimizer's state, once the Trainer built one): resident, or in host copies.
+
+    Tied tensors (an LM head sharing the embedding's weight) are one tensor under two names: each
+    moves once, and the state dict read from the host copies names it under both."""
 
     def __init__(self, module: torch.nn.Module, optimizer: Callable[[], Any] = lambda: None) -> None:
         self.module, self._optimizer = module, optimizer
@@ -37,6 +42,17 @@ class Offloadable:
         """Whether the live tensors hold the state (measured on the parameters, not a flag)."""
         return all(p.numel() > 0 for p in self.module.parameters())
 
+    def _tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """Every parameter and buffer once, under its first name."""
+        return [*self.module.named_parameters(), *self.module.named_buffers()]
+
+    def _canonical(self) -> dict[str, str]:
+        """Every name a tensor has (tied ones included) -> the name `_tensors` gives it."""
+        first = {id(t): name for name, t in self._tensors()}
+        every = [*self.module.named_parameters(remove_duplicate=False),
+                 *self.module.named_buffers(remove_duplicate=False)]
+        return {name: first[id(t)] for name, t in every}
+
     def _optim_state(self) -> dict:
         opt = self._optimizer()
         return {} if opt is None else getattr(opt, "optimizer", opt).state  # accelerate wraps torch's optimizer
@@ -46,7 +62,7 @@ class Offloadable:
         if self.host is not None:
             return
         host: dict[str, dict] = {"model": {}, "optim": {}}
-        for name, t in [*self.module.named_parameters(), *self.module.named_buffers()]:
+        for name, t in self._tensors():
             host["model"][name] = host_copy(t.data)
             t.data = torch.empty(0, dtype=t.dtype, device=t.device)
         for p, st in self._optim_state().items():
@@ -61,12 +77,36 @@ class Offloadable:
         if self.host is None:
             return
         host, self.host = self.host, None
-        for name, t in [*self.module.named_parameters(), *self.module.named_buffers()]:
+        for name, t in self._tensors():
             t.data = host["model"][name].to(self.device, copy=True)
         for p, st in self._optim_state().items():
             for k in st:
                 if (id(p), k) in host["optim"]:
                     st[k] = host["optim"][(id(p), k)].to(self.device, copy=True)
+
+    def twin(self) -> "Offloadable":
+        """Another copy of the module with the same weights, where these are (resident or in host
+        copies); its optimizer state is not copied (a generator copy has none)."""
+        twin = Offloadable(copy.deepcopy(self.module))  # offloaded: a copy of empty tensors, cheap
+        if self.host is not None:
+            twin.host = {"model": {k: host_copy(v) for k, v in self.host["model"].items()}, "optim": {}}
+        return twin
+
+    @contextlib.contextmanager
+    def host_view(self) -> Iterator[torch.nn.Module]:
+        """Inside the block the module's tensors are its host copies (while offloaded), so code that
+        reads the module's weights (a library's weight push) reads them without an onload."""
+        if self.host is None:
+            yield self.module
+            return
+        live = self._tensors()
+        for name, t in live:
+            t.data = self.host["model"][name]
+        try:
+            yield self.module
+        finally:
+            for _, t in live:
+                t.data = torch.empty(0, dtype=t.dtype, device=self.device)
 
     def host_bytes(self) -> int:
         """Bytes the host copies hold (0 while resident)."""
@@ -79,7 +119,8 @@ class Offloadable:
         live = self.module.state_dict()
         if self.host is None:
             return {k: v.detach() for k, v in live.items()}
-        return {k: self.host["model"][k] for k in live}
+        canonical = self._canonical()
+        return {k: self.host["model"][canonical[k]] for k in live}
 
     def load(self, weights: dict[str, torch.Tensor]) -> None:
         """New weights: into the live tensors, or into the host copies while offloaded."""
@@ -89,8 +130,8 @@ class Offloadable:
         missing = set(self.module.state_dict()) ^ set(weights)
         if missing:
             raise KeyError(f"Offloadable.load: the weights' names differ from the module's: {sorted(missing)[:5]}")
-        self.host["model"].update({k: v.to("cpu") for k, v in weights.items()})
-
+        canonical = self._canonical()
+        self.host["model"].update({canonical[k]: v.to("cpu") for k, v in weights.items()})
 
 
 def in_threads(fn: Callable[[Any], Any], items: list) -> list:

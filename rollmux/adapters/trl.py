@@ -1,427 +1,306 @@
-"""TRL's GRPOTrainer under the RollMux shim: a thin subclass plus a callback (docs/adapters.md).
+"""TRL's GRPOTrainer, drop-in, under RollMux's permits (docs/adapters.md §2).
 
-The real library runs: TRL 1.16's `GRPOTrainer` (its prompt batching, reward and advantage code,
-GRPO loss) inside transformers' `Trainer` loop (backward, AdamW step, scheduler). The adapter only
-marks where each phase starts and ends and owns the generator side:
+    from rollmux.adapters.trl import GRPOTrainer   # the one line a user changes (was: from trl import GRPOTrainer)
 
-- rollout: `_generate_and_score_completions` runs inside the `rollout` phase. Generation goes
-  through TRL's `rollout_func` seam to `Engine`: one generator copy of the policy per worker slot
-  of the permit, each prompt's group of `num_generations` completions one unit, sampled by
-  transformers' `generate` with its own seed (job seed, step, prompt). Units finishing report
-  `progress`; on a tail migration (`on_tail`) the units on the slots given up stop at their next
-  token and are recomputed on the kept slots, to the same tokens.
-- train: from the end of `_prepare_inputs` (the batch is scored) to `on_step_end` (TRL's loss,
-  backward, the optimizer and scheduler steps, zero_grad all done).
-- sync: the trainer's state dict goes to every generator copy through `rollmux.weightsync`
-  (training rank 0, one rollout rank per slot, Gloo on an in-process store), into the host copy
-  of a generator that is offloaded.
-- init: the trainer, the generator copies and the sync group are built, then offloaded.
+`GRPOTrainer` is `trl.GRPOTrainer` (TRL 1.16) with TRL's own constructor: `model` (a path or a
+module), `reward_funcs`, `args` (a `GRPOConfig`), `train_dataset`, `processing_class`,
+`peft_config` and the rest go to TRL unchanged. Outside RollMux (none of `rollmux run`'s
+variables in the environment) it is TRL and nothing else: the same calls, the same weights.
 
-Onload/offload (`rollmux.adapters.state.Offloadable`): parameters, buffers and (trainer) AdamW
-state move to host copies (`.data` is swapped for an empty tensor; host copies are pinned when CUDA
-is there) and back; `host_memory` reports their bytes per pool. The tiny model, tokenizer, prompts
-and reward are in `trl_tiny`.
+Under `rollmux run` (`ROLLMUX_URL`, `ROLLMUX_JOB_ID`, `ROLLMUX_TOKEN_FILE`; or `rollmux_job_id=` and
+`rollmux_client=` given, as a test or a benchmark does with a local permit client) the job's shim
+is built from them (`rollmux.init()`'s plumbing) and TRL's own loop runs in RollMux's phases:
 
-Determinism: the model is initialised from the seed, TRL's sampler is seeded, every unit has its
-own generator and every phase uses the same intra-op thread count, so the same seed gives
-bit-identical weights solo or multiplexed. TRL's loop also draws from the process's global torch
-RNG (its set_seed, its batch shuffle): run one TRL job per process.
+- init: TRL's constructor (the model loaded, the reference model, the vLLM engine) runs inside the
+  init permit; then the generator copies (one per worker slot the permit names, `grant.units`) and
+  the weight-sync group are built, and everything is offloaded to host memory;
+- rollout: `GRPOTrainer._generate` (the completions, decoded): through TRL's `rollout_func` seam to
+  `trl_engine.Engine` (the generator copies, with progress and tail migration), or TRL's colocated
+  vLLM engine, woken for the phase and put to sleep after it (`trl_vllm`);
+- train: from the completions to the next generation batch's rollout: rewards, old and reference
+  log-probs, advantages, every micro-step and optimizer step TRL takes on that batch
+  (`steps_per_generation`, `num_iterations`, `gradient_accumulation_steps`), logging, saving;
+- sync: the trainer's weights to every generator copy through `rollmux.weightsync` (into the host
+  copies, where they are offloaded); with vLLM, the next wake pushes them instead.
+
+The end of `train()` closes the last iteration, puts the trainer's state back on its device (so
+`save_model` works), and tells the service the job finished. Settings the adapter cannot honour
+are refused in one line (`refusal`). Determinism: the generator copies sample per unit from a
+seed (job seed, step, unit), so the same script gives bit-identical weights alone or multiplexed;
+TRL's loop draws from the process's global RNG too, so one job runs per process, and both runs
+need the same intra-op thread count (`torch.set_num_threads`).
 """
 
 from __future__ import annotations
 
-import copy
+import functools
+import inspect
 import logging
-import tempfile
-import threading
+import os
 import time
-import warnings
-from collections import deque
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import nullcontext
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from rollmux.errors import extra_for
 
 try:
     import torch
-    from transformers import (
-        GenerationConfig,
-        LogitsProcessor,
-        LogitsProcessorList,
-        PreTrainedTokenizerFast,
-        StoppingCriteria,
-        StoppingCriteriaList,
-        TrainerCallback,
-    )
-    from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
+    import trl
 
     from rollmux.adapters.state import Offloadable, WeightSync
-    from rollmux.adapters.trl_tiny import (
-        TARGET,
-        TRLJobConfig,
-        build_dataset,
-        build_model,
-        build_tokenizer,
-        target_reward,
-    )
+    from rollmux.adapters.trl_engine import Engine
+    from rollmux.adapters.trl_vllm import VLLMSide
 except ModuleNotFoundError as _missing:  # the extra is not installed: say which, in one line
     if extra_for(_missing) is None:
         raise
     raise ImportError(f"rollmux.adapters.trl needs the trl extra ({_missing.name} is missing): "
                       "pip install 'rollmux[trl]'", name=_missing.name) from None
-from rollmux.shim import JobShim, PermitClient, slots_given_up
+from rollmux.job import init as rollmux_init
+from rollmux.shim import JobShim, PermitClient
 
-__all__ = ["Engine", "ShimGRPOTrainer", "TRLJob", "TRLJobConfig", "TRLRun", "build_model", "build_tokenizer"]
+__all__ = ["ENVIRONMENT", "GRPOTrainer", "RollMuxSide", "refusal"]
+ENVIRONMENT = ("ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE")  # what `rollmux run` sets
+PLACE = "rollmux GRPOTrainer"
+_TRL_INIT = inspect.signature(trl.GRPOTrainer.__init__)
 log = logging.getLogger("rollmux.adapters.trl")
 
 
-# ---------------------------------------------------------------- generation: units on worker slots
-
-class _GumbelMax(LogitsProcessor):
-    """Sampling with the unit's own generator: argmax of logits + Gumbel noise is a draw from the
-    softmax (generate's own sampling draws from the process's global RNG, shared by every thread)."""
-
-    def __init__(self, gen: torch.Generator) -> None:
-        self.gen = gen
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        u = torch.rand(scores.shape, generator=self.gen).clamp_(min=1e-20)
-        return scores - torch.log(-torch.log(u))
+def _value(x: Any) -> Any:
+    return getattr(x, "value", x)  # transformers' enums (IntervalStrategy) as their strings
 
 
-class _Abort(StoppingCriteria):
-    """Stops generate between two tokens once the slot's stop event is set; `fired` tells a cut unit."""
-
-    def __init__(self, stop: threading.Event) -> None:
-        self.stop, self.fired = stop, False
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        self.fired = self.fired or self.stop.is_set()
-        return torch.full((input_ids.shape[0],), self.fired, dtype=torch.bool)
-
-
-def _unit_seed(seed: int, step: int, unit: int) -> int:
-    return (seed * 1_000_003 + step * 7_919 + unit * 104_729 + 17) % (2**63 - 1)
-
-
-class Engine:
-    """The rollout side: one generator copy of the policy per worker slot, fed one prompt's group at a time."""
-
-    def __init__(self, cfg: TRLJobConfig, model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast) -> None:
-        self.cfg, self.tokenizer = cfg, tokenizer
-        self.copies = [Offloadable(copy.deepcopy(model).eval()) for _ in range(cfg.slots)]
-        self.pools = [ThreadPoolExecutor(1, thread_name_prefix=f"trl-slot{s}") for s in range(cfg.slots)]
-        self.gen_config = GenerationConfig(max_new_tokens=cfg.max_completion_length, do_sample=False,
-                                           pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        self.shim: JobShim | None = None
-        self.current: _Rollout | None = None  # the rollout running now (its give_up is the tail hook)
-        self.aborted = 0                      # units cut by tail migrations (and recomputed)
-        self.segments: list[tuple[tuple[int, ...], int, float, float]] = []  # (slots, step, start, end)
-
-    def rollout_func(self, prompts: list[str], trainer: GRPOTrainer) -> dict[str, Any]:
-        """TRL's rollout_func: every row's prompt and completion ids (rows b*G .. b*G+G-1 share prompt b)."""
-        g = trainer.num_generations
-        units = prompts[::g]
-        if [p for p in units for _ in range(g)] != list(prompts):
-            raise ValueError("rollout_func: expected each prompt repeated num_generations times in a row")
-        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in units]
-        slots = self.granted_slots()
-        if max(slots) >= self.cfg.slots:
-            raise ValueError(f"rollout_func: the permit covers worker slots {slots} but the job has "
-                             f"{self.cfg.slots} generator copies; set TRLJobConfig.slots >= {max(slots) + 1}")
-        self.current = _Rollout(self, trainer.state.global_step, ids, slots)
-        try:
-            parts = self.current.run()
-        finally:
-            self.current = None
-        return {"prompt_ids": [ids[b] for b in range(len(units)) for _ in range(g)],
-                "completion_ids": [c for part in parts for c in part], "logprobs": None}
-
-    def granted_slots(self) -> list[int]:
-        """The worker slots the running rollout's permit covers on its node (every slot when solo, or
-        when the permit does not count slots)."""
-        grant = self.shim.grant if self.shim is not None else None
-        return list(grant.slots(0) if grant is not None else ()) or list(range(self.cfg.slots))
-
-    def respond(self, slot: int, step: int, unit: int, prompt_ids: list[int],
-                stop: threading.Event) -> list[list[int]] | None:
-        """One unit's completions (each cut after its first EOS) on `slot`'s copy; None if stopped midway."""
-        if torch.get_num_threads() != self.cfg.threads:
-            torch.set_num_threads(self.cfg.threads)
-        gen = torch.Generator().manual_seed(_unit_seed(self.cfg.seed, step, unit))
-        x = torch.tensor([prompt_ids] * self.cfg.num_generations)
-        abort = _Abort(stop)
-        with torch.no_grad():
-            out = self.copies[slot].module.generate(
-                input_ids=x, attention_mask=torch.ones_like(x), generation_config=self.gen_config,
-                logits_processor=LogitsProcessorList([_GumbelMax(gen)]), stopping_criteria=StoppingCriteriaList([abort]))
-        if abort.fired:
-            return None
-        eos = self.tokenizer.eos_token_id
-        rows = out[:, x.shape[1]:].tolist()
-        return [row[:row.index(eos) + 1] if eos in row else row for row in rows]
-
-    def onload(self, slots) -> None:
-        """Onload the generator copies of `slots`."""
-        for s in slots:
-            self.copies[s].onload()
-
-    def offload(self, slots=None) -> None:
-        """Offload the generator copies of `slots` (default: every one)."""
-        for s in range(self.cfg.slots) if slots is None else slots:
-            self.copies[s].offload()
-
-    def close(self) -> None:
-        """Stop the slots' threads."""
-        for p in self.pools:
-            p.shutdown()
+def refusal(given: dict[str, Any]) -> str | None:
+    """Why TRL's constructor arguments `given` cannot run under RollMux (None: they can), one line."""
+    for name in ("rollout_func", "tools", "environment_factory"):
+        if given.get(name):
+            return (f"{name}: RollMux generates through TRL's rollout_func seam with the trainer's state in host "
+                    "memory; a trainer with its own rollout_func, tools or environments is not supported")
+    args = given.get("args")
+    if args is None:  # TRL's defaults: one process, no evaluation, one generation per optimizer step
+        return None
+    every = args.steps_per_generation * args.num_iterations
+    checks = [
+        (args.world_size > 1, f"GRPOConfig runs {args.world_size} processes; a job under RollMux is one process"),
+        (_value(args.eval_strategy) != "no", f"GRPOConfig.eval_strategy={_value(args.eval_strategy)!r}: evaluation "
+         "would generate outside a rollout permit; set eval_strategy='no' and evaluate after train()"),
+        (every % args.gradient_accumulation_steps != 0, f"GRPOConfig.steps_per_generation x num_iterations "
+         f"({args.steps_per_generation} x {args.num_iterations}) is not a multiple of gradient_accumulation_steps "
+         f"({args.gradient_accumulation_steps}): a rollout would fall inside a gradient accumulation"),
+        (args.use_vllm and args.vllm_mode != "colocate", f"GRPOConfig.vllm_mode={args.vllm_mode!r}: a vLLM server "
+         "is a process of its own the adapter cannot put to sleep; use vllm_mode='colocate'"),
+        (args.use_vllm and not args.vllm_enable_sleep_mode, "GRPOConfig.vllm_enable_sleep_mode=False: RollMux "
+         "sleeps and wakes the vLLM engine between phases, which vLLM allows only if built so; set it to True"),
+        (args.use_transformers_continuous_batching, "GRPOConfig.use_transformers_continuous_batching=True: under "
+         "RollMux the completions come from the adapter's per-slot generator copies; set it to False"),
+    ]
+    return next((why for refused, why in checks if refused), None)
 
 
-class _Rollout:
-    """One rollout: units dealt to slots, one at a time each; `give_up` is the shim's on_tail hook."""
+class RollMuxSide:
+    """A GRPOTrainer's side of RollMux: its shim, the hooks that move its state, the phase bookkeeping."""
 
-    def __init__(self, engine: Engine, step: int, ids: list[list[int]], slots: list[int]) -> None:
-        self.engine, self.step, self.ids, self.active = engine, step, ids, list(slots)
-        self.n = len(ids)
-        self.queue: deque[int] = deque(range(self.n))
-        self.busy: dict[int, tuple[Any, int]] = {}  # slot -> (future, unit)
-        self.done: dict[int, list[list[int]]] = {}
-        self.stop = {s: threading.Event() for s in slots}
-        self.seg_start = time.perf_counter()
-
-    def run(self) -> list[list[list[int]]]:
-        """Every unit's completions, in unit order."""
-        e = self.engine
-        while len(self.done) < self.n:
-            for s in self.active:
-                if s not in self.busy and self.queue:
-                    b = self.queue.popleft()
-                    self.busy[s] = (e.pools[s].submit(e.respond, s, self.step, b, self.ids[b], self.stop[s]), b)
-            wait([f for f, _ in self.busy.values()], return_when=FIRST_COMPLETED)
-            for s in [s for s, (f, _) in self.busy.items() if f.done()]:
-                f, b = self.busy.pop(s)
-                self.done[b] = f.result()  # a kept slot is never stopped, so never None
-            if e.shim is not None:
-                e.shim.progress(len(self.done), self.n)  # may call give_up
-        self._segment()
-        return [self.done[b] for b in range(self.n)]
-
-    def give_up(self, grant: Any) -> None:
-        """The tail migrates: stop the units on the slots given up, offload those copies, keep the rest."""
-        gone = slots_given_up(grant, self.active, "trl")
-        for s in gone:
-            self.stop[s].set()
-        for s in gone:
-            if s in self.busy:
-                f, b = self.busy.pop(s)
-                part = f.result()  # the unit stops at its next token
-                if part is None:   # recomputed from scratch on a kept slot, to the same tokens
-                    self.queue.appendleft(b)
-                    self.engine.aborted += 1
-                else:
-                    self.done[b] = part
-        self.engine.offload(gone)
-        self._segment()
-        self.active = [s for s in self.active if s not in gone]
-
-    def _segment(self) -> None:
-        now = time.perf_counter()
-        self.engine.segments.append((tuple(self.active), self.step, self.seg_start, now))
-        self.seg_start = now
-
-
-
-# ---------------------------------------------------------------- the trainer and the job
-
-class ShimGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer with generate-and-score inside `rollout` and the step through the optimizer inside `train`."""
-
-    def __init__(self, *args: Any, job: "TRLJob", **kwargs: Any) -> None:
-        self.rollmux_job = job
-        super().__init__(*args, **kwargs)
-
-    def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
-        """TRL's own step, inside the rollout phase; records the batch's mean reward."""
-        with self.rollmux_job.phase("rollout"):
-            out = super()._generate_and_score_completions(inputs)
-        self.rollmux_job.rewards.append(self._metrics["train"]["reward"][-1])
-        return out
-
-    def _prepare_inputs(self, generation_batch: dict) -> dict:
-        """TRL's own batching; the train phase opens once the batch is ready."""
-        inputs = super()._prepare_inputs(generation_batch)
-        if self.model.training:
-            self.rollmux_job.begin_train()
-        return inputs
-
-    def training_step(self, model: torch.nn.Module, inputs: dict, num_items_in_batch: Any = None) -> torch.Tensor:
-        """TRL's loss and backward; records the loss."""
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        self.rollmux_job.losses.append(float(loss))
-        return loss
-
-
-class _StepEnd(TrainerCallback):
-    """After the Trainer's optimizer step: close the train phase, then sync."""
-
-    def __init__(self, job: "TRLJob") -> None:
-        self.job = job
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.job.end_step()
-
-
-@dataclass
-class TRLRun:
-    """What one run of a TRL job measured."""
-
-    rewards: list[float] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
-    weights: dict[str, torch.Tensor] = field(default_factory=dict)
-    sync_s: list[float] = field(default_factory=list)
-    aborted: int = 0
-    iter_s: float = 0.0
-
-
-class TRLJob:
-    """One TRL GRPO job: `run(iterations)` builds it (init) and runs TRL's loop, solo or under a shim."""
-
-    def __init__(self, cfg: TRLJobConfig | None = None) -> None:
-        self.cfg = cfg or TRLJobConfig()
-        self.shim: JobShim | None = None
-        self.rewards: list[float] = []
-        self.losses: list[float] = []
-        self.train_intervals: list[tuple[int, float, float]] = []  # (step, start, end)
-        self.moves = 0
-        self.trainer: ShimGRPOTrainer | None = None
+    def __init__(self, trainer: "GRPOTrainer", job_id: str | None, client: PermitClient | None,
+                 tail_threshold: float) -> None:
+        if (job_id is None) != (client is None):
+            raise ValueError(f"{PLACE}: give both rollmux_job_id and rollmux_client, or neither (rollmux run's)")
+        self.trainer = trainer
+        self.own_client = client is None  # built from the environment: closed here when the job ends
+        self.shim: JobShim = rollmux_init(job_id, client, onload=self.onload, offload=self.offload,
+                                          on_tail=self.on_tail, on_move=self.on_move,
+                                          host_memory=self.host_memory, tail_threshold=tail_threshold)
+        self.timings: dict[str, list[float]] = {}  # the vLLM engine's wake, push and sleep, each time
+        self.train_state: list[Offloadable] = []   # the trainer (model + optimizer), its reference model, reward models
         self.engine: Engine | None = None
-        self.state: Offloadable | None = None
+        self.vllm: VLLMSide | None = None
         self.sync: WeightSync | None = None
-        self._train_cm = None
+        self.train_intervals: list[tuple[float, float]] = []  # (start, end) of each train phase
+        self.sync_s: list[float] = []  # each weight push through rollmux.weightsync
+        self.iterations = self.moves = 0
+        self.finished = False
+        self._train_cm: Any = None
         self._train_start = 0.0
-        self._tmp: tempfile.TemporaryDirectory | None = None
 
-    # -- the shim and its hooks
-    def attach(self, job_id: str, client: PermitClient, tail_threshold: float = 0.8) -> JobShim:
-        """Run under RollMux: a shim for `job_id` on `client`, wired to this job's hooks."""
-        self.shim = JobShim(job_id, client, onload=self._onload, offload=self._offload, on_tail=self._on_tail,
-                            on_move=self._on_move, host_memory=self.host_memory, tail_threshold=tail_threshold)
-        return self.shim
+    # -- init
+    def build(self, grant: Any) -> None:
+        """Inside init, after TRL's constructor: what moves with each pool, and the rollout side."""
+        t = self.trainer
+        self._one_node(grant)
+        self.train_state = [Offloadable(t.model, lambda: t.optimizer)]
+        extra = [t.ref_model, *(f for f in t.reward_funcs if isinstance(f, torch.nn.Module))]
+        self.train_state += [Offloadable(m) for m in extra if m is not None]
+        if t.use_vllm:
+            self.vllm = VLLMSide(t, self.train_state[0], self.timings)
+            return
+        self.engine = Engine(t, max(grant.units, 1))  # a permit that counts no slots: one copy
+        self.engine.shim = self.shim
+        self.sync = WeightSync(len(self.engine.copies))
+        t.rollout_func = self.engine.rollout_func
 
-    def phase(self, name: str):
-        """The shim's phase marker (no permit, nothing moves when the job runs solo)."""
-        return self.shim.phase(name) if self.shim is not None else nullcontext()
+    @staticmethod
+    def _one_node(grant: Any) -> None:
+        if len(grant.nodes) > 1:
+            raise ValueError(f"{PLACE}: the {grant.phase} permit names {len(grant.nodes)} rollout nodes, but one "
+                             "trainer process generates on 1; submit the job with one node's rollout GPUs")
 
-    def _onload(self, pool: str) -> None:
-        if pool == "rollout":
-            self.engine.onload(self.engine.granted_slots())
+    # -- the shim's hooks (each takes a pool, "rollout" or "train")
+    def onload(self, pool: str) -> None:
+        """The pool's state from host memory onto its device: the trainer's, or the granted slots' copies."""
+        if pool == "train":
+            for s in self.train_state:
+                s.onload()
+        elif self.vllm is not None:
+            self.vllm.onload()
         else:
-            self.state.onload()
+            self._one_node(self.shim.grant)
+            slots = self.engine.granted_slots()
+            self.engine.ensure(max(slots) + 1)  # a permit naming more slots than init's: more copies
+            self.engine.onload(slots)
 
-    def _offload(self, pool: str) -> None:  # the init phase offloads both pools
-        if pool == "rollout":
+    def offload(self, pool: str) -> None:
+        """The pool's state to host memory (the init phase offloads both)."""
+        if pool == "train":
+            for s in self.train_state:
+                s.offload()
+        elif self.vllm is not None:
+            self.vllm.offload()
+        else:
             self.engine.offload()
-        else:
-            self.state.offload()
-
-    def _on_tail(self, grant: Any) -> None:
-        self.engine.current.give_up(grant)
-
-    def _on_move(self, grant: Any) -> None:
-        # One process holds both sides and its state is in host memory between phases, so a new
-        # placement needs nothing rebuilt here; a job spread over nodes rebuilds its sync group.
-        self.moves += 1
-        log.info("trl job re-placed (epoch %s)", grant.epoch)
 
     def host_memory(self) -> dict[str, int]:
-        """Bytes of offloaded state per pool: the generator copies (rollout), model + AdamW state (train)."""
-        rollout = sum(c.host_bytes() for c in self.engine.copies) if self.engine else 0
-        return {"rollout": rollout, "train": self.state.host_bytes() if self.state else 0}
+        """Bytes of offloaded state per pool: the generator copies (rollout), the trainer's modules and
+        AdamW state (train)."""
+        rollout = self.engine.host_bytes() if self.engine is not None else 0
+        return {"rollout": rollout, "train": sum(s.host_bytes() for s in self.train_state)}
+
+    def on_tail(self, grant: Any) -> None:
+        """The tail migrates: the running rollout gives up the slots the permit does not keep."""
+        if self.engine is not None and self.engine.current is not None:
+            self.engine.current.give_up(grant)
+
+    def on_move(self, grant: Any) -> None:
+        """Re-placed. One process holds both sides and its state sits in host memory between phases, so
+        nothing is rebuilt; a job spread over nodes would rebuild its sync group here."""
+        self.moves += 1
+        log.info("%s re-placed (epoch %s)", self.shim.job_id, grant.epoch)
 
     # -- phase boundaries inside TRL's loop
-    def begin_train(self) -> None:
-        """Enter the train phase (called by the trainer once the batch is ready)."""
-        self._train_cm = self.phase("train")
+    def rollout(self, generate: Callable[[], Any]) -> Any:
+        """The previous batch's train phase and sync end; `generate()` runs in the rollout phase; the train
+        phase opens on its completions."""
+        self.end_train()
+        with self.shim.phase("rollout"):
+            out = generate()
+        self._train_cm = self.shim.phase("train")
         self._train_cm.__enter__()
         self._train_start = time.perf_counter()
+        return out
 
-    def end_step(self) -> None:
-        """Leave the train phase after the optimizer step, then hand the weights to the generators."""
+    def end_train(self, exc: BaseException | None = None) -> None:
+        """Leave the open train phase (with the error that ended it, if one did); after a clean one, sync."""
         cm, self._train_cm = self._train_cm, None
-        step = len(self.train_intervals)
-        self.train_intervals.append((step, self._train_start, time.perf_counter()))
-        cm.__exit__(None, None, None)
-        with self.phase("sync"):
-            for copy_, weights in zip(self.engine.copies, self.sync.push(self.state.state_dict())):
-                copy_.load(weights)
+        if cm is None:
+            return
+        self.train_intervals.append((self._train_start, time.perf_counter()))
+        cm.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
+        if exc is None:
+            with self.shim.phase("sync"):
+                self._push()
+            self.iterations += 1
 
-    # -- the run
-    def _build(self, iterations: int, callbacks: list) -> None:
-        cfg = self.cfg
-        tokenizer = build_tokenizer()
-        model = build_model(cfg, tokenizer)
-        self.engine = Engine(cfg, model, tokenizer)
-        self.engine.shim = self.shim
-        self.sync = WeightSync(cfg.slots)
-        self._tmp = tempfile.TemporaryDirectory(prefix="rollmux-trl-")
-        args = GRPOConfig(
-            output_dir=self._tmp.name, max_steps=iterations, seed=cfg.seed, data_seed=cfg.seed, use_cpu=True,
-            per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
-            num_generations=cfg.num_generations, gradient_accumulation_steps=1, steps_per_generation=1,
-            num_iterations=1, beta=0.0, learning_rate=cfg.lr, lr_scheduler_type="constant", warmup_steps=0,
-            max_completion_length=cfg.max_completion_length, temperature=1.0, optim="adamw_torch",
-            save_strategy="no", report_to="none", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0)
-        self.trainer = ShimGRPOTrainer(
-            model=model, reward_funcs=[target_reward(tokenizer.convert_tokens_to_ids(TARGET),
-                                                     cfg.max_completion_length)],
-            args=args, train_dataset=build_dataset(cfg, cfg.dataset_size),
-            processing_class=tokenizer, rollout_func=self.engine.rollout_func,
-            callbacks=[_StepEnd(self), *callbacks], job=self)
-        self.trainer.remove_callback(PrinterCallback)  # the metrics are kept here (rewards, losses), not printed
-        self.state = Offloadable(model, lambda: self.trainer.optimizer if self.trainer else None)
+    def _push(self) -> None:
+        """The trainer's weights (its host copies) to every generator copy; with vLLM the next wake does it."""
+        if self.engine is None:
+            return
+        n = len(self.engine.copies)
+        if len(self.sync.rollout) != n:  # more copies than the group has ranks: a group of the right size
+            self.sync.close()
+            self.sync = WeightSync(n)
+        for copy_, weights in zip(self.engine.copies, self.sync.push(self.train_state[0].state_dict())):
+            copy_.load(weights)
+        self.sync_s.append(self.sync.seconds[-1])
 
-    def run(self, iterations: int, callbacks: list | None = None) -> TRLRun:
-        """init (build, then offload), then TRL's loop for `iterations` steps; what it measured."""
-        if iterations < 1:
-            raise ValueError(f"TRLJob.run: iterations must be >= 1, not {iterations!r}")
-        torch.set_num_threads(self.cfg.threads)
-        with warnings.catch_warnings():
-            # TRL 1.16 calls transformers 5's deprecated gradient_checkpointing names, and flags rollout_func
-            # (the seam this adapter uses) as experimental: known, and not the user's to act on.
-            warnings.filterwarnings("ignore", category=FutureWarning, message=".*gradient_checkpointing.*")
-            warnings.filterwarnings("ignore", category=UserWarning, message=".*'rollout_func'.*experimental.*")
-            return self._run(iterations, callbacks or [])
+    # -- the end
+    def check_train(self, args: tuple, kwargs: dict) -> None:
+        """ValueError for a train() call RollMux cannot run (a second one, a resumed one)."""
+        if self.finished:
+            raise ValueError(f"{PLACE}: train() runs once under RollMux; the job {self.shim.job_id} has finished")
+        if (args[0] if args else kwargs.get("resume_from_checkpoint")) not in (None, False):
+            raise ValueError(f"{PLACE}: resume_from_checkpoint is not supported under RollMux (the trainer's "
+                             "state is in host memory when TRL would load it)")
 
-    def _run(self, iterations: int, callbacks: list) -> TRLRun:
-        self.rewards, self.losses, self.train_intervals = [], [], []  # a run measures only itself
-        clean = False
-        try:
-            with self.phase("init"):
-                self._build(iterations, callbacks)
-            t0 = time.perf_counter()
-            try:
-                self.trainer.train()
-            except BaseException as exc:
-                if self._train_cm is not None:  # a failed step still releases its permit
-                    cm, self._train_cm = self._train_cm, None
-                    cm.__exit__(type(exc), exc, exc.__traceback__)
-                raise
-            iter_s = (time.perf_counter() - t0) / iterations
-            clean = True
-        finally:
-            self._close(clean)
-        return TRLRun(list(self.rewards), list(self.losses),
-                      {k: v.detach().clone() for k, v in self.state.state_dict().items()},
-                      list(self.sync.seconds), self.engine.aborted, iter_s)
+    def finish(self) -> None:
+        """train() returned: the last iteration ends, the trainer's state comes back, the job finishes."""
+        self.end_train()
+        for s in self.train_state:
+            s.onload()  # save_model and evaluate after train() see the trained weights
+        if self.vllm is not None:
+            self.vllm.finish()
+        self.trainer.rollout_func = None  # evaluate() after train() generates as TRL does
+        self.close(clean=True)
+        finish = getattr(self.shim.client, "finish", None)
+        if finish is not None:  # (a local permit client has no service to tell)
+            finish(self.shim.job_id)
+        self.finished = True
+        self.close_client()
 
-    def _close(self, clean: bool) -> None:
+    def fail(self, exc: BaseException) -> None:
+        """train() raised: release the open permit, stop the slots and the sync group, stop heartbeats."""
+        self.end_train(exc)
+        self.close(clean=False)
+        self.close_client()
+
+    def close(self, clean: bool) -> None:
         """Stop the slots' threads and leave the sync group (without waiting for peers after a failure)."""
         if self.engine is not None:
             self.engine.close()
         if self.sync is not None:
             self.sync.close(wait=clean)
-        if self._tmp is not None:
-            self._tmp.cleanup()
+            self.sync = None
+
+    def close_client(self) -> None:
+        """Stop the heartbeats of a client built from the environment."""
+        if self.own_client and hasattr(self.shim.client, "close"):
+            self.shim.client.close()
+
+
+class GRPOTrainer(trl.GRPOTrainer):
+    """`trl.GRPOTrainer` with TRL's constructor; under `rollmux run` its loop runs in RollMux's phases."""
+
+    def __init__(self, *args: Any, rollmux_job_id: str | None = None, rollmux_client: PermitClient | None = None,
+                 rollmux_tail_threshold: float = 0.8, **kwargs: Any) -> None:
+        self.rollmux: RollMuxSide | None = None
+        if rollmux_client is None and rollmux_job_id is None and not any(os.environ.get(n) for n in ENVIRONMENT):
+            super().__init__(*args, **kwargs)  # outside RollMux: TRL as it is
+            return
+        why = refusal(_TRL_INIT.bind(self, *args, **kwargs).arguments)
+        if why is not None:
+            raise ValueError(f"{PLACE}: {why}")
+        side = RollMuxSide(self, rollmux_job_id, rollmux_client, rollmux_tail_threshold)
+        try:
+            with side.shim.phase("init") as grant:
+                super().__init__(*args, **kwargs)
+                side.build(grant)
+        except BaseException:
+            side.close(clean=False)
+            side.close_client()
+            raise
+        self.rollmux = side
+
+    def _generate(self, prompts: list) -> tuple:
+        """TRL's generation; under RollMux, in a rollout phase, with the train phase opening after it."""
+        if self.rollmux is None or not self.model.training:
+            return super()._generate(prompts)
+        return self.rollmux.rollout(functools.partial(super()._generate, prompts))
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """TRL's train(); under RollMux its last phase ends with it and the job finishes."""
+        side = self.rollmux
+        if side is None:
+            return super().train(*args, **kwargs)
+        side.check_train(args, kwargs)
+        try:
+            out = super().train(*args, **kwargs)
+        except BaseException as exc:
+            side.fail(exc)
+            raise
+        side.finish()
+        return out
