@@ -31,7 +31,8 @@ def pydantic_reason(exc: Exception) -> tuple[str, str]:
 
 
 # The optional extras (pyproject.toml) and the modules each brings; `pip install rollmux` has none.
-EXTRA_MODULES: dict[str, tuple[str, ...]] = {"demo": ("torch",), "trl": ("torch", "trl", "transformers")}
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {"demo": ("torch",), "trl": ("torch", "trl", "transformers"),
+                                             "verl": ("torch", "verl", "transformers")}
 
 
 class MissingExtra(InputError):

@@ -6,4 +6,5 @@ Adapters sit beside the jobs: they use the job-side shim and `rollmux.weightsync
 core, sim, study or live imports them except the demo's job list.
 
 - `rollmux.adapters.trl`: TRL's `GRPOTrainer` (install `rollmux[trl]`).
+- `rollmux.adapters.verl`: veRL's `RayPPOTrainer` (install `rollmux[verl]`).
 """
