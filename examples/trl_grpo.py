@@ -59,6 +59,19 @@ def share_of_a(completions: list[str], **kwargs) -> list[float]:
     return [s.count("a") / max(len(s), 1) for s in letters]
 
 
+def prompts(seed: int) -> Dataset:
+    """The dataset: 64 prompts of four random letters."""
+    return Dataset.from_dict({"prompt": letter_text(random.Random(seed), 64, 4)})
+
+
+def grpo_config(output_dir: Path, steps: int, seed: int, **changes) -> GRPOConfig:
+    """GRPO on CPU: 4 prompts of 4 completions per step, 6 tokens each, no checkpoints, no reports."""
+    settings = dict(output_dir=str(output_dir), max_steps=steps, seed=seed, use_cpu=True,
+                    per_device_train_batch_size=16, num_generations=4, max_completion_length=6, learning_rate=1e-2,
+                    logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True)
+    return GRPOConfig(**{**settings, **changes})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the model folder, then train on it with GRPO and save the trained model to --out."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -69,13 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # a tiny model runs fastest on one thread; a fixed count keeps runs bit-comparable
     with tempfile.TemporaryDirectory(prefix="trl-grpo-") as tmp:
         model_dir = save_tiny_model(Path(tmp) / "model", args.seed)
-        dataset = Dataset.from_dict({"prompt": letter_text(random.Random(args.seed), 64, 4)})
-        config = GRPOConfig(
-            output_dir=str(Path(tmp) / "run"), max_steps=args.steps, seed=args.seed, use_cpu=True,
-            per_device_train_batch_size=16, num_generations=4, max_completion_length=6, learning_rate=1e-2,
-            logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True)
-        trainer = GRPOTrainer(model=str(model_dir), reward_funcs=share_of_a, args=config, train_dataset=dataset,
-                              processing_class=AutoTokenizer.from_pretrained(model_dir))
+        trainer = GRPOTrainer(model=str(model_dir), reward_funcs=share_of_a,
+                              args=grpo_config(Path(tmp) / "run", args.steps, args.seed),
+                              train_dataset=prompts(args.seed), processing_class=AutoTokenizer.from_pretrained(model_dir))
         trainer.train()
         trainer.save_model(str(args.out))
     rewards = [round(h["reward"], 3) for h in trainer.state.log_history if "reward" in h]

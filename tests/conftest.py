@@ -96,6 +96,8 @@ INTEGRATION = {
     "tests/weightsync/test_weightsync_sync.py::test_spawned_processes": "spawned processes over a TCPStore",
     "tests/live/journal/test_repair_damage.py::test_rollmux_serve_on": "rollmux serve as a child process",
     "tests/live/journal/test_repair_damage.py::test_journal_check_counts": "rollmux journal as child processes",
+    "tests/adapters/test_trl_under_serve.py": "three `rollmux serve`, four `rollmux run --local` and a TRL script "
+                                              "as child processes",
 }
 
 SLOW_S = 0.5
@@ -105,6 +107,8 @@ SLOW = (
     "tests/live/test_journal_faults.py::test_over_http_",
     "tests/live/test_client_retry.py",
     "tests/adapters/test_trl.py",
+    "tests/adapters/test_trl_vllm.py",
+    "tests/adapters/test_trl_under_serve.py",
     "tests/jobs/test_grpo_example.py",
     "tests/study/test_paper_trace_section.py",
     "tests/live/test_dashboard_live.py",

@@ -3,13 +3,10 @@ against the same job alone and against TRL itself (examples/trl_grpo.py's model,
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
-import random
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,9 +15,9 @@ pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
 import trl  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from factories import GrantAtOnce, intra, make_group, make_job  # noqa: E402
-from transformers import AutoTokenizer, TrainerCallback  # noqa: E402
+from factories import intra, make_group, make_job  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+from trl_support import ITERATIONS, Granting, folder, logged, same, trainer, weights  # noqa: E402, F401
 
 from rollmux.adapters.trl import ENVIRONMENT, GRPOTrainer, RollMuxSide  # noqa: E402
 from rollmux.core.env import WallClockEnvironment  # noqa: E402
@@ -28,51 +25,7 @@ from rollmux.core.group_controller import Grant, GroupController  # noqa: E402
 from rollmux.jobs.grpo import GRPOJob, make_config  # noqa: E402
 from rollmux.shim import JobShim, LocalPermitClient  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-ITERATIONS = 4
 SLOTS = 2  # tail_worker_frac 0.5: two worker slots per rollout node, a migrated tail keeps one
-
-
-def load_example():
-    """examples/trl_grpo.py as a module (its model folder, dataset and reward)."""
-    spec = importlib.util.spec_from_file_location("trl_grpo_example", ROOT / "examples" / "trl_grpo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-EXAMPLE = load_example()
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    """The example's model and tokenizer, saved once."""
-    return EXAMPLE.save_tiny_model(tmp_path_factory.mktemp("trl") / "model", seed=0)
-
-
-def trainer(folder: Path, cls=GRPOTrainer, steps: int = ITERATIONS, seed: int = 0, callbacks=(), **rollmux):
-    """The example's trainer on `folder` (TRL's constructor; `rollmux`: the adapter's keywords), `config`
-    overrides under rollmux["config"]."""
-    torch.set_num_threads(1)
-    settings = dict(output_dir=str(folder.parent / "run"), max_steps=steps, seed=seed, use_cpu=True,
-                    per_device_train_batch_size=16, num_generations=4, max_completion_length=6, learning_rate=1e-2,
-                    logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True)
-    config = trl.GRPOConfig(**{**settings, **rollmux.pop("config", {})})
-    data = Dataset.from_dict({"prompt": EXAMPLE.letter_text(random.Random(seed), 64, 4)})
-    return cls(model=str(folder), reward_funcs=EXAMPLE.share_of_a, args=config, train_dataset=data,
-               processing_class=AutoTokenizer.from_pretrained(folder), callbacks=list(callbacks), **rollmux)
-
-
-def weights(t) -> dict:
-    return {k: v.detach().clone() for k, v in t.model.state_dict().items()}
-
-
-def logged(t, key: str) -> list[float]:
-    return [h[key] for h in t.state.log_history if key in h and "train_runtime" not in h]
-
-
-def same(w1: dict, w2: dict) -> bool:
-    return set(w1) == set(w2) and all(torch.equal(w1[k], w2[k]) for k in w1)
 
 
 class _Probe(TrainerCallback):
@@ -224,23 +177,10 @@ def test_the_two_jobs_never_shared_a_worker_slot(runs):
                 assert e1 <= s2 or e2 <= s1, f"a {pa} {sa} [{s1}, {e1}] overlaps b {pb} {sb} [{s2}, {e2}]"
 
 
-class _Granting(GrantAtOnce):
-    """Every phase at once, with `units` worker slots per rollout node; records what was asked and released."""
-
-    def __init__(self, units: int = SLOTS, nodes: tuple[int, ...] = (0,)) -> None:
-        super().__init__()
-        self.units, self.nodes, self.acquired = units, nodes, []
-
-    def acquire(self, job_id, phase):
-        self.acquired.append(phase)
-        return Grant(0, job_id, phase, "rollout" if phase == "rollout" else "train", self.nodes, 0.0, 0.0, 0.0,
-                     units=self.units)
-
-
 def test_accumulation_several_steps_per_generation_and_a_reference_model_run_a_phase_per_generation(folder):
     # 2 generations of 2 optimizer steps, each of 2 micro-steps: the batch is scored (with the reference
     # model's log-probs) and trained on inside the train phase
-    client = _Granting(units=3)
+    client = Granting(units=3)
     t = trainer(folder, steps=4, rollmux_job_id="a", rollmux_client=client, config=dict(
         gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2, beta=0.1,
         per_device_train_batch_size=8))
@@ -258,7 +198,7 @@ class _FailSecondStep(TrainerCallback):
 
 
 def test_a_failing_step_releases_its_permit_and_the_error_propagates(folder):
-    client = _Granting()
+    client = Granting()
     t = trainer(folder, steps=3, rollmux_job_id="a", rollmux_client=client, callbacks=[_FailSecondStep()])
     with pytest.raises(RuntimeError, match="optimizer blew up"):
         t.train()
@@ -275,7 +215,7 @@ def test_a_failing_step_releases_its_permit_and_the_error_propagates(folder):
     (dict(use_transformers_continuous_batching=True), "use_transformers_continuous_batching=True"),
 ])
 def test_a_setting_the_adapter_cannot_honour_is_refused_in_one_line_naming_it(folder, setting, words):
-    client = _Granting()
+    client = Granting()
     with pytest.raises(ValueError, match="rollmux GRPOTrainer") as exc:
         trainer(folder, rollmux_job_id="a", rollmux_client=client, config=setting)
     assert words in str(exc.value) and "\n" not in str(exc.value)
