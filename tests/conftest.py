@@ -70,6 +70,8 @@ INTEGRATION = {
     "tests/live/test_live_node_loss.py": "a Ray cluster and ThreadServer",
     "tests/live/test_ray_inventory.py": "a multi-raylet Ray cluster",
     "tests/live/test_cli_run.py": "a multi-raylet Ray cluster, ThreadServer and `rollmux run` in subprocesses",
+    "tests/live/test_run_lifecycle.py::test_run_": "`rollmux serve` and `rollmux run --local` in subprocesses "
+                                                   "(fixture `served`)",
     "tests/live/test_serve_ray.py": "a multi-raylet Ray cluster and `rollmux serve --ray` in a subprocess",
     "tests/live/test_live_placements_why.py::test_status_and_metric_say_why": "ThreadServer",
     "tests/live/test_live_service.py::test_http_server_serves_permits": "ThreadServer",
@@ -91,6 +93,7 @@ INTEGRATION = {
     "tests/test_newcomer_traps.py::test_serve_at_log_level": "`rollmux serve` in a subprocess (fixture `serve_log`)",
     "tests/test_newcomer_traps.py::test_serve_logs_a_refused": "`rollmux serve` in a subprocess (fixture `serve_log`)",
     "tests/test_docs_site.py": "`mkdocs build --strict` in a subprocess (fixture `site`)",
+    "tests/harness/test_profile_run.py": "`rollmux profile --run` and the program it profiles, as subprocesses",
     "tests/test_tutorial.py::test_run_": "bash running docs/tutorial.md: `rollmux serve` and `rollmux run` (fixture)",
     "tests/weightsync/test_weightsync_bench.py": "network namespaces (ip, tc)",
     "tests/weightsync/test_weightsync_sync.py::test_spawned_processes": "spawned processes over a TCPStore",
@@ -98,6 +101,7 @@ INTEGRATION = {
     "tests/live/journal/test_repair_damage.py::test_journal_check_counts": "rollmux journal as child processes",
     "tests/adapters/test_trl_under_serve.py": "three `rollmux serve`, four `rollmux run --local` and a TRL script "
                                               "as child processes",
+    "tests/adapters/test_trl_docs.py::test_the_snippet_under_rollmux": "ThreadServer",
 }
 
 SLOW_S = 0.5
@@ -109,6 +113,7 @@ SLOW = (
     "tests/adapters/test_trl.py",
     "tests/adapters/test_trl_vllm.py",
     "tests/adapters/test_trl_under_serve.py",
+    "tests/adapters/test_trl_docs.py",
     "tests/jobs/test_grpo_example.py",
     "tests/study/test_paper_trace_section.py",
     "tests/live/test_dashboard_live.py",
@@ -123,6 +128,7 @@ SLOW = (
     "tests/test_packaging.py",
     "tests/test_standalone.py",
     "tests/test_docs_site.py",  # one mkdocs build for the module (fixture `site`)
+    "tests/harness/test_profile_run.py",
     # tests, each with all its parameters
     "tests/test_tutorial.py::test_run_",  # the tutorial's commands, run once by a module fixture
     "tests/harness/chaos/test_chaos.py::test_every_scenario_ran",  # these two share the slow fixture `report`
@@ -146,6 +152,8 @@ SLOW = (
     "tests/live/test_browser_security.py::test_live_sessions_are_capped",
     "tests/live/test_browser_security.py::test_chromium_",
     "tests/live/test_leases.py::test_a_hung_phase_fails_the_job_reclaims_its_nodes",
+    "tests/live/test_run_lifecycle.py::test_run_",  # `rollmux run` processes against one `rollmux serve`
+    "tests/live/test_exits.py::test_through_rays_job_api",  # imports Ray's job API
     "tests/live/test_live_estimates.py::test_rollmux_serve_repairs_live",
     "tests/sim/test_gavel.py::test_unpacked_plain_without_caps_is_within_half_a_percent",
     "tests/sim/test_sim_colocate.py::test_a_mixed_trace_meets_every_slo_and_its_counts_add_up",

@@ -98,3 +98,13 @@ def test_run_the_service_kept_a_journal_and_a_private_admin_token(tutorial):
     assert (work / "tutorial.db").stat().st_size > 0
     assert "SIGINT/SIGTERM stops it" in (work / "serve.log").read_text()
     assert (work / "admin.token").stat().st_mode & 0o077 == 0  # created readable by its owner only
+
+
+def test_run_leaves_only_files_git_ignores(tutorial):
+    # Run in a checkout, the tutorial's token, journal, log and profiled record must not become changes.
+    _, work, _ = tutorial
+    left = [p.name + ("/" if p.is_dir() else "") for p in work.iterdir() if p.name != "examples"]
+    assert {"admin.token", "tutorial.db", "serve.log", ".rollmux-tokens/", "quickstart-profiled.yaml"} <= set(left)
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "--stdin"], input="\n".join(left),
+                             capture_output=True, text=True).stdout.split()
+    assert sorted(set(left) - set(ignored)) == []

@@ -14,6 +14,7 @@ from rollmux.cli.app import app, err, fail, journal_app, out
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.trace_io import load_cluster, parse_job_file
 from rollmux.errors import InputError
+from rollmux.live.supervision import HEARTBEAT_TIMEOUT_S, STARTUP_TIMEOUT_S
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 SERVE_FLAGS = ("--repair", "--colocate", "--colo-pair", "--elastic-rollout")
@@ -45,8 +46,13 @@ SECRET = {
 
 # How the service judges a job alive (rollmux/live/supervision.py); turns: rollmux/core/turns.py.
 LIVENESS = {
-    "heartbeat_timeout": typer.Option(30.0, "--heartbeat-timeout", min=0.1,
-                                      help="Fail a job silent for this many seconds."),
+    "heartbeat_timeout": typer.Option(HEARTBEAT_TIMEOUT_S, "--heartbeat-timeout", min=0.1,
+                                      help="Fail a job that has made its first call and is then silent for this "
+                                           "many seconds."),
+    "startup_timeout": typer.Option(STARTUP_TIMEOUT_S, "--startup-timeout", min=0.1,
+                                    help="Fail a job that makes no call this many seconds after its submission (or "
+                                         "its placement, when it waited for nodes); a job record's "
+                                         "startup_timeout_s wins."),
     "lease_min": typer.Option(60.0, "--lease-min", min=0.1,
                               help="Shortest phase lease (s); a lease is 2x the declared worst case."),
     "turn_grace": typer.Option(10.0, "--turn-grace", min=0.0,
@@ -67,7 +73,7 @@ def serve(
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="TLS certificate (PEM)."),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="TLS private key (PEM)."),
     heartbeat_timeout: float = LIVENESS["heartbeat_timeout"], lease_min: float = LIVENESS["lease_min"],
-    turn_grace: float = LIVENESS["turn_grace"],
+    turn_grace: float = LIVENESS["turn_grace"], startup_timeout: float = LIVENESS["startup_timeout"],
     watch_ray: Optional[str] = typer.Option(None, "--watch-ray",
                                             help="Ray cluster whose dead nodes re-admit the jobs on them."),
     ray_address: Optional[str] = typer.Option(None, "--ray",
@@ -105,7 +111,8 @@ def serve(
         token = admin_token(admin_token_file)
         core, telemetry, journal, recovering = _start_core(
             store, wait_store, cluster, spec, cfg, token, password=password,
-            heartbeat_timeout_s=heartbeat_timeout, lease_min_s=lease_min, turn_grace_s=turn_grace)
+            heartbeat_timeout_s=heartbeat_timeout, lease_min_s=lease_min, turn_grace_s=turn_grace,
+            startup_timeout_s=startup_timeout)
         if watch_ray or ray_address:
             _connect_ray(core, ray_address, watch_ray)
         journal_said = (f"journal {journal.url} ({core.recovered_records} records recovered)" if recovering
@@ -246,14 +253,24 @@ def read_job(job_file: Path) -> dict:
     return parse_job_file(text, str(job_file))
 
 
+def client_admin_token(path: Path) -> str:
+    """The admin token a client command reads from `path`; never created (only `rollmux serve` does):
+    InputError naming --admin-token-file for a missing, unreadable, shared or too short file."""
+    from rollmux.live.server import MIN_TOKEN_CHARS, read_secret
+    if not path.exists():
+        raise InputError(f"--admin-token-file {path}", "no such file (rollmux serve creates it: give the file the "
+                                                       "server was started with)")
+    return read_secret(path, "--admin-token-file", MIN_TOKEN_CHARS)
+
+
 def _admin_client(url: str, admin_token_file: Path):
     from rollmux.live.client import HttpPermitClient
-    from rollmux.live.server import admin_token
-    return HttpPermitClient(url, admin_token=admin_token(admin_token_file), retry_for_s=5.0)
+    return HttpPermitClient(url, admin_token=client_admin_token(admin_token_file), retry_for_s=5.0)
 
 
 _URL = typer.Option(DEFAULT_URL, "--url", help="The scheduler's HTTP API.")
-_TOKEN_FILE = typer.Option(Path("rollmux-admin.token"), "--admin-token-file", help="The admin token.")
+_TOKEN_FILE = typer.Option(Path("rollmux-admin.token"), "--admin-token-file",
+                           help="The admin token: the file `rollmux serve` created (never created here).")
 
 
 def _api_call(fn, what: str):

@@ -35,6 +35,7 @@ INTERNAL = "internal"          # the embedding program and the scheduler's own t
 ADMIN_ONLY = "admin"           # the admin token only
 JOB = "job"                    # the job's own token (the admin token cannot act as a job)
 JOB_OR_ADMIN = "job_or_admin"  # the job's own token or the admin's
+ADMIN_ON_JOB = "admin_on_job"  # the admin token only, about one job (unknown: 404)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Access:
     _admin_hash: str | None
     _token_of: dict[str, str]
     _seen: dict[str, float]
+    _heard: Callable[[str], None]  # (Supervision's: a call from the job was heard)
 
     def _refuse(self, op: str, job_id: Any, why: str, exc: type[ServiceError] = BadRequest,
                 field: str | None = None) -> ServiceError:
@@ -86,6 +88,11 @@ class Access:
         # The dict lookup found the candidate; the stored hash is still compared in constant time.
         return jid if job is not None and hmac.compare_digest(h, job.token_hash) else None
 
+    def _is_token(self, word: str) -> bool:
+        """Whether `word` is the admin token or a job's (what a string the service shows must not hold)."""
+        h = hash_token(word)
+        return h in self._token_of or (self._admin_hash is not None and hmac.compare_digest(h, self._admin_hash))
+
     def caller(self, token: Any, job_id: Any = None, route: str | None = None) -> str:
         """The identity of `token`, or AuthError (401) naming the job it was meant for, or else the route."""
         who = self.identify(token)
@@ -106,7 +113,7 @@ class Access:
         if job is None:
             raise self._refuse(op, job_id, "unknown job id", NotFound)
         if caller != ADMIN and job.active:
-            self._seen[job_id] = time.monotonic()
+            self._heard(job_id)
         return job
 
     def _active(self, op: str, job):
@@ -122,6 +129,10 @@ class Access:
         if entry.scope == ADMIN_ONLY and args[0] != ADMIN:
             subject = args[1] if len(args) > 1 else None
             raise self._refuse(op, subject.job_id if isinstance(subject, JobSpec) else None, entry.denied, Forbidden)
+        if entry.scope == ADMIN_ON_JOB:
+            if args[0] != ADMIN:  # (before any lookup: a job learns nothing about other ids)
+                raise self._refuse(op, args[1], entry.denied, Forbidden)
+            self._authorize(op, ADMIN, args[1], admin_ok=True)
         if entry.scope in (JOB, JOB_OR_ADMIN):
             job = self._authorize(op, args[0], args[1], admin_ok=entry.scope == JOB_OR_ADMIN)
             if entry.active:

@@ -13,6 +13,8 @@ core's future. Routes (JSON in and out):
   POST   /v1/jobs/{id}/heartbeat     job          {nodes?, readmit?}
   POST   /v1/jobs/{id}/progress      job          {done, total}
   POST   /v1/jobs/{id}/finish        job          the job is done
+  POST   /v1/jobs/{id}/exit          admin        {code, reason}: its entrypoint exited (rollmux run says); a job
+                                                  not finished is failed, its reason the code and that line
   GET    /v1/status                  admin        groups, members, turns, jobs, pools, timeline
   GET    /metrics                    anyone, or   Prometheus text exposition; with a scrape token (serve
                                      admin/scrape --metrics-token-file) only for it or the admin, and without
@@ -236,6 +238,12 @@ class Api:
         await self._read(request, "finish", jid, wire.EmptyBody)
         return JSONResponse(await self._do("finish", caller, jid))
 
+    async def exit(self, request: Request) -> Response:
+        jid = self._job_id(request, "exit")
+        caller = self._caller(request, jid)
+        body = await self._read(request, "exit", jid, wire.ExitBody)
+        return JSONResponse(await self._do("exit", caller, jid, body.code, body.reason))
+
     async def status(self, request: Request) -> Response:
         caller = self._caller(request)
         offset = _int_param(request, "offset", 0, 0, None)
@@ -304,6 +312,7 @@ def create_app(core: SchedulerCore, telemetry: Any = None, secure_cookies: bool 
         Route("/v1/jobs/{job_id}/heartbeat", api.heartbeat, methods=["POST"]),
         Route("/v1/jobs/{job_id}/progress", api.progress, methods=["POST"]),
         Route("/v1/jobs/{job_id}/finish", api.finish, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/exit", api.exit, methods=["POST"]),
         Route("/v1/status", api.status, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),

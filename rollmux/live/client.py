@@ -96,6 +96,10 @@ class HttpPermitClient:
         """Cancel a job (admin token if set, else the job's own)."""
         return self._call("DELETE", f"/v1/jobs/{job_id}", self._admin or self.tokens.get(job_id))
 
+    def report_exit(self, job_id: str, code: int, reason: str) -> dict:
+        """How the job's entrypoint ended (admin token: `rollmux run`); the job's status and reason after it."""
+        return self._call("POST", f"/v1/jobs/{job_id}/exit", self._admin, {"code": code, "reason": reason})
+
     # -- a job's calls -----------------------------------------------------------------------
     def register(self, job_id: str, token: str) -> None:
         """Act for a job submitted elsewhere."""

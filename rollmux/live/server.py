@@ -29,6 +29,7 @@ from rollmux.live.app import create_app
 from rollmux.live.door import DoorLimits, uvicorn_options
 from rollmux.live.service import SchedulerCore
 
+MIN_TOKEN_CHARS = 16  # the shortest admin token accepted
 GRACE_S = 2.0  # in-flight requests get this long after a stop signal (the whole stop stays within 5 s)
 log = logging.getLogger("rollmux.server")
 
@@ -69,8 +70,8 @@ def admin_token(path: Path) -> str:
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InputError(f"--admin-token-file {path}",
                          f"readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
-    if len(token) < 16:
-        raise InputError(f"--admin-token-file {path}", "the token must be at least 16 characters")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise InputError(f"--admin-token-file {path}", f"the token must be at least {MIN_TOKEN_CHARS} characters")
     return token
 
 

@@ -17,14 +17,15 @@ needs around it:
 - tokens: an admin token, and one per job (stored only as SHA-256 hashes);
   every operation is listed in one table (`OPS`) with who may call it, and is
   authorized for its caller before it runs (`caller`, `_admit`);
-- heartbeats (a silent job is failed) and **phase leases** (a phase that
-  outlives its lease is hung: the job is failed), both reclaiming permits so
-  the group goes on;
+- start-up and heartbeat deadlines (a job that does not start, or a started one
+  that falls silent, is failed), an entrypoint's exit its launcher reports, and
+  **phase leases** (a phase that outlives its lease is hung: the job is failed),
+  each reclaiming permits so the group goes on;
 - departure-time regrouping: members of a dissolved group move at their next
   iteration boundary (their next permit carries the new placement).
 
 The permit protocol is `Permits` (live/permits.py), tokens and scopes `Access`
-(live/access.py), heartbeats and leases `Supervision` (live/supervision.py).
+(live/access.py), start-ups, heartbeats, exits and leases `Supervision` (live/supervision.py).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from rollmux.core.records import DECISIONS, Leave, MoveOut, Node, Submit, config
 from rollmux.core.spec import ClusterSpec, JobSpec
 from rollmux.core.trace_io import unknown_fields
 from rollmux.core.vocabulary import JobStatus, Pool
-from rollmux.live.access import ADMIN_ONLY, INTERNAL, JOB, JOB_OR_ADMIN, Access, Op, hash_token
+from rollmux.live.access import ADMIN_ON_JOB, ADMIN_ONLY, INTERNAL, JOB, JOB_OR_ADMIN, Access, Op, hash_token
 from rollmux.live.events_log import event
 from rollmux.live.handoff import Inbox, settle
 from rollmux.live.in_process import ADMIN, InProcessApi
@@ -66,8 +67,8 @@ from rollmux.live.refusals import (
     Unavailable,
 )
 from rollmux.live.rollback import Rollback
-from rollmux.live.supervision import Supervision
-from rollmux.live.views import PAGE, job_view, metrics_snapshot, status_view
+from rollmux.live.supervision import HEARTBEAT_TIMEOUT_S, STARTUP_TIMEOUT_S, Supervision
+from rollmux.live.views import PAGE, job_view, measuring_of, metrics_snapshot, status_view
 from rollmux.shim import PHASES
 
 log = logging.getLogger("rollmux.service")
@@ -97,11 +98,12 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcess
     """The service's logic, free of HTTP and Ray (so it is testable in-process)."""
 
     def __init__(self, cluster: dict | None = None, cfg: SchedulerConfig | None = None,
-                 store: str | Store | None = None, heartbeat_timeout_s: float | None = None,
+                 store: str | Store | None = None, heartbeat_timeout_s: float | None = HEARTBEAT_TIMEOUT_S,
                  check_every_s: float = 0.5, watch_ray_nodes: bool = False, snapshot_every: int = 2000,
                  admin_token: str | None = None, lease_factor: float = 2.0, lease_min_s: float = 60.0,
                  telemetry: Any = None, tail_threshold: float = 0.8, repair: bool = False,
-                 turn_grace_s: float = 10.0) -> None:
+                 turn_grace_s: float = 10.0, startup_timeout_s: float | None = STARTUP_TIMEOUT_S) -> None:
+        """`heartbeat_timeout_s`, `startup_timeout_s`: a job's liveness deadlines (live/supervision.py; None: none)."""
         self.env = WallClockEnvironment()
         self.turn_grace_s = turn_grace_s  # shortest grace for asking for a turn (live/supervision.py)
         # Live drift repair for a fresh store without `cfg` (a journal's config wins on restart).
@@ -113,7 +115,7 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcess
         self.telemetry = telemetry
         self.lease_factor, self.lease_min_s, self.tail_threshold = lease_factor, lease_min_s, tail_threshold
         self.snapshot_every = snapshot_every
-        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.heartbeat_timeout_s, self.startup_timeout_s = heartbeat_timeout_s, startup_timeout_s
         self.refused: deque[dict] = deque(maxlen=1000)  # refused requests (auth and bad input), newest last
         self.refused_count = 0
         self._waiting: dict[tuple[str, str], Future] = {}  # permits asked for, not yet granted
@@ -130,8 +132,7 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcess
         # service was down, and failing a live job would hand its held nodes to others.
         self._started = time.time()
         self._index_leases()
-        grace = time.monotonic() + 2 * (heartbeat_timeout_s or 0.0)
-        self._seen = {j: grace for j, r in self.state.jobs.items() if r.active}
+        self._start_clocks()
         self._stopping = threading.Event()
         self._inbox = Inbox(lambda run: self.env.call_at(self.env.now(), run))
         self._thread = threading.Thread(target=self.env.serve, args=(self._on_error,), name="rollmux-scheduler",
@@ -205,6 +206,8 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcess
             try:
                 self._admit(op, entry, args)
                 result = entry.run(self, *args)
+                if entry.scope in (JOB, JOB_OR_ADMIN) and args[0] != ADMIN:
+                    self._called(args[1])  # (a job's first call is journaled)
             except ServiceError as exc:  # refused: whatever it had staged is undone first
                 if self._mark()[0] > mark[0]:
                     self._rebuild(exc, mark)
@@ -297,7 +300,9 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcess
         """A new job (or a resubmission of one that ended): its token, and where it went."""
         old = self.state.jobs.get(job.job_id)
         if old is not None and old.active:
-            raise self._refuse("submit", job.job_id, "already submitted and still running", Conflict)
+            raise self._refuse("submit", job.job_id, f"already submitted and still {old.status}: cancel it "
+                               f"(rollmux cancel {job.job_id}, or DELETE /v1/jobs/{job.job_id}) or submit under "
+                               "another job_id (rollmux run --job-id NEW)", Conflict)
         token = secrets.token_urlsafe(24)
         if old is not None:
             self._token_of.pop(old.token_hash, None)
@@ -356,6 +361,8 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcess
                 self._record(record)
             plan = records[0].plan
             self._queue.popleft()
+            if not job.called:  # its start-up clock runs from its placement
+                self._heard(jid)
             event("placed", job=jid, case=job.case, group=job.group_id, epoch=job.epoch)
             if self.telemetry is not None and job.epoch == 1:
                 self.telemetry.admitted(job.case)
@@ -420,7 +427,8 @@ class SchedulerCore(Access, Supervision, Permits, Inventory, Rollback, InProcess
     # -- inspection ---------------------------------------------------------------------
     def _op_job(self, caller: str, job_id: str) -> dict:
         """One job's view (its own token, or the admin's)."""
-        view = job_view(self.state.jobs[job_id], time.time(), self.state.cluster.planned.get(job_id))
+        view = job_view(self.state.jobs[job_id], time.time(), self.state.cluster.planned.get(job_id),
+                        measuring_of(self, job_id))
         return {**view, **self._placement(job_id)}
 
     def _op_status(self, caller: str, offset: int = 0, limit: int = PAGE) -> dict:
@@ -466,6 +474,7 @@ OPS: dict[str, Op] = {
     "progress": Op(SchedulerCore._op_progress, JOB, active=True),
     "heartbeat": Op(SchedulerCore._op_heartbeat, JOB, active=True),
     "finish": Op(SchedulerCore._op_finish, JOB, active=True),
+    "exit": Op(SchedulerCore._op_exit, ADMIN_ON_JOB, denied="only the admin (rollmux run) reports an entrypoint's exit"),
     "drain": Op(SchedulerCore._op_drain, INTERNAL),
     "dump": Op(SchedulerCore._op_dump, INTERNAL),
     "metrics": Op(SchedulerCore._op_metrics, INTERNAL),

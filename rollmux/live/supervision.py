@@ -1,15 +1,28 @@
-"""Liveness of the jobs a scheduler serves: heartbeats, phase leases and lost Ray nodes.
+"""Liveness of the jobs a scheduler serves: start-ups, heartbeats, phase leases, entrypoint exits and
+lost Ray nodes.
 
 A mixin of `SchedulerCore` (it uses the core's state, `_depart`, `_move` and
 `request`). Everything here runs on the scheduler thread except the Ray node
 watch, which polls Ray's GCS from a thread of its own and hands what it finds
 to the scheduler thread, and `note_serving`, which the HTTP server's event loop calls.
 
+A job's liveness has two deadlines. Until its first call (its first authenticated request with
+its own token: a heartbeat, an acquire, ...) it has its **start-up timeout** (its record's
+`startup_timeout_s`, else the service's), counted from its submission, or from its placement when
+it waited in line for nodes: a trainer that imports its libraries for minutes is not silent. The
+first call is journaled (a granted permit, or else a `first_call` record), so a restart knows
+which jobs started. From then
+on it must be heard within the **heartbeat timeout**. A job that misses either is failed with a
+reason naming the deadline. `rollmux run` reports an entrypoint that exits before its job finished
+(`_op_exit`): the job is failed at once with the exit code and the entrypoint's last error line.
+
 Liveness is judged fairly: time in which the server itself was not serving (its event
 loop or the scheduler thread stalled, seen as a gap between their ticks longer than
 `STALL_S`, or a quarter of a shorter heartbeat timeout) does not count as a job's silence,
 nor against a phase's lease: every deadline is extended by the part of the stall that fell
-after its job was last heard.
+after its job was last heard (or its start-up clock started). A restart gives every job that had
+started a grace of two heartbeat timeouts, and every job that had not its whole start-up timeout
+again, from the restart: the time the service was down counts for neither.
 
 Turns (core/turns.py): a group member whose turn came and that has not asked for it within
 its grace (the larger of `turn_grace_s` and the declared time of the phase it is due for)
@@ -25,16 +38,22 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from rollmux.core.group_controller import GroupController
-from rollmux.core.records import Turn
+from rollmux.core.records import FirstCall, Turn
 from rollmux.core.spec import JobSpec
 from rollmux.core.vocabulary import JobStatus, Phase
+from rollmux.live.exits import EXIT_LINE_CHARS, clean_line, exit_reason, redact
 from rollmux.live.journal import JournalError
+from rollmux.live.refusals import shown
 from rollmux.shim import PHASES
 
 log = logging.getLogger("rollmux.service")
+# The liveness deadlines' defaults, for `SchedulerCore` and `rollmux serve` alike (seconds).
+HEARTBEAT_TIMEOUT_S = 30.0  # a job that has started and is not heard for this long is failed
+STARTUP_TIMEOUT_S = 600.0   # from submission (or placement) to a job's first call
 STALL_S = 1.0  # a loop tick (0.1 s) or a watchdog run this much overdue: the server was not serving
 STALL_MIN_S = 0.3  # ... or this much, with a heartbeat timeout under 4 * STALL_S
 
@@ -45,6 +64,7 @@ class Supervision:
     lease_factor: float
     lease_min_s: float
     heartbeat_timeout_s: float | None
+    startup_timeout_s: float | None
     state: Any
     _seen: dict[str, float]
     _nodes_of: dict[str, set[str]]
@@ -61,6 +81,7 @@ class Supervision:
     _stall_log: deque | None = None  # (from, to) stalls discounted lately (monotonic), for the turn clocks
     _absent_at: dict[str, float]  # absent member -> when it lost its turn (monotonic)
     _waiting: dict
+    _is_token: Callable[[str], bool]  # (Access's: whether a word is a token the service knows)
 
     def _record(self, record) -> Any: ...
     def _depart(self, job_id: str, status: JobStatus, reason: str | None) -> None: ...
@@ -160,8 +181,7 @@ class Supervision:
     def _watchdog(self) -> None:
         try:
             self._discount_stalls(time.monotonic())
-            if self.heartbeat_timeout_s is not None:
-                self._check_heartbeats()
+            self._check_liveness()
             self._check_leases()
             self._check_turns()
             if self.journal.pending():  # the watchdog's decisions are no request's: commit them here
@@ -173,15 +193,58 @@ class Supervision:
         if not self._stopping.is_set():
             self.env.call_later(self._check_every, self._watchdog)
 
-    def _check_heartbeats(self) -> None:
+    def _check_liveness(self) -> None:
+        """Fail each job past its deadline: a started one silent past the heartbeat timeout, one placed
+        that has not made its first call past its start-up timeout (one waiting for nodes has none)."""
         now = time.monotonic()
         for jid, seen in list(self._seen.items()):
             job = self.state.jobs.get(jid)
-            if job is not None and job.active and now - seen > self.heartbeat_timeout_s:
-                log.warning("job %s missed heartbeats for %.1fs: failed", jid, now - seen)
-                self._depart(jid, JobStatus.FAILED, f"no heartbeat for {now - seen:.1f}s")
             if job is None or not job.active:
                 self._seen.pop(jid, None)
+            elif job.called:
+                if self.heartbeat_timeout_s is not None and now - seen > self.heartbeat_timeout_s:
+                    log.warning("job %s missed heartbeats for %.1fs: failed", jid, now - seen)
+                    self._depart(jid, JobStatus.FAILED, f"no heartbeat for {now - seen:.1f}s")
+            elif job.group_id is not None:
+                limit = self.startup_limit_s(job.spec)
+                if limit is not None and now - seen > limit:
+                    log.warning("job %s made no call %.1fs after it was placed: failed", jid, now - seen)
+                    self._depart(jid, JobStatus.FAILED, f"did not start: no call from the job within its start-up "
+                                                        f"timeout of {limit:g}s after it was placed")
+
+    def startup_limit_s(self, spec: JobSpec) -> float | None:
+        """A job's start-up timeout: its record's, else the service's (None: none)."""
+        return spec.startup_timeout_s if spec.startup_timeout_s is not None else self.startup_timeout_s
+
+    def _heard(self, job_id: str) -> None:
+        """A call from the job: its heartbeat deadline starts again (its start-up clock stops)."""
+        self._seen[job_id] = time.monotonic()
+
+    def _called(self, job_id: str) -> None:
+        """After a job's call went through: its first one is journaled (a restart knows it started), unless
+        the call was granted a permit (the grant says so)."""
+        job = self.state.jobs.get(job_id)
+        if job is not None and job.active and not job.called:
+            self._record(FirstCall(job_id=job_id, at=time.time()))
+
+    def _start_clocks(self) -> None:
+        """Each scheduled job's liveness clock once its state is loaded: a started job gets a grace of two
+        heartbeat timeouts, one not started its whole start-up timeout, both from now."""
+        now = time.monotonic()
+        grace = now + 2 * (self.heartbeat_timeout_s or 0.0)
+        self._seen = {j: grace if r.called else now for j, r in self.state.jobs.items() if r.active}
+
+    def _op_exit(self, caller: str, job_id: str, code: int, line: str) -> dict:
+        """The job's entrypoint exited (its launcher says: `rollmux run`). A job still scheduled is failed,
+        its reason the exit code and the entrypoint's last error line (a token in it redacted); a job that
+        ended keeps its status. Its status and reason either way."""
+        if self.state.jobs[job_id].active:
+            # (redacted before exit_reason cuts the line: no token is left half)
+            reason = exit_reason(code, redact(clean_line(line, EXIT_LINE_CHARS), self._is_token))
+            log.warning("job %s: %s: failed", job_id, shown(reason, 240, quoted=False))
+            self._depart(job_id, JobStatus.FAILED, reason)
+        job = self.state.jobs[job_id]
+        return {"job_id": job_id, "status": job.status, "reason": job.reason}
 
     def _index_leases(self) -> None:
         """Rebuild the lease deadlines of every held permit (after loading state from the journal)."""

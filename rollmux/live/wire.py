@@ -16,6 +16,7 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollmux.core.spec import MAX_HOST_GB, MAX_PHASE_S
+from rollmux.live.exits import EXIT_LINE_CHARS
 
 MAX_DEPTH = 32                 # the deepest nesting of arrays and objects a body may have
 MAX_WAIT_S = 30.0              # the longest long poll
@@ -80,6 +81,13 @@ class ProgressBody(_Wire):
 
     done: Count
     total: Count
+
+
+class ExitBody(_Wire):
+    """POST /v1/jobs/{id}/exit: how the job's entrypoint ended (`rollmux run` reports it)."""
+
+    code: Annotated[int, Field(ge=-255, le=255)]  # its exit status; negative: killed by that signal
+    reason: str = Field(default="", max_length=EXIT_LINE_CHARS)  # the last line it wrote to stderr
 
 
 class EmptyBody(_Wire):

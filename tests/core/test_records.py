@@ -49,7 +49,8 @@ def _every_record() -> list:
             rec.Node(node_id="n-r0", pool="rollout"), rec.Node(node_id="n-t9", pool=None),
             rec.Bind(group_id=1, pool="rollout", index=0, node_id="n-r0"),
             rec.Bind(group_id=1, pool="train", index=0, node_id=None),
-            rec.Turn(job_id="a", absent=True, phase="train"), rec.Turn(job_id="a", absent=False)]
+            rec.Turn(job_id="a", absent=True, phase="train"), rec.Turn(job_id="a", absent=False),
+            rec.FirstCall(job_id="a", at=3.0)]
 
 
 def test_every_kind_has_one_record_type_and_every_record_reads_back_as_it_was_written():

@@ -22,6 +22,7 @@ JOB_ROUTES = [
     ("POST", "/v1/jobs/{id}/heartbeat", {}),
     ("POST", "/v1/jobs/{id}/progress", {"done": 1, "total": 2}),
     ("POST", "/v1/jobs/{id}/finish", {}),
+    ("POST", "/v1/jobs/{id}/exit", {"code": 3, "reason": "RuntimeError: boom"}),
 ]
 ADMIN_ROUTES = [("POST", "/v1/jobs", None), ("GET", "/v1/status", None)]
 
@@ -119,7 +120,42 @@ def test_submit_answers_201_with_the_documented_fields_and_409_for_a_live_id(api
     http, _, _ = api
     r = http.post("/v1/jobs", json=_job("c"), headers=_auth(ADMIN))
     assert r.status_code == 201 and {"job_id", "token", "group", "case", "nodes"} <= set(r.json())
-    assert http.post("/v1/jobs", json=_job("c"), headers=_auth(ADMIN)).status_code == 409
+    again = http.post("/v1/jobs", json=_job("c"), headers=_auth(ADMIN))
+    assert again.status_code == 409 and "still running: cancel it (rollmux cancel c" in again.json()["error"]
+    assert "rollmux run --job-id NEW" in again.json()["error"]
+
+
+def test_only_the_admin_reports_an_entrypoints_exit_which_fails_the_job_with_its_code_and_last_line(api):
+    http, tokens, core = api
+    line = f"\x1b[31mRuntimeError: boom\x1b[0m\rtoken {tokens['a']} Bearer {ADMIN}"
+    body = {"code": 3, "reason": line}
+    before = core.dump()
+    for token in (tokens["a"], tokens["b"]):  # its own token too: its launcher (the admin) reports its exit
+        r = _call(http, "POST", "/v1/jobs/a/exit", body, token)
+        assert r.status_code == 403 and "only the admin" in r.json()["error"], r.text
+    assert core.dump() == before
+    r = _call(http, "POST", "/v1/jobs/a/exit", body, ADMIN)
+    assert r.status_code == 200, r.text
+    reason = "entrypoint exited with code 3: RuntimeError: boom token [redacted] Bearer [redacted]"
+    assert r.json() == {"job_id": "a", "status": "failed", "reason": reason}
+    assert _call(http, "GET", "/v1/jobs/a", None, ADMIN).json()["reason"] == reason
+    assert core.status()["jobs"]["a"]["reason"] == reason
+    # A job that ended keeps its status and reason; the report is answered with them.
+    r = _call(http, "POST", "/v1/jobs/a/exit", {"code": 0}, ADMIN)
+    assert r.status_code == 200 and r.json()["reason"] == reason
+    assert _call(http, "POST", "/v1/jobs/nope/exit", {"code": 1}, ADMIN).status_code == 404
+    assert _call(http, "POST", "/v1/jobs/nope/exit", {"code": 1}, tokens["b"]).status_code == 403
+
+
+@pytest.mark.parametrize("body,field", [({"code": 256}, "code"), ({"code": "3"}, "code"), ({}, "code"),
+                                        ({"code": 1, "reason": "x" * 5000}, "reason"),
+                                        ({"code": 1, "signal": 9}, "signal")])
+def test_a_bad_exit_report_is_400_naming_the_field_and_changes_nothing(api, body, field):
+    http, _, core = api
+    before = core.dump()
+    r = _call(http, "POST", "/v1/jobs/b/exit", body, ADMIN)
+    assert r.status_code == 400 and r.json()["field"] == field, r.text
+    assert core.dump() == before
 
 
 def test_bad_input_is_400_naming_the_field(api):

@@ -102,13 +102,14 @@ def _api_refusals(refusals: _Refusals, forged: str, tok_a: str, tok_b: str, admi
                 ("POST", f"{job}/finish", {})]
     job_or_admin = [("GET", job, None), ("DELETE", job, None)]
     admin_only = [("POST", "/v1/jobs", job_record("auth-c", PHASE_S)), ("GET", "/v1/status", None)]
+    admin_on_job = [("POST", f"{job}/exit", {"code": 1, "reason": "chaos"})]  # (rollmux run's report)
     refused = refusals.refused
-    for method, path, body in job_only + job_or_admin + admin_only:
+    for method, path, body in job_only + job_or_admin + admin_only + admin_on_job:
         refused(method, path, body, None, 401, "no token")
         refused(method, path, body, forged, 401, "a forged token")
-    for method, path, body in job_only + job_or_admin:
+    for method, path, body in job_only + job_or_admin + admin_on_job:
         refused(method, path, body, tok_b, 403, "another job's token")
-    for method, path, body in admin_only:
+    for method, path, body in admin_only + admin_on_job:
         refused(method, path, body, tok_a, 403, "a job's token")
     for method, path, body in job_only:
         refused(method, path, body, admin, 403, "the admin token")
