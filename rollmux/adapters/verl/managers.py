@@ -38,9 +38,10 @@ class AgentLoopManager(_agent_loop.AgentLoopManager):
         return super().generate_sequences(prompts)
 
 
-def _set_mode(server: Any, mode: RolloutMode) -> None:
-    # Runs inside the server actor (Ray's __ray_call__, which veRL's own replicas use too).
-    server.rollout_mode = mode
+def _set_mode(server: Any, mode: str) -> None:
+    # Runs inside the server actor (Ray's __ray_call__, which veRL's own replicas use too), in the type
+    # its rollout_mode has there (veRL's RolloutMode enum, or its value).
+    server.rollout_mode = type(server.rollout_mode)(mode)
 
 
 class CheckpointEngineManager(_checkpoint.CheckpointEngineManager):
@@ -78,11 +79,11 @@ class CheckpointEngineManager(_checkpoint.CheckpointEngineManager):
 
     def _as_colocated(self, replicas: list, call: str) -> None:
         servers = [s for r in replicas for s in r.servers]
-        ray.get([s.__ray_call__.remote(_set_mode, RolloutMode.COLOCATED) for s in servers])
+        ray.get([s.__ray_call__.remote(_set_mode, RolloutMode.COLOCATED.value) for s in servers])
         try:
             _run_all(replicas, call)
         finally:
-            ray.get([s.__ray_call__.remote(_set_mode, RolloutMode.STANDALONE) for s in servers])
+            ray.get([s.__ray_call__.remote(_set_mode, RolloutMode.STANDALONE.value) for s in servers])
 
     def sleep(self) -> None:
         """Every replica off its device: veRL's sleep, forced for standalone replicas."""

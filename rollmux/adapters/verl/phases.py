@@ -98,7 +98,7 @@ class VeRLPhases:
         self.awake = False
 
     def _note(self, what: str, where: str) -> None:
-        self.events.append((what, where, time.perf_counter()))
+        self.events.append((what, where, time.monotonic()))  # (one clock for every process of a machine)
 
     def _open(self, name: str) -> None:
         self._note("open", name)  # (the permit's wait and the onload follow)

@@ -99,7 +99,7 @@ def overrides(job: TinyJob, *, steps: int, batch: int = 4, n: int = 2, response_
         "algorithm.adv_estimator=grpo", "trainer.use_v1=False", f"trainer.device={device}",
         f"data.train_files={job.data}", f"data.val_files={job.data}", f"data.train_batch_size={batch}",
         f"data.max_prompt_length={job.prompt_len * 2 + 2}", f"data.max_response_length={response_length}",
-        f"data.seed={seed}", "data.dataloader_num_workers=0", "data.filter_overlong_prompts=False",
+        "data.shuffle=False", "data.dataloader_num_workers=0", "data.filter_overlong_prompts=False",
         f"actor_rollout_ref.model.path={job.model}", "actor_rollout_ref.model.use_remove_padding=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=eager",
         "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",

@@ -1,0 +1,96 @@
+"""One veRL job of the adapter tests (tests/adapters/test_verl.py), in a process of its own.
+
+veRL names some of a job's Ray actors the same for every job (`reward_loop_worker_0`), so two veRL jobs
+need two Ray namespaces, which is one driver process each. Each job's process attaches to the test's
+Ray cluster in a namespace of its own and asks the test's `GroupController` for its permits through a
+`multiprocessing` manager that serves the test's `LocalPermitClient` (`serve_permits` / `Recorded`).
+
+What a job runs (`main`): veRL's GRPO on the tiny job through `rollmux.adapters.verl` under RollMux
+(`build(config, job_id=, client=)`, `init_workers()`, `fit()`), with veRL's own step-0 checkpoint saved
+between the two; then the same trainer solo (no shim, so exactly veRL's loop) from that checkpoint, so the
+solo run starts from the multiplexed run's initial weights, optimizer, scheduler and RNG state without
+starting its workers again. It saves both runs' final actor weights and what it observed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from multiprocessing.managers import BaseManager
+from pathlib import Path
+from typing import Any
+
+
+class _Permits(BaseManager):
+    """Serves (in the test) or reaches (in a job) the test's permit client."""
+
+
+def serve_permits(client: Any, authkey: bytes) -> tuple[tuple[str, int], Any]:
+    """Serve `client` to job processes from a thread of this process; (address, server)."""
+    _Permits.register("client", callable=lambda: client)
+    server = _Permits(address=("127.0.0.1", 0), authkey=authkey).get_server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.address, server
+
+
+class Recorded:
+    """The job's permit client: the test's, through the manager, with each grant and release timed here
+    (`time.monotonic`, one clock for every process of the machine)."""
+
+    def __init__(self, address: tuple[str, int], authkey: bytes) -> None:
+        _Permits.register("client")
+        manager = _Permits(address=address, authkey=authkey)
+        manager.connect()
+        self.inner = manager.client()
+        self.log: list[tuple[str, str, float]] = []  # ("grant" | "release", phase, time)
+
+    def acquire(self, job_id: str, phase: str) -> Any:
+        """The test's controller's permit."""
+        grant = self.inner.acquire(job_id, phase)
+        self.log.append(("grant", phase, time.monotonic()))
+        return grant
+
+    def tail_started(self, job_id: str) -> None:
+        """Forwarded (the veRL adapter never reports a tail)."""
+        self.inner.tail_started(job_id)
+
+    def release(self, timings: Any) -> None:
+        """Forwarded, after the time is taken."""
+        self.log.append(("release", timings.phase, time.monotonic()))
+        self.inner.release(timings)
+
+
+def main(spec: dict, out: str) -> None:
+    """Run job `spec` multiplexed, then solo from its step-0 checkpoint; save what was seen to `out`."""
+    import ray
+    import torch
+    from omegaconf import open_dict
+
+    from rollmux.adapters.verl import cpu, tiny
+    from rollmux.adapters.verl.main_ppo import build
+    from rollmux.adapters.verl.phases import VeRLPhases
+
+    cpu.activate()
+    ray.init(address=spec["ray"], namespace=spec["job_id"], log_to_driver=False)
+    job = tiny.TinyJob(Path(spec["root"]), seed=spec["seed"])
+    client = Recorded(spec["permits"], spec["authkey"])
+    trainer = build(tiny.config(job, steps=spec["steps"], seed=spec["seed"]), job_id=spec["job_id"], client=client)
+    trainer.init_workers()
+    trainer.global_steps = 0
+    trainer._save_checkpoint()  # veRL's own checkpoint of step 0 (actor, optimizer, scheduler, RNG, data)
+    initial = trainer.actor_weights()
+    trainer.fit()
+    phases = trainer.rollmux
+    seen = {"initial": initial, "mux": trainer.actor_weights(), "history": phases.shim.history,
+            "permits": client.log, "events": phases.events, "moves": phases.train.moves,
+            "server": ray.get(trainer.checkpoint_manager.replicas[0].servers[0].events.remote()),
+            "weight_bytes": trainer.checkpoint_manager.weight_bytes}
+    trainer.rollmux = VeRLPhases()  # solo: veRL's own calls from here on
+    trainer.checkpoint_manager.rollmux = trainer.async_rollout_manager.rollmux = None
+    with open_dict(trainer.config):
+        trainer.config.trainer.resume_mode = "resume_path"
+        trainer.config.trainer.resume_from_path = str(Path(trainer.config.trainer.default_local_dir) / "global_step_0")
+    trainer.fit()
+    seen["solo"] = trainer.actor_weights()
+    torch.save(seen, out)
+    ray.shutdown()
