@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = save_tiny_model(Path(tmp) / "model", args.seed)
         trainer = GRPOTrainer(model=str(model_dir), reward_funcs=share_of_a,
                               args=grpo_config(Path(tmp) / "run", args.steps, args.seed),
-                              train_dataset=prompts(args.seed), processing_class=AutoTokenizer.from_pretrained(model_dir))
+                              train_dataset=prompts(args.seed),
+                              processing_class=AutoTokenizer.from_pretrained(model_dir))
         trainer.train()
         trainer.save_model(str(args.out))
     rewards = [round(h["reward"], 3) for h in trainer.state.log_history if "reward" in h]

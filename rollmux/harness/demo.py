@@ -185,7 +185,7 @@ class _Plan:
 
 
 def run_demo(iterations: int = 20, json_out: Path | None = None, png_out: Path | None = None,
-             seed: int = 0, slo: float = 2.0, quiet: bool = False, trl: bool = False) -> dict:
+             seed: int = 0, slo: float = 2.0, quiet: bool = False) -> dict:
     """Run the demo; returns (and writes to json_out) its report; its timeline picture only to `png_out`.
     Progress (a line per job and iteration) and the summary go to stderr."""
     say = sayer(quiet)
