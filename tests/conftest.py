@@ -102,7 +102,6 @@ INTEGRATION = {
     "tests/adapters/test_trl_under_serve.py": "three `rollmux serve`, four `rollmux run --local` and a TRL script "
                                               "as child processes",
     "tests/adapters/test_trl_docs.py::test_the_snippet_under_rollmux": "ThreadServer",
-    "tests/adapters/test_trl_docs.py::test_the_snippet_under_rollmux": "ThreadServer",
 }
 
 SLOW_S = 0.5
@@ -114,7 +113,6 @@ SLOW = (
     "tests/adapters/test_trl.py",
     "tests/adapters/test_trl_vllm.py",
     "tests/adapters/test_trl_under_serve.py",
-    "tests/adapters/test_trl_docs.py",
     "tests/adapters/test_trl_docs.py",
     "tests/jobs/test_grpo_example.py",
     "tests/study/test_paper_trace_section.py",
