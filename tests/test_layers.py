@@ -199,7 +199,7 @@ def test_top_level_holds_only_entry_points():
     ("rollmux.core.group", "import rollmux.adapters.trl\n", "core may not import adapters"),
     ("rollmux.live.service", "from rollmux.jobs.grpo import make_job\n", "live may not import jobs"),
     ("rollmux.live.app", "import rollmux.weightsync\n", "live may not import weightsync"),
-    ("rollmux.live.journal.base", "def f():\n    from rollmux.adapters.trl import TRLJob\n",
+    ("rollmux.live.journal.base", "def f():\n    from rollmux.adapters.trl import GRPOTrainer\n",
      "live may not import adapters"),
     ("rollmux.live.server", "from rollmux.harness.chaos.run import Chaos\n", "live may not import harness"),
     ("rollmux.live.journal.repair", "from ...harness import demo\n", "live may not import harness"),
