@@ -36,6 +36,8 @@ VIRTUAL_TIME_MS = 5000   # page time Chromium's CLI lets pass before it dumps or
 TIMEOUT_S = 120.0        # generous bound on one Chromium run; a healthy one takes a few seconds
 NOW = 1764500000.0
 WINDOW_S = 300.0         # the timeline shows the last five minutes
+# A failed job's reason as `rollmux run` makes it of its entrypoint's exit (live/exits.py).
+EXIT_REASON = "entrypoint exited with code 3: ModuleNotFoundError: No module named 'flash_attn'"
 EVIL_ID = 'x"><img src=x onerror="document.body.dataset.pwned=1"><script>document.body.dataset.pwned=2</script>&amp;'
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
                   "--hide-scrollbars", "--disable-dev-shm-usage")
@@ -82,7 +84,7 @@ def canned_status(now: float = NOW) -> dict:
         "jobs": {"grpo-a": job("running", 0, 12, 30.1, 40.0, 1.05, ["rollout"]),
                  "ppo-b": job("running", 0, 11, 33.0, 36.0, 1.12, []),
                  "dapo-long-context-7b": job("running", 1, 4, 78.2, 70.0, 1.31, ["rollout"]),
-                 EVIL_ID: job("failed", 1, 3, None, 90.0, None, [], reason="no heartbeat for 31.0s")},
+                 EVIL_ID: job("failed", 1, 3, None, 90.0, None, [], reason=EXIT_REASON)},
         "pools": {"rollout": {"nodes": 4, "gpus": 32, "busy_gpus": 24, "cost_per_hour": 32.0},
                   "train": {"nodes": 2, "gpus": 16, "busy_gpus": 8, "cost_per_hour": 45.6}},
         "cost_per_hour": 77.6,

@@ -9,7 +9,16 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from dashboard_checks import EVIL_ID, canned_status, check_dashboard_dom, check_screenshot, dump_dom, parse, screenshot
+from dashboard_checks import (
+    EVIL_ID,
+    EXIT_REASON,
+    canned_status,
+    check_dashboard_dom,
+    check_screenshot,
+    dump_dom,
+    parse,
+    screenshot,
+)
 
 from rollmux.live.dashboard import PAGES, page
 
@@ -124,6 +133,7 @@ def test_a_script_like_job_id_is_shown_as_text_not_run(open_server):
     tree = parse(dump_dom(open_server.url + "/"))
     (row,) = tree.find_all("tr", data_job_id=EVIL_ID)
     assert row.find_all("td")[0].text() == EVIL_ID
+    assert EXIT_REASON in row.text()  # (it failed: its reason, the entrypoint's exit, is on its row)
     card = tree.find_all("section", data_group_id="1")[0]
     assert EVIL_ID in card.text()
     assert "data-pwned" not in tree.find_all("body")[0].attrs
