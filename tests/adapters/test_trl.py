@@ -191,6 +191,20 @@ def test_accumulation_several_steps_per_generation_and_a_reference_model_run_a_p
     assert t.state.global_step == 4 and all(math.isfinite(x) for x in logged(t, "kl"))
 
 
+def test_a_peft_config_goes_to_trl_and_the_adapters_state_moves_with_the_train_pool(folder):
+    from peft import LoraConfig
+    client = Granting()
+    t = trainer(folder, steps=2, rollmux_job_id="a", rollmux_client=client,
+                peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    t.train()
+    assert client.acquired == ["init"] + ["rollout", "train", "sync"] * 2
+    state = sum(x.nbytes for x in [*t.model.parameters(), *t.model.buffers()])
+    lora = sum(x.nbytes for x in t.model.parameters() if x.requires_grad)
+    assert 0 < lora < state / 10  # the trainable LoRA weights only have AdamW moments
+    trains = [r.host_bytes["train"] for r in client.released if r.phase == "train"]
+    assert len(trains) == 2 and all(state + 2 * lora <= b < state + 3 * lora for b in trains)  # (+ step counters)
+
+
 class _FailSecondStep(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         if state.global_step == 1:
