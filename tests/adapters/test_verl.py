@@ -9,6 +9,8 @@ Ray cluster; both are pinned to one rollout node and one training node of one gr
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import multiprocessing
 import os
 import secrets
@@ -63,7 +65,7 @@ def runs(cluster, tmp_path_factory):
     for job_id, seed in JOBS.items():
         tiny.write(tiny.TinyJob(root / job_id, seed=seed))
         spec = {"job_id": job_id, "seed": seed, "root": str(root / job_id), "steps": STEPS, "ray": cluster,
-                "permits": address, "authkey": authkey}
+                "permits": address, "authkey": authkey, "probe": job_id == "a"}
         procs[job_id] = spawn.Process(target=verl_job.main, args=(spec, str(root / f"{job_id}.pt")))
         procs[job_id].start()
     try:
@@ -156,3 +158,37 @@ def test_the_host_memory_hook_reports_the_offloaded_training_state(runs):
 def test_the_cpu_servers_seeds_depend_on_the_request_and_weights():
     seeds = {cpu_server.request_seed(0, v, r) for v in (0, 1) for r in ("det-0", "det-1")}
     assert len(seeds) == 4 and cpu_server.request_seed(0, 1, "det-0") == cpu_server.request_seed(0, 1, "det-0")
+
+
+def test_a_standalone_replica_veRL_will_not_sleep_is_slept_and_woken_keeping_its_weights(runs):
+    seen = runs["a"]["standalone"]
+    full = runs["a"]["weight_bytes"] * 2
+    # veRL's own sleep_replicas skips it (as veRL's vLLM server does); the adapter's runs the colocated
+    # sleep (weights to host memory) and wake, then puts the server's mode back
+    assert seen["log"] == [("skip sleep", full), ("sleep level 1", 0), ("resume weights+kv_cache", full)]
+    assert seen["kept"] and seen["mode"] == "standalone"
+    assert seen["host_bytes"] == runs["a"]["weight_bytes"]  # one replica's weights, in the rollout dtype
+
+
+def test_a_users_own_manager_must_subclass_the_adapters(runs):
+    assert runs["a"]["refused"] == ("actor_rollout_ref.rollout.checkpoint_manager_class=verl.checkpoint_engine.base."
+                                    "CheckpointEngineManager must subclass rollmux.adapters.verl.managers."
+                                    "CheckpointEngineManager under RollMux")
+
+
+def _branches(source: str, cls: str, method: str) -> dict[str, str]:
+    """Each `if`/`elif` test of `cls.method` in `source`, with its body's source."""
+    klass = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls)
+    fn = next(f for f in klass.body if isinstance(f, ast.AsyncFunctionDef) and f.name == method)
+    return {ast.unparse(n.test): "\n".join(ast.unparse(b) for b in n.body) for n in ast.walk(fn) if isinstance(n, ast.If)}
+
+
+def test_verls_vllm_server_sleeps_colocated_replicas_keeping_weights_and_skips_standalone_ones():
+    # The seam the forced sleep relies on, read from the installed veRL (importing vLLM needs its GPU build).
+    root = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
+    source = (root / "workers/rollout/vllm_rollout/vllm_async_server.py").read_text()
+    sleep, wake = (_branches(source, "vLLMHttpServer", m) for m in ("sleep", "wake_up"))
+    assert sleep["self.rollout_mode == RolloutMode.COLOCATED"] == "await self.engine.sleep(level=1)"
+    assert sleep["self.rollout_mode == RolloutMode.STANDALONE"] == "logger.info('skip sleep in standalone mode')"
+    assert "self.engine.wake_up(tags=self._get_wake_up_tags())" in wake["self.rollout_mode == RolloutMode.COLOCATED"]
+    assert wake["self.rollout_mode == RolloutMode.STANDALONE"] == "logger.info('skip wake_up in standalone mode')"

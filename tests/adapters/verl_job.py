@@ -92,5 +92,60 @@ def main(spec: dict, out: str) -> None:
         trainer.config.trainer.resume_from_path = str(Path(trainer.config.trainer.default_local_dir) / "global_step_0")
     trainer.fit()
     seen["solo"] = trainer.actor_weights()
+    if spec.get("probe"):
+        seen.update(standalone=standalone(trainer, spec["steps"]), refused=refused(trainer.config))
     torch.save(seen, out)
     ray.shutdown()
+
+
+def _server_weights(server: Any) -> dict:
+    import ray
+    return ray.get(server.__ray_call__.remote(lambda s: {k: v.clone() for k, v in s.model.named_parameters()}))
+
+
+def standalone(trainer: Any, step: int) -> dict:
+    """The job's replica and its server made standalone (disaggregated) after the solo run, which ends with
+    the server awake: veRL's own sleep skips it; the adapter's sleep and wake force it, keeping the weights."""
+    import ray
+    from verl.checkpoint_engine.base import CheckpointEngineManager as VeRLManager
+    from verl.workers.rollout.replica import RolloutMode
+
+    from rollmux.adapters.verl.phases import VeRLPhases
+
+    manager = trainer.checkpoint_manager
+    replica = manager.replicas[0]
+    server = replica.servers[0]
+    replica.rollout_mode = RolloutMode.STANDALONE
+    ray.get(server.__ray_call__.remote(lambda s: setattr(s, "rollout_mode", "standalone")))
+    before = _server_weights(server)
+    VeRLManager.sleep_replicas(manager)  # veRL's own
+    manager.rollmux = VeRLPhases()
+    manager.sleep()
+    manager.rollmux.awake = False
+    asleep = manager.host_bytes()
+    manager.loaded_step = step
+    manager.wake(step)
+    return {"log": [(e, b) for e, _, b in ray.get(server.events.remote())][-3:], "host_bytes": asleep,
+            "kept": all(torch_equal(before[k], v) for k, v in _server_weights(server).items()),
+            "mode": ray.get(server.__ray_call__.remote(lambda s: s.rollout_mode))}
+
+
+def torch_equal(a: Any, b: Any) -> bool:
+    """Bit-identical tensors."""
+    import torch
+    return torch.equal(a, b)
+
+
+def refused(config: Any) -> str:
+    """What the adapter says to a config whose checkpoint manager is veRL's own, not a subclass of its."""
+    from omegaconf import OmegaConf
+
+    from rollmux.adapters.verl.trainer import use_rollmux_managers
+
+    config = OmegaConf.create(OmegaConf.to_container(config))
+    config.actor_rollout_ref.rollout.checkpoint_manager_class = "verl.checkpoint_engine.base.CheckpointEngineManager"
+    try:
+        use_rollmux_managers(config)
+    except ValueError as exc:
+        return str(exc)
+    return ""
