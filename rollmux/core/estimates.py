@@ -98,7 +98,7 @@ def measured_spec(job: JobSpec, rollout_scale: float, train_scale: float) -> Job
         return job
     d = job.rollout_s
     dist = RolloutDist(median=d.median * rollout_scale, sigma=d.sigma, max=d.max * rollout_scale)
-    fields = {**dict(job), "rollout_s": dist, "train_s": job.train_s * train_scale}
+    fields = {**job.fields(), "rollout_s": dist, "train_s": job.train_s * train_scale}
     if job.colocated is not None:  # a drift slows both modes alike: the measured ratios hold
         fields["colocated"] = job.colocated.model_copy(update={"rollout_s": job.colocated.rollout_s * rollout_scale,
                                                                "train_s": job.colocated.train_s * train_scale})

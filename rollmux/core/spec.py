@@ -205,6 +205,12 @@ class JobSpec(_Strict):
                 data.pop("measure", None)
         return data
 
+    def fields(self) -> dict[str, Any]:
+        """The record's fields as this spec holds them (values, not dumps), without the derived
+        times a `cached_property` keeps in the instance (`dict(spec)` would carry those along into
+        a spec built from it, as unknown fields)."""
+        return {k: getattr(self, k) for k in type(self).model_fields}
+
     def phase_times(self) -> dict:
         """The record's phase-time fields (`PHASE_TIME_FIELDS`) as JSON-native data."""
         return self.model_dump(include=set(PHASE_TIME_FIELDS))

@@ -69,7 +69,8 @@ def dump_state(state: Any) -> dict:
             **({"repinned": cs.repinned} if cs.repinned else {}),  # (absent: older snapshots read the same)
             **({"folded": cs.folded} if cs.folded else {}),
             # jobs measured as they run, and what was measured of each so far (absent: none)
-            **({"measuring": {j: [list(t) for t in m.seen] for j, m in cs.profiling.jobs.items()}}
+            **({"measuring": {j: {"slo": m.slo, "seen": [list(t) for t in m.seen]}
+                              for j, m in cs.profiling.jobs.items()}}
                if cs.profiling.jobs else {}),
             **({"node_map": {"pool_of": dict(state.nodes.pool_of),
                              "bound": [[g, p, i, n] for (g, p, i), n in sorted(state.nodes.bound.items())],
@@ -104,7 +105,8 @@ def load_state(state: Any, d: dict, job_type: type) -> None:
     cs.compacted = d.get("compacted", 0)
     cs.repinned = d.get("repinned", 0)
     cs.folded = d.get("folded", 0)
-    cs.profiling.jobs = {j: Measuring([tuple(t) for t in seen]) for j, seen in d.get("measuring", {}).items()}
+    cs.profiling.jobs = {j: Measuring(m["slo"], [tuple(t) for t in m["seen"]])
+                         for j, m in d.get("measuring", {}).items()}
     nm = d.get("node_map")
     if nm is not None:  # (absent: no inventory was reported)
         state.nodes.pool_of.update(nm["pool_of"])

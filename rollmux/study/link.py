@@ -30,7 +30,7 @@ def with_weights(jobs: list[JobSpec], cluster: ClusterSpec) -> list[JobSpec]:
     """Each job with `weights_gb`: its own, else one bf16 model copy from its training state."""
     nodes = cluster.pools.train.nodes_for
     return [j if j.weights_gb is not None else
-            JobSpec(**{**dict(j), "weights_gb": round(j.host_gb.train * nodes(j.train_gpus) / 8, 1)})
+            JobSpec(**{**j.fields(), "weights_gb": round(j.host_gb.train * nodes(j.train_gpus) / 8, 1)})
             for j in jobs]
 
 

@@ -36,6 +36,6 @@ def add_drift(jobs: list[JobSpec], share: float, seed: int,
         if drift:
             d = Drift(after_s=round(float(f * job.duration_s), 1), rollout_scale=round(float(a), 3),
                       train_scale=round(float(b), 3))
-            job = JobSpec(**{**dict(job), "drift": d})
+            job = JobSpec(**{**job.fields(), "drift": d})
         out.append(job)
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from factories import GROUPS, config, make_cluster, make_job, make_policy
 
@@ -98,9 +100,28 @@ def test_once_measured_a_lone_job_moves_into_a_group_where_it_costs_less():
 
 def test_a_measured_job_is_not_moved_when_it_fits_nowhere_for_less():
     st = _state()
-    st.place(make_job("h", rollout=100, train=100, slo=1.0), {})  # no slack for a mate
-    st.place(JobSpec.model_validate(_record("m", slo=1.0)), {})
+    st.place(make_job("h", rollout=100, train=100, slo=1.2), {})  # no slack for a mate as slow as it
+    st.place(JobSpec.model_validate(_record("m", slo=2.0)), {})
     assert [type(r) for r in _measured(st, "m", 100.0, 100.0, 4)] == [Profiled]
+
+
+@pytest.mark.parametrize("slo,spread,measured_after", [
+    (1.0, 0.0, None),  # no room at all: alone all its life, as on nodes of its own
+    (2.0, 0.0, 4),     # the spread's floor (0.05) is precise enough for a wide SLO after the minimum
+    (1.2, 0.3, 22),    # a tight SLO, a wide spread: 1.645 x 0.251 / sqrt(n) <= 0.5 ln 1.2 from n = 21 counted
+])
+def test_a_job_is_measured_until_its_solo_time_is_known_well_enough_for_its_slo(slo, spread, measured_after):
+    st = _state()
+    st.place(JobSpec.model_validate(_record("m", slo=slo)), {})
+    gid, decided = st.group_of["m"], []
+    for i in range(1, 40):
+        rollout = 100.0 * math.exp(spread * (i % 3 - 1))  # logs at -spread, 0, +spread in turn
+        st.observe("m", gid, rollout, rollout, {}, commit=lambda r: (decided.append((i, r)), st.apply(r)), sync_s=0.0)
+    firsts = [i for i, r in decided if isinstance(r, Profiled)]
+    assert firsts == ([] if measured_after is None else [measured_after])
+    if measured_after is not None:  # its budget is planned against the bound, never below solo
+        spec = decided[0][1].spec
+        assert 1.0 <= spec.slo < slo
 
 
 def test_a_job_being_measured_is_never_co_located_nor_paired():

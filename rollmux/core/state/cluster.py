@@ -280,8 +280,9 @@ class ClusterState:
     def _place(self, r: Place) -> None:
         self._install(r.plan, r.arrival)
         self.group_of[r.job_id] = r.plan.group.group_id
-        if r.plan.group.member(r.job_id).job.measure:
-            self.profiling.start(r.job_id)
+        job = r.plan.group.member(r.job_id).job
+        if job.measure:
+            self.profiling.start(job)
 
     def _movers(self, r: Movers) -> None:
         """Reserve every move's slot; a dissolved group is hidden from placement."""
