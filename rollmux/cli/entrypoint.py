@@ -23,6 +23,8 @@ from rollmux.errors import InputError
 from rollmux.live.exits import last_line
 
 TAIL_CHARS = 8192  # the end of the error output kept for its last line
+DRAIN_S = 1.0      # after the entrypoint exited, how long its stderr may still be read (a child it left
+                   # behind may hold the pipe open: its exit is reported anyway)
 RAY_POLL_S = 1.0   # how often the Ray job's status and logs are read
 
 
@@ -66,12 +68,13 @@ class StderrTee:
             if not chunk:
                 break
             _to_stderr(chunk)
-            self._tail = (self._tail + chunk)[-TAIL_CHARS:]
+            self._tail = (self._tail + chunk)[-TAIL_CHARS:]  # (one assignment: `last_line` reads it whole)
         self._pipe.close()
 
     def last_line(self) -> str:
-        """Once the pipe closed (the child exited): the last line of its error output that is not blank."""
-        self._thread.join()
+        """Once the child exited: the last line of its error output that is not blank (what came within
+        DRAIN_S, if a process it left behind still holds the pipe; that output is still copied)."""
+        self._thread.join(DRAIN_S)
         return last_line(self._tail.decode(errors="replace"))
 
 

@@ -43,6 +43,31 @@ def test_client_commands_never_create_a_missing_admin_token_file(tmp_path, monke
     assert not (tmp_path / "admin.token").exists()
 
 
+# An entrypoint that leaves a process behind holding its stderr (which it inherits), once that one is up,
+# and exits with code 3; the process waits (a minute at most) for the file argv[2] to appear.
+LEAVES_A_CHILD = """import os, subprocess, sys, time
+stay = "import os, sys, time\\nopen(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\\n" \\
+       "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\\n" \\
+       "for _ in range(1200):\\n    if os.path.exists(sys.argv[2]): break\\n    time.sleep(0.05)"
+subprocess.Popen([sys.executable, "-c", stay, sys.argv[1], sys.argv[2]])
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)  # (polling for the file: its process is starting)
+print("RuntimeError: boom", file=sys.stderr)
+sys.exit(3)
+"""
+
+
+def test_run_local_reports_an_exit_while_a_process_it_left_still_holds_its_stderr(tmp_path):
+    from rollmux.cli.entrypoint import Ended, run_local
+    pid_file, release = tmp_path / "pid", tmp_path / "release"
+    ended = run_local([sys.executable, "-c", LEAVES_A_CHILD, str(pid_file), str(release)], {})
+    try:
+        assert ended == Ended(3, "RuntimeError: boom")
+        os.kill(int(pid_file.read_text()), 0)  # the child it left is alive: its exit did not wait for that one
+    finally:
+        release.write_text("")
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """`rollmux serve` (1 s heartbeat timeout, 60 s start-up timeout), a job record and a folder to run in."""
