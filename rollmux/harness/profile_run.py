@@ -74,9 +74,10 @@ def profile_entrypoint(entrypoint: list[str], opts: ProfileOptions, output: Path
         raise InputError("ENTRYPOINT", "give a job module, or the command to profile after --")
     view = run_measured(entrypoint, opts, say)
     if view["profile"]["plans_with"] is None:  # (it ended before it was measured)
-        raise InputError("ENTRYPOINT", f"it ran {view['iterations']} iteration(s) and the profile needs "
-                                       f"{opts.warmup + opts.runs} (--warmup {opts.warmup} + --runs {opts.runs}): "
-                                       "run it longer, or measure fewer")
+        raise InputError("ENTRYPOINT", f"it ran {view['iterations']} iteration(s) and the profile needs at least "
+                                       f"{opts.warmup + opts.runs} (--warmup {opts.warmup} + --runs {opts.runs}), more "
+                                       f"when its iterations spread widely for its SLO (--slo {opts.slo:g}): run it "
+                                       "longer")
     host = view["host_gb"]["measured"]
     rec = record_of(view["profile"]["plans_with"], {p: host.get(p, 0.0) for p in ("rollout", "train")}, opts)
     text = summary(rec, entrypoint, opts)
