@@ -105,3 +105,30 @@ def test_docs_pages_carry_no_dates_or_issue_numbers() -> None:
              for n, line in enumerate(p.read_text().splitlines(), 1)
              if DATE.search(line) or re.search(r"\bissue\s*#?\d+", line, flags=re.I)]
     assert found == []
+
+
+def test_mkdocs_serve_serves_the_site(tmp_path: Path) -> None:
+    """The README's `mkdocs serve` (the docs extra): the home page answers on its address."""
+    import socket
+    import time
+    import urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "--dev-addr", f"127.0.0.1:{port}", "--no-livereload"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    try:
+        deadline, body = time.monotonic() + 240, ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+                    body = resp.read().decode()
+                break
+            except OSError:
+                time.sleep(0.5)  # still building the site: ask again (start-up, not the condition tested)
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert "RollMux" in body and "<html" in body.lower()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
