@@ -44,6 +44,9 @@ def jobs_table(status: dict) -> Table:
         ok = "-" if mean is None or slo is None else ("yes" if mean <= slo else "[red]no[/]")
         measured = j["profile"]["measured"]
         state = j["status"] + (f" ({j['reason']})" if j.get("reason") else "")
+        measuring = j["profile"].get("measuring")
+        if measuring:  # submitted without phase times: measured as it runs, alone
+            state += f" (measuring {measuring['iterations']}/{measuring['of']})"
         t.add_row(jid, state, "-" if j["group_id"] is None else str(j["group_id"]), str(j["iterations"]),
                   _s(mean), _s(j.get("recent_iter_s")), _s(slo), ok,
                   _s(measured.get(Phase.ROLLOUT)), _s(measured.get(Phase.TRAIN)),

@@ -20,14 +20,18 @@ def test_the_dashboard_shows_the_servers_groups_turns_timeline_and_jobs(tmp_path
             make_job("solo", rollout=50, train=50, slo=1.0)]
     with ThreadServer(core) as server, httpx.Client(base_url=server.url) as http:
         tok = {j.job_id: core.submit(j.model_dump(exclude_none=True))["token"] for j in jobs}
-        for phase in ("rollout", "train"):
-            core.acquire("a", phase, tok["a"])
-            core.release("a", phase, TIMINGS, tok["a"])
+        # ... and one submitted without phase times, measured as it runs (its row says so)
+        tok["m"] = core.submit({"job_id": "m", "arrival_s": 0, "duration_s": 3600, "slo": 2.0, "rollout_gpus": 8,
+                                "train_gpus": 8})["token"]
+        for job_id in ("a", "m"):
+            for phase in ("rollout", "train"):
+                core.acquire(job_id, phase, tok[job_id])
+                core.release(job_id, phase, TIMINGS, tok[job_id])
         core.acquire("b", "rollout", tok["b"])  # a running phase on the timeline
         login = http.post("/login", data={"token": ADMIN}, follow_redirects=False)
         cookie = f"rollmux_session={login.cookies['rollmux_session']}"
         status = http.get("/v1/status", headers={"Authorization": f"Bearer {ADMIN}"}).json()
-        assert len(status["groups"]) == 2
+        assert len(status["groups"]) == 3 and status["jobs"]["m"]["profile"]["measuring"] == {"iterations": 1, "of": 4}
         check_dashboard_dom(dump_dom(f"{server.url}/", cookie=cookie), status)
         png = tmp_path / "dashboard.png"  # look at it: pytest --basetemp=DIR keeps it
         screenshot(f"{server.url}/", png, cookie=cookie)
