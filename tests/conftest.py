@@ -102,6 +102,8 @@ INTEGRATION = {
     "tests/adapters/test_trl_under_serve.py": "three `rollmux serve`, four `rollmux run --local` and a TRL script "
                                               "as child processes",
     "tests/adapters/test_trl_docs.py::test_the_snippet_under_rollmux": "ThreadServer",
+    "tests/adapters/test_verl.py": "a private Ray cluster, two veRL job processes and the GPU script's dry run "
+                                   "(fixture `runs`)",
 }
 
 SLOW_S = 0.5
@@ -114,6 +116,7 @@ SLOW = (
     "tests/adapters/test_trl_vllm.py",
     "tests/adapters/test_trl_under_serve.py",
     "tests/adapters/test_trl_docs.py",
+    "tests/adapters/test_verl.py",  # two veRL jobs' start-ups, one after the other (fixture `runs`)
     "tests/jobs/test_grpo_example.py",
     "tests/study/test_paper_trace_section.py",
     "tests/live/test_dashboard_live.py",

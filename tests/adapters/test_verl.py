@@ -9,18 +9,18 @@ Ray cluster; both are pinned to one rollout node and one training node of one gr
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import multiprocessing
 import os
 import secrets
+import subprocess
+import sys
 import threading
-from pathlib import Path
 
 import pytest
 import torch
 import verl_job
 from factories import intra, make_group, make_job
+from verl_job import JOBS, ROOT, doc_blocks, gpu_script
 
 from rollmux.adapters.verl import cpu_server, tiny
 from rollmux.core.env import WallClockEnvironment
@@ -28,7 +28,6 @@ from rollmux.core.group_controller import GroupController
 from rollmux.shim import LocalPermitClient
 
 STEPS = 3
-JOBS = {"a": 0, "b": 1}  # job id -> seed (model, data and sampling)
 
 
 def _activate_cpu() -> None:
@@ -65,19 +64,30 @@ def runs(cluster, tmp_path_factory):
     for job_id, seed in JOBS.items():
         tiny.write(tiny.TinyJob(root / job_id, seed=seed))
         spec = {"job_id": job_id, "seed": seed, "root": str(root / job_id), "steps": STEPS, "ray": cluster,
-                "permits": address, "authkey": authkey, "probe": job_id == "a"}
+                "permits": address, "authkey": authkey, "probe": job_id == "a", "snippet": doc_blocks("python")[0]}
         procs[job_id] = spawn.Process(target=verl_job.main, args=(spec, str(root / f"{job_id}.pt")))
         procs[job_id].start()
+    # the GPU script's dry run (its config composed and checked by veRL), alongside the jobs
+    log = (root / "dry_run.txt").open("w")
+    dry = subprocess.Popen([sys.executable, str(ROOT / "benchmarks/gpu/verl_grpo.py"), "--dry-run", "--hidden", "32",
+                            "--layers", "2", "--workdir", str(root / "gpu")], stdout=log, stderr=subprocess.STDOUT,
+                           cwd=ROOT)
     try:
         for job_id, proc in procs.items():
             proc.join(600)
             assert proc.exitcode == 0, f"job {job_id} exited with {proc.exitcode}"
+        dry.wait(300)
     finally:
         for proc in procs.values():
             if proc.is_alive():
                 proc.kill()
+        if dry.poll() is None:
+            dry.kill()
         env.stop()
-    return {j: torch.load(root / f"{j}.pt", weights_only=False) for j in JOBS}
+        log.close()
+    seen = {j: torch.load(root / f"{j}.pt", weights_only=False) for j in JOBS}
+    seen["dry_run"] = (dry.returncode, (root / "dry_run.txt").read_text())
+    return seen
 
 
 def _same(w1: dict, w2: dict) -> bool:
@@ -85,14 +95,15 @@ def _same(w1: dict, w2: dict) -> bool:
 
 
 def test_each_multiplexed_job_ends_bit_identical_to_its_solo_run(runs):
-    for job_id, seen in runs.items():
+    for job_id in JOBS:
+        seen = runs[job_id]
         assert _same(seen["mux"], seen["solo"]), job_id
         assert not _same(seen["mux"], seen["initial"]), f"{job_id} did not train"
     assert not _same(runs["a"]["mux"], runs["b"]["mux"])  # two different jobs, not one twice
 
 
 def test_the_phases_follow_verls_loop(runs):
-    for seen in runs.values():
+    for seen in (runs[j] for j in JOBS):
         assert [t.phase for t in seen["history"]] == ["init"] + ["rollout", "train", "sync"] * STEPS
         assert [p for kind, p, _ in seen["permits"] if kind == "grant"] == [t.phase for t in seen["history"]]
 
@@ -122,7 +133,7 @@ def test_the_two_jobs_take_turns_on_each_node(runs):
 
 
 def test_state_moves_at_the_phase_boundaries(runs):
-    for seen in runs.values():
+    for seen in (runs[j] for j in JOBS):
         moves = [(what, where) for what, where, _ in seen["events"] if what in ("onload", "offload")]
         # init ends with both pools offloaded; each rollout and train phase onloads and offloads its pool
         assert moves == [("offload", "rollout"), ("offload", "train")] + \
@@ -132,7 +143,7 @@ def test_state_moves_at_the_phase_boundaries(runs):
 
 
 def test_the_rollout_engine_sleeps_between_rollouts_and_wakes_with_the_last_weights(runs):
-    for seen in runs.values():
+    for seen in (runs[j] for j in JOBS):
         log = [(e, b) for e, _, b in seen["server"]]
         # veRL's own sleep ends its init_workers; each rollout then wakes through veRL's weight update
         # (weights resumed, the trainer's loaded as version `step`, KV cache resumed) and ends asleep
@@ -146,7 +157,7 @@ def test_the_rollout_engine_sleeps_between_rollouts_and_wakes_with_the_last_weig
 
 
 def test_the_host_memory_hook_reports_the_offloaded_training_state(runs):
-    for seen in runs.values():
+    for seen in (runs[j] for j in JOBS):
         params = seen["weight_bytes"] * 2  # float32 parameters (the rollout dtype, bfloat16, is half)
         history = seen["history"]
         assert history[0].host_bytes == {"rollout": 0, "train": params}  # no optimizer state before a step
@@ -154,10 +165,6 @@ def test_the_host_memory_hook_reports_the_offloaded_training_state(runs):
         # parameters and AdamW's two moments (and its step counters); a hybrid sleep keeps nothing for rollout
         assert all(h["rollout"] == 0 and h["train"] >= 3 * params for h in trains)
 
-
-def test_the_cpu_servers_seeds_depend_on_the_request_and_weights():
-    seeds = {cpu_server.request_seed(0, v, r) for v in (0, 1) for r in ("det-0", "det-1")}
-    assert len(seeds) == 4 and cpu_server.request_seed(0, 1, "det-0") == cpu_server.request_seed(0, 1, "det-0")
 
 
 def test_a_standalone_replica_veRL_will_not_sleep_is_slept_and_woken_keeping_its_weights(runs):
@@ -176,19 +183,31 @@ def test_a_users_own_manager_must_subclass_the_adapters(runs):
                                     "CheckpointEngineManager under RollMux")
 
 
-def _branches(source: str, cls: str, method: str) -> dict[str, str]:
-    """Each `if`/`elif` test of `cls.method` in `source`, with its body's source."""
-    klass = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls)
-    fn = next(f for f in klass.body if isinstance(f, ast.AsyncFunctionDef) and f.name == method)
-    return {ast.unparse(n.test): "\n".join(ast.unparse(b) for b in n.body) for n in ast.walk(fn) if isinstance(n, ast.If)}
 
 
-def test_verls_vllm_server_sleeps_colocated_replicas_keeping_weights_and_skips_standalone_ones():
-    # The seam the forced sleep relies on, read from the installed veRL (importing vLLM needs its GPU build).
-    root = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
-    source = (root / "workers/rollout/vllm_rollout/vllm_async_server.py").read_text()
-    sleep, wake = (_branches(source, "vLLMHttpServer", m) for m in ("sleep", "wake_up"))
-    assert sleep["self.rollout_mode == RolloutMode.COLOCATED"] == "await self.engine.sleep(level=1)"
-    assert sleep["self.rollout_mode == RolloutMode.STANDALONE"] == "logger.info('skip sleep in standalone mode')"
-    assert "self.engine.wake_up(tags=self._get_wake_up_tags())" in wake["self.rollout_mode == RolloutMode.COLOCATED"]
-    assert wake["self.rollout_mode == RolloutMode.STANDALONE"] == "logger.info('skip wake_up in standalone mode')"
+def test_the_docs_python_line_is_the_adapters_trainer(runs):
+    # docs/adapters.md's import line, run verbatim in job a's process (which has veRL imported)
+    assert runs["a"]["snippet"] == {"is_the_adapters": True, "subclasses_verls": True}
+
+
+
+def test_the_gpu_scripts_dry_run_composes_and_checks_verls_config(runs):
+    code, out = runs["dry_run"]
+    assert code == 0, out
+    assert "rollout vllm on cuda; veRL's config checks passed" in out
+
+
+def test_the_gpu_scripts_report_reads_a_real_run(runs):
+    seen = runs["a"]
+    result = gpu_script().report(seen["history"], seen["moves"])
+    assert result["parameter_bytes"] == seen["weight_bytes"] * 2  # float32 parameters
+    rows = result["iterations"]
+    assert [r["iteration"] for r in rows] == list(range(1, STEPS + 1))
+    assert [r["train_onload_bytes"] for r in rows] == [b for d, _, b in seen["moves"] if d == "device"]
+    assert all(r["train_onload_s"] > 0 and r["rollout_wake_s"] > 0 and r["rollout_sleep_s"] > 0 for r in rows)
+    assert "train onload s" in gpu_script().table(result)
+
+
+def test_the_cpu_servers_seeds_depend_on_the_request_and_weights():
+    seeds = {cpu_server.request_seed(0, v, r) for v in (0, 1) for r in ("det-0", "det-1")}
+    assert len(seeds) == 4 and cpu_server.request_seed(0, 1, "det-0") == cpu_server.request_seed(0, 1, "det-0")

@@ -1,12 +1,18 @@
-"""VeRLPhases (rollmux/adapters/verl/phases.py) on the calls veRL's RayPPOTrainer.fit makes, in its order,
-with a real JobShim on a permit client that grants at once and sides that record their moves."""
+"""The veRL adapter's parts that need no Ray: VeRLPhases (rollmux/adapters/verl/phases.py) on the calls veRL's
+RayPPOTrainer.fit makes, in its order, with a real JobShim on a permit client that grants at once and sides
+that record their moves; the installed veRL's source the forced sleep relies on; the documentation's job
+record; the GPU script's permits."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import logging
+from pathlib import Path
 
 import pytest
 from factories import GrantAtOnce
+from verl_job import doc_blocks, gpu_script
 
 from rollmux.adapters.verl.phases import VeRLPhases
 from rollmux.core.grant import Grant
@@ -117,3 +123,42 @@ def test_a_move_onto_other_machines_is_refused_and_one_without_them_is_counted()
     assert phases.events[-1][:2] == ("move", "rollout")
     with pytest.raises(RuntimeError, match=r"cannot: \[move\]"):
         phases.on_move(Grant(0, "v", "rollout", "rollout", (0,), 0.0, 0.0, 0.0, epoch=2, node_ids=("n7",)))
+
+
+def _branches(source: str, cls: str, method: str) -> dict[str, str]:
+    """Each `if`/`elif` test of `cls.method` in `source`, with its body's source."""
+    klass = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls)
+    fn = next(f for f in klass.body if isinstance(f, ast.AsyncFunctionDef) and f.name == method)
+    return {ast.unparse(n.test): "\n".join(ast.unparse(b) for b in n.body) for n in ast.walk(fn) if isinstance(n, ast.If)}
+
+
+def test_verls_vllm_server_sleeps_colocated_replicas_keeping_weights_and_skips_standalone_ones():
+    # The seam the forced sleep relies on, read from the installed veRL (importing vLLM needs its GPU build).
+    root = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
+    source = (root / "workers/rollout/vllm_rollout/vllm_async_server.py").read_text()
+    sleep, wake = (_branches(source, "vLLMHttpServer", m) for m in ("sleep", "wake_up"))
+    assert sleep["self.rollout_mode == RolloutMode.COLOCATED"] == "await self.engine.sleep(level=1)"
+    assert sleep["self.rollout_mode == RolloutMode.STANDALONE"] == "logger.info('skip sleep in standalone mode')"
+    assert "self.engine.wake_up(tags=self._get_wake_up_tags())" in wake["self.rollout_mode == RolloutMode.COLOCATED"]
+    assert wake["self.rollout_mode == RolloutMode.STANDALONE"] == "logger.info('skip wake_up in standalone mode')"
+
+
+
+def test_the_docs_job_record_is_valid_and_declines_what_the_adapter_cannot_do():
+    import yaml
+
+    from rollmux.core.spec import JobSpec
+    from rollmux.core.vocabulary import Mode
+
+    (record,) = doc_blocks("yaml")
+    job = JobSpec.model_validate(yaml.safe_load(record))
+    assert job.cannot == (Mode.MOVE, Mode.TAIL_MIGRATION) and job.measure  # no phase times: measured as it runs
+
+
+def test_the_gpu_scripts_permits_come_from_a_one_member_group():
+    client, env = gpu_script().permits()
+    try:
+        grant = client.acquire("verl-gpu", "init")
+        assert grant.phase == "init" and grant.tail_share == 0
+    finally:
+        env.stop()

@@ -14,11 +14,32 @@ starting its workers again. It saves both runs' final actor weights and what it 
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import threading
 import time
 from multiprocessing.managers import BaseManager
 from pathlib import Path
 from typing import Any
+
+
+JOBS = {"a": 0, "b": 1}  # job id -> seed (model, data and sampling)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def doc_blocks(kind: str) -> list[str]:
+    """The fenced `kind` blocks of docs/adapters.md's veRL section, verbatim."""
+    text = (ROOT / "docs" / "adapters.md").read_text()
+    section = text[text.index("### veRL"):text.index("### OpenRLHF")]
+    return re.findall(rf"^```{kind}\n(.*?)^```", section, re.M | re.S)
+
+
+def gpu_script():
+    """benchmarks/gpu/verl_grpo.py as a module."""
+    spec = importlib.util.spec_from_file_location("verl_grpo", ROOT / "benchmarks" / "gpu" / "verl_grpo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class _Permits(BaseManager):
@@ -93,7 +114,8 @@ def main(spec: dict, out: str) -> None:
     trainer.fit()
     seen["solo"] = trainer.actor_weights()
     if spec.get("probe"):
-        seen.update(standalone=standalone(trainer, spec["steps"]), refused=refused(trainer.config))
+        seen.update(standalone=standalone(trainer, spec["steps"]), refused=refused(trainer.config),
+                    snippet=snippet(spec["snippet"]))
     torch.save(seen, out)
     ray.shutdown()
 
@@ -149,3 +171,15 @@ def refused(config: Any) -> str:
     except ValueError as exc:
         return str(exc)
     return ""
+
+
+def snippet(text: str) -> dict:
+    """docs/adapters.md's import line, run verbatim: which class it names."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer as VeRLTrainer
+
+    from rollmux.adapters.verl.trainer import RayPPOTrainer
+
+    names: dict = {}
+    exec(text, names)  # noqa: S102 -- the documentation's own snippet
+    return {"is_the_adapters": names["RayPPOTrainer"] is RayPPOTrainer,
+            "subclasses_verls": issubclass(names["RayPPOTrainer"], VeRLTrainer)}
