@@ -120,7 +120,7 @@ def test_run_an_entrypoint_that_exits_0_without_finishing_fails_its_job_and_run_
 
 
 def test_run_a_job_slower_to_start_than_the_heartbeat_timeout_finishes_and_its_id_runs_again(served):
-    for wait_s in ("2.5", "0"):  # 2.5 s before its first call: past two heartbeat timeouts
+    for wait_s in ("1.8", "0"):  # 1.8 s before its first call: past the heartbeat timeout and a watchdog round
         done = _run(served, "--job-id", "slow-start", "--local", "--", sys.executable, str(JOB), "finish", wait_s)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "lifecycle job slow-start: finished" in done.stdout
