@@ -43,7 +43,7 @@ def estimate_from_dict(d: dict) -> PhaseEstimate:
                          **{k: d[k] for k in _ESTIMATE_FIELDS})
 
 
-_UNTIL_SET = ("inited", "first_call_at")  # a job's fields a snapshot holds only once set
+_UNTIL_SET = ("inited", "first_call_at", "profiled")  # a job's fields a snapshot holds only once set
 
 
 def dump_state(state: Any) -> dict:
