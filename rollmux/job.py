@@ -9,7 +9,9 @@ token file are in the environment, and the client acting for the job is built fr
 from __future__ import annotations
 
 from rollmux import shim
-from rollmux.live.client import from_env
+from rollmux.live.client import JOB_ENV, from_env
+
+__all__ = ["JOB_ENV", "init"]
 
 
 def init(job_id: str | None = None, client: shim.PermitClient | None = None, **hooks) -> shim.JobShim:

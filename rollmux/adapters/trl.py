@@ -54,11 +54,12 @@ except ModuleNotFoundError as _missing:  # the extra is not installed: say which
         raise
     raise ImportError(f"rollmux.adapters.trl needs the trl extra ({_missing.name} is missing): "
                       "pip install 'rollmux[trl]'", name=_missing.name) from None
+from rollmux.job import JOB_ENV
 from rollmux.job import init as rollmux_init
 from rollmux.shim import JobShim, PermitClient
 
 __all__ = ["ENVIRONMENT", "GRPOTrainer", "RollMuxSide", "refusal"]
-ENVIRONMENT = ("ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE")  # what `rollmux run` sets
+ENVIRONMENT = JOB_ENV  # what `rollmux run` sets
 PLACE = "rollmux GRPOTrainer"
 _TRL_INIT = inspect.signature(trl.GRPOTrainer.__init__)
 log = logging.getLogger("rollmux.adapters.trl")

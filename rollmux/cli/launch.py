@@ -30,21 +30,8 @@ from rollmux.cli.entrypoint import Ended, run_local, run_ray
 from rollmux.cli.service import _TOKEN_FILE, _URL, _api_call, client_admin_token, read_job
 from rollmux.core.spec import job_id_problem
 from rollmux.errors import InputError
+from rollmux.live.client import job_env, write_token
 from rollmux.live.exits import EXIT_LINE_CHARS, REDACTED, clean_line
-
-ENV_URL, ENV_JOB, ENV_TOKEN = "ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE"
-
-
-def write_token(token_dir: Path, job_id: str, token: str) -> Path:
-    """The job's token in `token_dir/JOB.token`, created readable by its owner only."""
-    token_dir.mkdir(parents=True, exist_ok=True)
-    path = token_dir / f"{job_id}.token"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    os.chmod(path, 0o600)  # (an older file of the same name keeps its mode otherwise)
-    return path
-
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(
@@ -77,7 +64,7 @@ def run(
         token = placed.pop("token")
         path = write_token(token_dir, placed["job_id"], token)
         out.print_json(data={k: v for k, v in placed.items()})
-        env = {ENV_URL: url, ENV_JOB: placed["job_id"], ENV_TOKEN: str(path.resolve())}
+        env = job_env(url, placed["job_id"], path)
         ended = run_local(entrypoint, env) if local else run_ray(ray_address, entrypoint, env)
         code = report_exit(client, placed["job_id"], ended, (admin, token))
     except InputError as exc:

@@ -26,12 +26,9 @@ from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import default_cluster
 from rollmux.errors import InputError
 from rollmux.harness.profile import ProfileOptions, check_options, record_of, write_record
-from rollmux.live.client import HttpPermitClient
+from rollmux.live.client import HttpPermitClient, job_env, write_token
 from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
-
-ENV_URL, ENV_JOB, ENV_TOKEN = "ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE"
-
 
 def measuring_config(opts: ProfileOptions) -> SchedulerConfig:
     """The shipped configuration, measuring `opts.warmup` + `opts.runs` iterations of a job."""
@@ -48,11 +45,8 @@ def run_measured(entrypoint: list[str], opts: ProfileOptions, say: Callable[[str
             client.submit({"job_id": opts.job_id, "arrival_s": 0.0, "duration_s": 86400.0, "slo": opts.slo,
                            "rollout_gpus": opts.rollout_gpus, "train_gpus": opts.train_gpus,
                            "tail_frac": opts.tail_frac})
-            token = Path(folder) / "job.token"
-            fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(client.tokens[opts.job_id] + "\n")
-            env = {**os.environ, ENV_URL: server.url, ENV_JOB: opts.job_id, ENV_TOKEN: str(token)}
+            token = write_token(Path(folder), opts.job_id, client.tokens[opts.job_id])
+            env = {**os.environ, **job_env(server.url, opts.job_id, token)}
             say(f"profiling {opts.job_id}: running {' '.join(entrypoint)}")
             try:
                 code = subprocess.run(entrypoint, env=env, check=False).returncode

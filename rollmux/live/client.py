@@ -12,9 +12,11 @@ acquire that overtook its release.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import urllib3
@@ -221,20 +223,39 @@ class HttpPermitClient:
                     wait = min(every_s, 0.1)
 
 
+# The environment `rollmux run` (and `rollmux profile --run`) gives a job: the service's address, the
+# job's id and the path of its token file (never the token itself); a CA bundle to trust, if any.
+ENV_URL, ENV_JOB, ENV_TOKEN, ENV_CA = "ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE", "ROLLMUX_CA"
+JOB_ENV = (ENV_URL, ENV_JOB, ENV_TOKEN)
+
+
+def write_token(token_dir: Path, job_id: str, token: str) -> Path:
+    """The job's token in `token_dir/JOB.token`, created readable by its owner only."""
+    token_dir.mkdir(parents=True, exist_ok=True)
+    path = token_dir / f"{job_id}.token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.chmod(path, 0o600)  # (an older file of the same name keeps its mode otherwise)
+    return path
+
+
+def job_env(url: str, job_id: str, token_file: Path) -> dict[str, str]:
+    """The variables that launch `job_id` against the service at `url` (`from_env` reads them back)."""
+    return {ENV_URL: url, ENV_JOB: job_id, ENV_TOKEN: str(token_file.resolve())}
+
+
 def from_env(heartbeat_s: float = 1.0) -> tuple[str, HttpPermitClient]:
     """The job `rollmux run` launched: its id and a client acting for it, from the environment
-    (`ROLLMUX_URL`, `ROLLMUX_JOB_ID`, `ROLLMUX_TOKEN_FILE`; `ROLLMUX_CA`: a CA bundle to trust).
-    RuntimeError naming what is missing."""
-    import os
-    names = ("ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE")
-    missing = [n for n in names if not os.environ.get(n)]
+    (`JOB_ENV`; `ROLLMUX_CA`: a CA bundle to trust). RuntimeError naming what is missing."""
+    missing = [n for n in JOB_ENV if not os.environ.get(n)]
     if missing:
         raise RuntimeError(f"rollmux.init(): {', '.join(missing)} not set (launch the job with rollmux run)")
-    url, job_id, token_file = (os.environ[n] for n in names)
+    url, job_id, token_file = (os.environ[n] for n in JOB_ENV)
     try:
         token = open(token_file).read().strip()
     except OSError as exc:
-        raise RuntimeError(f"rollmux.init(): ROLLMUX_TOKEN_FILE {token_file}: {exc.strerror}") from None
-    client = HttpPermitClient(url, heartbeat_s=heartbeat_s, verify=os.environ.get("ROLLMUX_CA") or True)
+        raise RuntimeError(f"rollmux.init(): {ENV_TOKEN} {token_file}: {exc.strerror}") from None
+    client = HttpPermitClient(url, heartbeat_s=heartbeat_s, verify=os.environ.get(ENV_CA) or True)
     client.register(job_id, token)
     return job_id, client

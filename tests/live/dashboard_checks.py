@@ -475,9 +475,8 @@ def check_dashboard_dom(dom: str, status: dict) -> None:
         cells = [c for c in r.children if isinstance(c, Node) and c.tag == "td"]
         assert cells[0].text() == jid, "the job id must show as text, exactly"
         assert cells[1].text().startswith(j["status"])
-        measuring = j.get("profile", {}).get("measuring")
-        if measuring:  # submitted without phase times: its row says how far it is measured
-            assert f"measuring {measuring['iterations']}/{measuring['of']}" in cells[1].text(), jid
+        if m := j.get("profile", {}).get("measuring"):  # no phase times submitted: the row says how far measured
+            assert f"measuring {m['iterations']}/{m['of']}" in cells[1].text(), jid
         over = j["mean_iter_s"] is not None and j["slo_iter_s"] is not None and j["mean_iter_s"] > j["slo_iter_s"]
         assert ("over-slo" in r.classes()) == over, jid
         assert ("over SLO" in r.text()) == over, jid
