@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 
 class InputError(ValueError):
     """Bad input: carries the place (file, line, field) and the reason."""
@@ -66,3 +68,13 @@ def extra_for(exc: ModuleNotFoundError) -> str | None:
     """The extra that brings the module an import failed on, or None if no extra does."""
     root = (exc.name or "").split(".")[0]
     return next((extra for extra, mods in EXTRA_MODULES.items() if root in mods), None)
+
+
+def raise_missing_extra(exc: ModuleNotFoundError, module: str, extra: str) -> NoReturn:
+    """Re-raise `module`'s failed import: one line naming `pip install 'rollmux[extra]'` when an extra
+    brings the missing module, else the error as it was."""
+    if extra_for(exc) is None:
+        raise exc
+    package = (exc.name or "").split(".")[0]
+    raise ImportError(f"{module} needs the {extra} extra ({package} is missing): pip install 'rollmux[{extra}]'",
+                      name=exc.name) from None

@@ -68,25 +68,30 @@ def runs(cluster, tmp_path_factory):
         procs[job_id] = spawn.Process(target=verl_job.main, args=(spec, str(root / f"{job_id}.pt")))
         procs[job_id].start()
     # the GPU script's dry run (its config composed and checked by veRL), alongside the jobs
-    log = (root / "dry_run.txt").open("w")
-    dry = subprocess.Popen([sys.executable, str(ROOT / "benchmarks/gpu/verl_grpo.py"), "--dry-run", "--hidden", "32",
-                            "--layers", "2", "--workdir", str(root / "gpu")], stdout=log, stderr=subprocess.STDOUT,
-                           cwd=ROOT)
+    # alongside the jobs: the GPU script's dry run (its config composed and checked by veRL), and the
+    # entry point's Hydra config with the tiny job's overrides (`--cfg job` prints it and stops)
+    commands = {"dry_run": [str(ROOT / "benchmarks/gpu/verl_grpo.py"), "--dry-run", "--hidden", "32", "--layers", "2",
+                            "--workdir", str(root / "gpu")],
+                "main_ppo": ["-m", "rollmux.adapters.verl.main_ppo", "--cfg", "job",
+                             *tiny.overrides(tiny.TinyJob(root / "a"), steps=STEPS)]}
+    logs = {name: (root / f"{name}.txt").open("w") for name in commands}
+    others = {name: subprocess.Popen([sys.executable, *cmd], stdout=logs[name], stderr=subprocess.STDOUT, cwd=ROOT)
+              for name, cmd in commands.items()}
     try:
         for job_id, proc in procs.items():
             proc.join(600)
             assert proc.exitcode == 0, f"job {job_id} exited with {proc.exitcode}"
-        dry.wait(300)
+        for other in others.values():
+            other.wait(300)
     finally:
-        for proc in procs.values():
-            if proc.is_alive():
+        for proc in [*procs.values(), *others.values()]:
+            if (proc.is_alive() if hasattr(proc, "is_alive") else proc.poll() is None):
                 proc.kill()
-        if dry.poll() is None:
-            dry.kill()
         env.stop()
-        log.close()
+        for log in logs.values():
+            log.close()
     seen = {j: torch.load(root / f"{j}.pt", weights_only=False) for j in JOBS}
-    seen["dry_run"] = (dry.returncode, (root / "dry_run.txt").read_text())
+    seen.update({name: (p.returncode, (root / f"{name}.txt").read_text()) for name, p in others.items()})
     return seen
 
 
@@ -211,3 +216,25 @@ def test_the_gpu_scripts_report_reads_a_real_run(runs):
 def test_the_cpu_servers_seeds_depend_on_the_request_and_weights():
     seeds = {cpu_server.request_seed(0, v, r) for v in (0, 1) for r in ("det-0", "det-1")}
     assert len(seeds) == 4 and cpu_server.request_seed(0, 1, "det-0") == cpu_server.request_seed(0, 1, "det-0")
+
+
+def test_the_entry_point_takes_verls_config_and_overrides(runs):
+    code, out = runs["main_ppo"]
+    assert code == 0, out
+    assert "adv_estimator: grpo" in out and "name: rollmux_cpu" in out
+
+
+def test_the_entry_point_runs_verls_rayppotrainer_path_with_rollmux_run_s_environment(runs):
+    prepared = runs["a"]["prepared"]
+    assert prepared["use_v1"] is False
+    assert prepared["env"] == {"ROLLMUX_URL": "http://127.0.0.1:1", "ROLLMUX_JOB_ID": "j",
+                               "ROLLMUX_TOKEN_FILE": "/nonexistent"}
+
+
+def test_without_verl_the_adapter_says_which_extra_in_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "verl", None)  # what Python does for a package that is not installed
+    for name in [m for m in sys.modules if m.startswith("rollmux.adapters.verl.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ImportError) as err:
+        from rollmux.adapters.verl import RayPPOTrainer  # noqa: F401
+    assert str(err.value) == "rollmux.adapters.verl needs the verl extra (verl is missing): pip install 'rollmux[verl]'"

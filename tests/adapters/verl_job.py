@@ -115,7 +115,7 @@ def main(spec: dict, out: str) -> None:
     seen["solo"] = trainer.actor_weights()
     if spec.get("probe"):
         seen.update(standalone=standalone(trainer, spec["steps"]), refused=refused(trainer.config),
-                    snippet=snippet(spec["snippet"]))
+                    snippet=snippet(spec["snippet"]), prepared=prepared(trainer.config))
     torch.save(seen, out)
     ray.shutdown()
 
@@ -183,3 +183,21 @@ def snippet(text: str) -> dict:
     exec(text, names)  # noqa: S102 -- the documentation's own snippet
     return {"is_the_adapters": names["RayPPOTrainer"] is RayPPOTrainer,
             "subclasses_verls": issubclass(names["RayPPOTrainer"], VeRLTrainer)}
+
+
+def prepared(config: Any) -> dict:
+    """What main_ppo's `prepare` makes of a config under `rollmux run` (its environment set here)."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    from rollmux.adapters.verl.main_ppo import prepare
+
+    config = OmegaConf.create(OmegaConf.to_container(config))
+    os.environ.update(ROLLMUX_URL="http://127.0.0.1:1", ROLLMUX_JOB_ID="j", ROLLMUX_TOKEN_FILE="/nonexistent")
+    try:
+        config = prepare(config)
+    finally:
+        for name in ("ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE"):
+            del os.environ[name]
+    return {"use_v1": config.trainer.use_v1, "env": dict(config.ray_kwargs.ray_init.runtime_env.env_vars)}

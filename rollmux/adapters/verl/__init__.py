@@ -19,8 +19,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {"RayPPOTrainer": "trainer", "VeRLPhases": "phases", "AgentLoopManager": "managers",
-         "CheckpointEngineManager": "managers", "build": "main_ppo"}
+# (through `trainer`, whose import says in one line which extra is missing)
+_LAZY = {"RayPPOTrainer": "trainer", "VeRLPhases": "phases", "AgentLoopManager": "trainer",
+         "CheckpointEngineManager": "trainer", "build": "main_ppo"}
 
 __all__ = sorted(_LAZY)
 

@@ -12,16 +12,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import hydra
-import ray
-from omegaconf import OmegaConf, open_dict
-from verl.trainer.main_ppo import run_ppo
-from verl.trainer.main_ppo_v0 import BaseTaskRunner
-from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
-from verl.utils.config import omega_conf_to_dataclass, validate_config
-from verl.utils.device import auto_set_device, get_device_name
+from rollmux.adapters.verl.trainer import RayPPOTrainer  # (first: it says which extra is missing)
+from rollmux.errors import raise_missing_extra
 
-from rollmux.adapters.verl.trainer import RayPPOTrainer
+try:
+    import hydra
+    import ray
+    from omegaconf import OmegaConf, open_dict
+    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.main_ppo_v0 import BaseTaskRunner
+    from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    from verl.utils.device import auto_set_device, get_device_name
+except ModuleNotFoundError as _missing:
+    raise_missing_extra(_missing, "rollmux.adapters.verl.main_ppo", "verl")
 
 ROLLMUX_ENV = ("ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE", "ROLLMUX_CA")
 
@@ -78,8 +82,12 @@ def prepare(config: Any) -> Any:
     """veRL's main's checks, on veRL's RayPPOTrainer path, with RollMux's environment passed to Ray's workers."""
     with open_dict(config):
         config.trainer.use_v1 = False  # veRL 0.9.1's default V1 trainer is not RayPPOTrainer
-        env = config.ray_kwargs.ray_init.setdefault("runtime_env", {}).setdefault("env_vars", {})
-        env.update({k: os.environ[k] for k in ROLLMUX_ENV if k in os.environ})
+        ray_init = config.ray_kwargs.ray_init
+        if ray_init.get("runtime_env") is None:
+            ray_init.runtime_env = {}
+        if ray_init.runtime_env.get("env_vars") is None:
+            ray_init.runtime_env.env_vars = {}  # (a DictConfig copies what it is given: set, then read back)
+        ray_init.runtime_env.env_vars.update({k: os.environ[k] for k in ROLLMUX_ENV if k in os.environ})
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     return config

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rollmux.errors import extra_for
+from rollmux.errors import raise_missing_extra
 
 try:
     import ray
@@ -25,10 +25,7 @@ try:
     from rollmux.adapters.verl.managers import AGENT_LOOP_MANAGER, CHECKPOINT_MANAGER, AgentLoopManager
     from rollmux.adapters.verl.managers import CheckpointEngineManager
 except ModuleNotFoundError as _missing:  # the extra is not installed: say which, in one line
-    if extra_for(_missing) is None:
-        raise
-    raise ImportError(f"rollmux.adapters.verl needs the verl extra ({_missing.name} is missing): "
-                      "pip install 'rollmux[verl]'", name=_missing.name) from None
+    raise_missing_extra(_missing, "rollmux.adapters.verl", "verl")
 from rollmux.adapters.verl.phases import VeRLPhases
 
 __all__ = ["RayPPOTrainer", "use_rollmux_managers"]
