@@ -115,7 +115,8 @@ def main(spec: dict, out: str) -> None:
     seen["solo"] = trainer.actor_weights()
     if spec.get("probe"):
         seen.update(standalone=standalone(trainer, spec["steps"]), refused=refused(trainer.config),
-                    snippet=snippet(spec["snippet"]), prepared=prepared(trainer.config))
+                    snippet=snippet(spec["snippet"]), prepared=prepared(trainer.config),
+                    dry_run=dry_run(job.root.parent / "gpu"), entry=entry(job, spec["steps"]))
     torch.save(seen, out)
     ray.shutdown()
 
@@ -201,3 +202,32 @@ def prepared(config: Any) -> dict:
         for name in ("ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE"):
             del os.environ[name]
     return {"use_v1": config.trainer.use_v1, "env": dict(config.ray_kwargs.ray_init.runtime_env.env_vars)}
+
+
+def _printed(fn: Any, *args: Any) -> tuple[Any, str]:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = fn(*args)
+    return result, out.getvalue()
+
+
+def dry_run(workdir: Path) -> tuple[int, str]:
+    """The GPU script's `--dry-run` (its model written, veRL's config for vLLM composed and checked)."""
+    return _printed(gpu_script().main, ["--dry-run", "--hidden", "32", "--layers", "2", "--workdir", str(workdir)])
+
+
+def entry(job: Any, steps: int) -> str:
+    """What `python -m rollmux.adapters.verl.main_ppo --cfg job <the tiny job's overrides>` prints (Hydra's
+    composed config; `--cfg` stops before the run)."""
+    import sys
+
+    from rollmux.adapters.verl import main_ppo, tiny
+
+    argv, sys.argv = sys.argv, ["main_ppo", "--cfg", "job", *tiny.overrides(job, steps=steps)]
+    try:
+        return _printed(main_ppo.main)[1]
+    finally:
+        sys.argv = argv
