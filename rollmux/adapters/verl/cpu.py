@@ -1,8 +1,9 @@
 """veRL on CPU through veRL's own plugin seams: a CPU platform, its FSDP engine, and a stand-in rollout server.
 
-Loaded in every process of a veRL job by veRL's `VERL_USE_EXTERNAL_MODULES` (each Ray worker imports
-`verl`, which imports this module before anything asks for the platform); `activate()` sets that and
-`VERL_PLATFORM=cpu` in the environment Ray's workers inherit. What it registers:
+Imported in every process of a veRL job by the adapter's veRL plugin (rollmux/adapters/verl/plugin.py,
+which veRL loads through `VERL_USE_EXTERNAL_MODULES` when it is imported, before anything asks for the
+platform) when `VERL_PLATFORM=cpu`; `activate()` sets both in the environment Ray's workers inherit.
+What it registers:
 
 - `CPUPlatform` in veRL's `PlatformRegistry` as "cpu": device "cpu", collectives over Gloo, and Ray's
   "GPU" resource as the unit of a worker slot (start Ray with `num_gpus=` slots on a CPU machine:
@@ -13,7 +14,8 @@ Loaded in every process of a veRL job by veRL's `VERL_USE_EXTERNAL_MODULES` (eac
   veRL's `RolloutReplica` (`RolloutReplicaRegistry`) and `BaseRollout` (its rollout registry): one
   `cpu_server.CPUServer` actor per replica, sampling with transformers on CPU and sleeping and waking
   as veRL's vLLM server does (`rollout.full_determinism=True` makes veRL's request ids `det-<index>`,
-  which the server's per-request seeds need).
+  which the server's per-request seeds need). It serves veRL's hybrid replicas (`RayPPOTrainer`'s);
+  a standalone replica's own worker group (veRL's `init_standalone`) is not built on CPU.
 """
 
 from __future__ import annotations
@@ -196,12 +198,10 @@ def _attach(worker: Any, server: Any) -> None:
             rollout.server = server
 
 
-def _replica_base():
-    from verl.workers.rollout.replica import RolloutReplica
-    return RolloutReplica
+from verl.workers.rollout.replica import RolloutReplica  # noqa: E402 -- only once the platform is registered
 
 
-class CPUReplica(_replica_base()):
+class CPUReplica(RolloutReplica):
     """veRL's `RolloutReplica` for the stand-in: one `CPUServer` actor per replica."""
 
     async def launch_servers(self) -> None:
