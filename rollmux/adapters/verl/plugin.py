@@ -15,7 +15,7 @@ import importlib.util
 import os
 import sys
 import types
-import warnings
+from pathlib import Path
 
 CPU_MODULE = "rollmux.adapters.verl.cpu"
 
@@ -33,17 +33,21 @@ class _NoValueHead:
         return cls()
 
 
+def _has_value_head(trl_dir: Path) -> bool:
+    # Read from TRL's files, not imported: every process of a veRL job loads this module, and
+    # importing TRL costs seconds there.
+    init = trl_dir / "__init__.py"
+    return (trl_dir / "experimental" / "ppo").is_dir() or (
+        init.is_file() and "AutoModelForCausalLMWithValueHead" in init.read_text(errors="replace"))
+
+
 def install_trl_compat() -> None:
     """Provide `trl.experimental.ppo.AutoModelForCausalLMWithValueHead` where TRL is installed without it."""
-    if importlib.util.find_spec("trl") is None or "trl.experimental.ppo" in sys.modules:
+    spec = importlib.util.find_spec("trl")  # (finds, does not import)
+    if spec is None or not spec.submodule_search_locations or "trl.experimental.ppo" in sys.modules:
         return
-    try:
-        with warnings.catch_warnings():  # trl.experimental warns on import; this import only probes
-            warnings.simplefilter("ignore")
-            from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+    if _has_value_head(Path(next(iter(spec.submodule_search_locations)))):
         return
-    except ImportError:
-        pass
     module = types.ModuleType("trl.experimental.ppo")
     module.AutoModelForCausalLMWithValueHead = _NoValueHead
     sys.modules["trl.experimental.ppo"] = module

@@ -105,7 +105,8 @@ class TrainSide:
     """The training side of one veRL job: its worker groups' state on the device or in host memory."""
 
     def __init__(self, groups: list, nodes: int) -> None:
-        self.workers = [w for g in groups for w in g.workers]
+        # one per process: veRL colocates the critic's and the actor's workers in the same processes
+        self.workers = list({w._actor_id: w for g in groups for w in g.workers}.values())
         self.nodes = max(nodes, 1)
         self.moves: list[tuple[str, float, int]] = []  # (device, seconds of the slowest worker, bytes moved)
         self._bytes = sum(ray.get([w.__ray_call__.remote(state_bytes) for w in self.workers]))
