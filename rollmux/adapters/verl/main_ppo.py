@@ -14,6 +14,7 @@ from typing import Any
 
 from rollmux.adapters.verl.trainer import RayPPOTrainer  # (first: it says which extra is missing)
 from rollmux.errors import raise_missing_extra
+from rollmux.job import JOB_ENV
 
 try:
     import hydra
@@ -27,7 +28,7 @@ try:
 except ModuleNotFoundError as _missing:
     raise_missing_extra(_missing, "rollmux.adapters.verl.main_ppo", "verl")
 
-ROLLMUX_ENV = ("ROLLMUX_URL", "ROLLMUX_JOB_ID", "ROLLMUX_TOKEN_FILE", "ROLLMUX_CA")
+ROLLMUX_ENV = (*JOB_ENV, "ROLLMUX_CA")  # what `rollmux run` sets, and a CA bundle to trust
 
 
 def _roles(config: Any) -> BaseTaskRunner:

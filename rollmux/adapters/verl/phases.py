@@ -82,9 +82,10 @@ class VeRLPhases:
         if job_id is not None or client is not None:
             from rollmux.shim import JobShim
             phases.shim = JobShim(job_id, client, **phases.hooks(), **shim_kwargs)
-        elif os.environ.get("ROLLMUX_JOB_ID"):
-            from rollmux.job import init
-            phases.shim = init(**phases.hooks(), **shim_kwargs)
+        else:
+            from rollmux.job import JOB_ENV, init
+            if any(os.environ.get(name) for name in JOB_ENV):  # (one missing: init names it)
+                phases.shim = init(**phases.hooks(), **shim_kwargs)
         return phases
 
     @property
