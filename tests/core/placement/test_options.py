@@ -27,7 +27,7 @@ from rollmux.core.placement.index import IndexedGroups
 from rollmux.core.placement.options import isolated
 from rollmux.core.placement.why import Refusal
 from rollmux.study.placement_bench import indexed_view
-from tests.factories import intra, make_cluster, make_job, make_policy
+from factories import intra, make_cluster, make_job, make_policy
 
 CLUSTER = make_cluster()
 CFG = intra()
