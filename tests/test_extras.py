@@ -91,3 +91,11 @@ def test_missing_extra_is_one_line_and_survives_pickling():
     assert extra_for(ModuleNotFoundError("x", name="torch.nn")) == "demo"
     assert extra_for(ModuleNotFoundError("x", name="transformers")) == "trl"
     assert extra_for(ModuleNotFoundError("x", name="numpy")) is None
+
+
+def test_the_trl_adapter_without_trl_names_its_extra_in_one_line(tmp_path):
+    res = subprocess.run([sys.executable, "-c", "import sys; sys.modules['trl'] = None; import rollmux.adapters.trl"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == ("ImportError: rollmux.adapters.trl needs the trl extra (trl is "
+                                                   "missing): pip install 'rollmux[trl]'")

@@ -40,7 +40,7 @@ import os
 import time
 from typing import Any, Callable
 
-from rollmux.errors import extra_for
+from rollmux.errors import raise_missing_extra
 
 try:
     import torch
@@ -50,10 +50,7 @@ try:
     from rollmux.adapters.trl_engine import Engine
     from rollmux.adapters.trl_vllm import VLLMSide
 except ModuleNotFoundError as _missing:  # the extra is not installed: say which, in one line
-    if extra_for(_missing) is None:
-        raise
-    raise ImportError(f"rollmux.adapters.trl needs the trl extra ({_missing.name} is missing): "
-                      "pip install 'rollmux[trl]'", name=_missing.name) from None
+    raise_missing_extra(_missing, "rollmux.adapters.trl", "trl")
 from rollmux.job import JOB_ENV
 from rollmux.job import init as rollmux_init
 from rollmux.shim import JobShim, PermitClient
