@@ -31,7 +31,8 @@ def test_make_test_explains_what_it_installs_before_installing(tmp_path):
     commands = dry_run("test", tmp_path)
     first_install = next(i for i, ln in enumerate(commands) if "pip install" in ln and not ln.startswith("echo"))
     said = " ".join(ln for ln in commands[:first_install] if ln.startswith("echo"))
-    for words in ("test extra", "torch and TRL", "redis-server", "chromium", "kubectl", "apt-get", "root"):
+    for words in ("test extra", "torch, TRL and veRL", "pytest-xdist", "redis-server", "chromium", "kubectl", "apt-get",
+                  "root"):
         assert words in said, words
     assert any('install --quiet -e ".[test]"' in ln for ln in commands)
 

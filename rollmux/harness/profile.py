@@ -290,13 +290,18 @@ def write_record(rec: dict, path: Any, header: str) -> None:
 
 def summary(rec: dict, module: str, preset: str | None, runs: int) -> str:
     """What was measured, in a few lines (the record's header comment and the CLI's output)."""
-    r, h = rec["rollout_s"], rec["host_gb"]
     return (f"measured by rollmux profile {module}{f' --preset {preset}' if preset else ''}: "
-            f"{runs} runs + 1 at maximum response length\n"
-            f"rollout median {r['median']:.4g} s (sigma {r['sigma']:.3g}), max {r['max']:.4g} s; "
+            f"{runs} runs + 1 at maximum response length\n" + record_lines(rec)
+            + _colo_summary(rec.get("colocated"), runs))
+
+
+def record_lines(rec: dict) -> str:
+    """A measured record's phase times and host memory, in two lines."""
+    r, h = rec["rollout_s"], rec["host_gb"]
+    return (f"rollout median {r['median']:.4g} s (sigma {r['sigma']:.3g}), max {r['max']:.4g} s; "
             f"train {rec['train_s']:.4g} s; sync {rec['sync_s']:.4g} s\n"
             f"host memory held offloaded, per node: rollout {h['rollout'] * GB:,.0f} B, "
-            f"train {h['train'] * GB:,.0f} B" + _colo_summary(rec.get("colocated"), runs))
+            f"train {h['train'] * GB:,.0f} B")
 
 
 def _colo_summary(colo: dict | None, runs: int) -> str:

@@ -25,7 +25,7 @@ from typing import Callable
 from rollmux.core.config import SchedulerConfig
 from rollmux.core.spec import default_cluster
 from rollmux.errors import InputError
-from rollmux.harness.profile import ProfileOptions, check_options, record_of, write_record
+from rollmux.harness.profile import ProfileOptions, check_options, record_lines, record_of, write_record
 from rollmux.live.client import HttpPermitClient, job_env, write_token
 from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
@@ -82,10 +82,6 @@ def profile_entrypoint(entrypoint: list[str], opts: ProfileOptions, output: Path
 
 def summary(rec: dict, entrypoint: list[str], opts: ProfileOptions) -> str:
     """What was measured, in a few lines (the record's header comment and the CLI's output)."""
-    r, h = rec["rollout_s"], rec["host_gb"]
-    return (f"measured by rollmux profile -- {' '.join(entrypoint)}: {opts.warmup} warm-up + {opts.runs} runs; "
-            f"the maximum is the slowest run x {SchedulerConfig().profiling.max_headroom:g}\n"
-            f"rollout median {r['median']:.4g} s (sigma {r['sigma']:.3g}), max {r['max']:.4g} s; "
-            f"train {rec['train_s']:.4g} s; sync {rec['sync_s']:.4g} s\n"
-            f"host memory held offloaded, per node: rollout {h['rollout'] * 1e9:,.0f} B, "
-            f"train {h['train'] * 1e9:,.0f} B")
+    return (f"measured by rollmux profile -- {' '.join(entrypoint)}: {opts.warmup} warm-up + at least {opts.runs} "
+            f"runs; the maximum is the slowest run x {SchedulerConfig().profiling.max_headroom:g}\n"
+            + record_lines(rec))
