@@ -54,7 +54,7 @@ test: test-explain $(TEST_STAMP)
 ## Install, then run the fast subset: the unit tests that are not slow (no Redis or Chromium needed).
 test-fast: $(TEST_STAMP)
 	@echo "make: running the unit tests that are not slow"
-	$(BIN)/python -m pytest -m "unit and not slow"
+	$(BIN)/python -m pytest -m "unit and not slow" $(TESTFLAGS)
 
 ## Install, then run the benchmarks (see benchmarks/README.md).
 bench: $(TEST_STAMP)
