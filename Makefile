@@ -2,10 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 # The whole suite runs its modules side by side (pytest-xdist): about 8 instead of 13 minutes on 2 cores.
-# A module stays on one worker, so its fixtures are built once. The chaos scenarios run after, alone: they
-# judge liveness by the time the server was serving, which modules beside them would take from it.
+# A module stays on one worker, so its fixtures are built once.
 TESTFLAGS ?= -n auto --maxprocesses 4 --dist loadfile
-CHAOS := tests/harness/chaos
 BIN    := $(VENV)/bin
 # Separate stamps: `make run` installs the package alone; `make test` adds the test extra.
 RUN_STAMP  := $(VENV)/.installed-run
@@ -51,9 +49,7 @@ test: test-explain $(TEST_STAMP)
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] || { echo "make: chromium is missing and apt-get needs root: run make test as root, or apt-get install chromium"; exit 2; }; echo "make: apt-get install chromium"; apt-get update -qq && apt-get install -y -qq chromium; }
 	@command -v kubectl >/dev/null || { [ "$$(id -u)" = 0 ] || { echo "make: kubectl (kubectl kustomize renders deploy/k8s) is missing and apt-get needs root: run make test as root, or apt-get install kubernetes-client"; exit 2; }; echo "make: apt-get install kubernetes-client (kubectl, to render deploy/k8s)"; apt-get update -qq && apt-get install -y -qq kubernetes-client; }
 	@echo "make: running the whole test suite (pytest, a module per worker on up to 4 cores: TESTFLAGS=-n0 runs it in one)"
-	$(BIN)/python -m pytest $(TESTFLAGS) --ignore=$(CHAOS)
-	@echo "make: running the chaos scenarios alone ($(CHAOS))"
-	$(BIN)/python -m pytest $(CHAOS)
+	$(BIN)/python -m pytest $(TESTFLAGS)
 
 ## Install, then run the fast subset: the unit tests that are not slow (no Redis or Chromium needed).
 test-fast: $(TEST_STAMP)
