@@ -135,13 +135,13 @@ class IntraGroupConfig(_Section):
 class ProfilingConfig(_Section):
     """A job submitted without phase times is measured as it runs (core/state/profiling.py)."""
 
-    warmup: int = Field(1, ge=0)        # its first iterations, not counted (lazy initialisation, caches)
-    iterations: int = Field(3, ge=2)    # then at least this many measured, until its solo time is precise:
-    z: float = Field(1.645, ge=0)       # ... this many standard errors of it (one-sided; 1.645: 95%)
+    warmup: int = Field(1, ge=0, le=1000)  # its first iterations, not counted (lazy initialisation, caches)
+    iterations: int = Field(3, ge=2, le=10_000)  # then at least this many measured, until its solo time is precise:
+    z: float = Field(1.645, ge=0, le=10)  # ... this many standard errors of it (one-sided; 1.645: 95%)
     precision: float = Field(0.5, gt=0, le=1)  # ... within this share of the log of its SLO
     # The worst-case rollout admission plans for is the slowest measured one times this: a run
     # cannot make every response reach the maximum length, as `rollmux profile` does.
-    max_headroom: float = Field(1.25, ge=1.0)
+    max_headroom: float = Field(1.25, ge=1.0, le=100)
     min_sigma: float = Field(0.05, ge=0, le=3)  # a few runs understate a spread: at least this
 
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from rollmux.core.config import SchedulerConfig
+from rollmux.core.config import ConfigError, SchedulerConfig
 from rollmux.core.spec import default_cluster
 from rollmux.errors import InputError
 from rollmux.harness.profile import ProfileOptions, check_options, record_lines, record_of, write_record
@@ -31,8 +31,13 @@ from rollmux.live.local import ThreadServer
 from rollmux.live.service import SchedulerCore
 
 def measuring_config(opts: ProfileOptions) -> SchedulerConfig:
-    """The shipped configuration, measuring `opts.warmup` + `opts.runs` iterations of a job."""
-    return SchedulerConfig().with_overrides({"profiling.warmup": opts.warmup, "profiling.iterations": opts.runs})
+    """The shipped configuration, measuring `opts.warmup` + at least `opts.runs` iterations of a job;
+    InputError naming the flag whose value the profiling settings refuse."""
+    flags = {"profiling.warmup": "--warmup", "profiling.iterations": "--runs"}
+    try:
+        return SchedulerConfig().with_overrides({"profiling.warmup": opts.warmup, "profiling.iterations": opts.runs})
+    except ConfigError as exc:
+        raise InputError(flags.get(exc.setting, exc.setting), exc.message) from None
 
 
 def run_measured(entrypoint: list[str], opts: ProfileOptions, say: Callable[[str], None]) -> dict:

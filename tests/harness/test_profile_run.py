@@ -69,3 +69,9 @@ def test_a_script_on_the_trl_adapter_is_profiled_as_it_trains(tmp_path):
     assert spec.rollout_s.median > 0 and spec.train_s > 0 and spec.sync_s > 0
     assert spec.host_gb.rollout > 0 and spec.host_gb.train > 0
     assert (tmp_path / "out" / "config.json").exists()  # the script went on to the end and saved its model
+
+
+def test_a_run_count_the_profiling_settings_refuse_is_one_line_naming_the_flag(tmp_path):
+    res = _profile(tmp_path, "--runs", "1")
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith("error: --runs: ")
+    assert "Traceback" not in res.stderr
